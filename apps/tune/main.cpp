@@ -1,0 +1,4 @@
+// The `tune` command: everything lives in the library (lib/cli).
+#include "cli/cli.hpp"
+
+int main(int argc, char** argv) { return tune::cli::main(argc, argv); }

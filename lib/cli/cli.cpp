@@ -1,0 +1,67 @@
+#include "cli/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "util/error.hpp"
+
+namespace tune::cli {
+
+int main(int argc, char** argv) {
+  CLI::App app{"tune: hyperparameter tuning for any training script, on this machine or over SSH"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tune 0.1.0");
+
+  RunCommand run;
+  auto* run_cmd = app.add_subcommand("run", "run (or resume) an experiment");
+  run.add_options(*run_cmd);
+
+  ValidateCommand validate;
+  auto* validate_cmd = app.add_subcommand("validate", "check an experiment file and print the trials it would run");
+  validate.add_options(*validate_cmd);
+
+  StatusCommand status;
+  auto* status_cmd = app.add_subcommand("status", "the trial table of an experiment");
+  status.add_options(*status_cmd);
+
+  LsCommand ls;
+  auto* ls_cmd = app.add_subcommand("ls", "experiments under the storage path");
+  ls.add_options(*ls_cmd);
+
+  auto* ckpt_cmd = app.add_subcommand("checkpoints", "retained checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  CheckpointsLsCommand ckpt_ls;
+  ckpt_ls.add_options(*ckpt_cmd->add_subcommand("ls", "retained checkpoints, best first"));
+  CheckpointsBestCommand ckpt_best;
+  ckpt_best.add_options(*ckpt_cmd->add_subcommand("best", "print the best checkpoint's absolute path"));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "tune: error: %s (see 'tune --help')\n", e.what());
+    return kExitUsage;
+  }
+  try {
+    if (run_cmd->parsed()) return run.execute();
+    if (validate_cmd->parsed()) return validate.execute();
+    if (status_cmd->parsed()) return status.execute();
+    if (ls_cmd->parsed()) return ls.execute();
+    if (ckpt_cmd->got_subcommand("ls")) return ckpt_ls.execute();
+    if (ckpt_cmd->got_subcommand("best")) return ckpt_best.execute();
+  } catch (const Fatal& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tune: error: %s\n", e.what());
+    return e.code();
+  }
+  return kExitUsage;
+}
+
+}  // namespace tune::cli

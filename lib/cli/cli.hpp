@@ -1,0 +1,9 @@
+// The `tune` command line: subcommands run, validate, status, ls, checkpoints ls|best.
+#pragma once
+
+namespace tune::cli {
+
+// Parses argv, runs the subcommand, prints `tune: error: ...` for failures; returns the exit code.
+[[nodiscard]] int main(int argc, char** argv);
+
+}  // namespace tune::cli

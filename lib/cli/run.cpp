@@ -1,0 +1,194 @@
+// `tune run` and `tune validate`.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <random>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "control/controller.hpp"
+#include "exec/local_executor.hpp"
+#include "search/space.hpp"
+#include "spec/parse.hpp"
+#include "ui/live_table.hpp"
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+extern char** environ;
+
+namespace tune::cli {
+
+namespace {
+
+spec::Experiment load_or_throw(const std::string& file, const spec::Overrides& ov) {
+  auto e = spec::load_experiment(file, ov);
+  if (!e) throw Fatal(e.error(), kExitUsage);
+  return std::move(*e);
+}
+
+std::map<std::string, std::string> environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv = *e;
+    auto eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+std::optional<double> env_seconds(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  char* end = nullptr;
+  double d = std::strtod(v, &end);
+  if (end == v || *end || !(d >= 0)) throw Fatal(std::string(name) + ": expected seconds, got '" + v + "'");
+  return d;
+}
+
+// The experiment file as run, with the command-line overrides noted for the record.
+std::string snapshot_text(const spec::Experiment& exp, const std::vector<std::string>& sets) {
+  std::string text = util::read_file(exp.source_file, 16u << 20).value_or("");
+  if (!sets.empty()) {
+    text += "\n# tune run overrides:\n";
+    for (const auto& s : sets) text += "#   --set " + util::printable(s, 500) + "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+void RunCommand::add_options(CLI::App& app) {
+  app.add_option("experiment", file_, "experiment YAML file")->required();
+  app.add_option("--resume", resume_, "never (default) | auto | must | errored | auto+errored")
+      ->check(CLI::IsMember({"never", "auto", "must", "errored", "auto+errored"}));
+  app.add_option("--name", name_, "experiment name (default: the file's name or its 'name')");
+  app.add_option("--storage-path", storage_, "root of experiment dirs (default ~/tune_results)");
+  app.add_option("--set", sets_, "override a value: --set checkpoint_config.num_to_keep=3");
+  app.add_option("--max-concurrent", max_concurrent_, "at most N trials at once");
+  auto* q = app.add_flag("--quiet,-q", quiet_, "print only errors and the final summary");
+  app.add_flag("--verbose,-v", verbose_, "log more, with times and pids")->excludes(q);
+}
+
+int RunCommand::execute() {
+  spec::Overrides ov{sets_, name_, storage_, max_concurrent_};
+  spec::Experiment exp = load_or_throw(file_, ov);
+  for (const auto& h : exp.hosts)
+    if (h.kind == spec::HostSpec::Kind::kSsh)
+      throw Fatal(exp.source_file.string() + ": ssh hosts ('" + h.host +
+                  "') are not supported by this version yet; use a local host");
+  fs::path dir = exp.dir();
+  std::error_code ec;
+  bool has_state = fs::exists(dir / state::kStateFile, ec);
+  bool errored = resume_ == "errored" || resume_ == "auto+errored";
+  if (resume_ == "never" && has_state)
+    throw Fatal("experiment dir '" + dir.string() + "' already holds an experiment; resume it with "
+                "--resume=auto, or start a new one with --name NAME or --storage-path DIR");
+  if ((resume_ == "must" || resume_ == "errored") && !has_state)
+    throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() + "' to resume");
+
+  fs::create_directories(dir, ec);
+  if (ec) throw Fatal("cannot create experiment dir '" + dir.string() + "': " + ec.message());
+  acquire_lock(dir);
+
+  std::optional<state::ExperimentState> resume;
+  if (has_state) {
+    auto s = state::load(dir);
+    if (!s) throw Fatal(s.error().message + " (the experiment cannot be resumed from it)");
+    if (s->total_trials != search::trial_count(exp.space, exp.num_samples) ||
+        (exp.seed && s->seed != *exp.seed))
+      throw Fatal("experiment '" + exp.name + "': the search space or seed differs from the run being "
+                  "resumed; start a new experiment with --name NAME");
+    if (errored) {
+      for (auto& t : s->trials)
+        if (t.status == trial::Status::kError) t.status = trial::Status::kPending, t.failures = 0;
+    }
+    resume = std::move(*s);
+  }
+  if (!exp.seed) {
+    // No seed: draw one, and keep it in the state so a resume continues the same sequence.
+    exp.seed = resume ? resume->seed : (static_cast<uint64_t>(::getpid()) << 32) ^ static_cast<uint64_t>(::time(nullptr)) ^
+                                           static_cast<uint64_t>(std::random_device{}());
+  }
+  if (auto r = util::write_file_atomic(dir / "experiment.yaml", snapshot_text(exp, sets_), true); !r)
+    throw Fatal(r.error());
+
+  auto table_opts = ui::detect_table_options(quiet_);
+  ui::LiveTable table(table_opts);
+  setup_logging(dir, quiet_, verbose_, &table, table_opts.color);
+  if (verbose_) {
+    std::string argv_text;
+    for (const auto& w : exp.trial.command) argv_text += " " + util::shell_quote(w);
+    spdlog::debug("trial command:{}", argv_text);
+  }
+  spdlog::info("tune run {} -> {}{}", exp.source_file.string(), dir.string(), resume ? " (resuming)" : "");
+
+  auto supervisor = exec::find_supervisor();
+  if (!supervisor) throw Fatal(supervisor.error());
+  exec::LocalOptions lo;
+  lo.supervisor = *supervisor;
+  lo.lease_file = dir / ".tune" / "lease";
+  lo.orphan_timeout_s = exp.orphan_timeout_s;
+  lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);
+  exec::LocalExecutor executor(lo);
+
+  control::ControllerOptions co;
+  co.grace_s = lo.grace_s;
+  co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
+  co.base_env = environment();
+  co.python_helpers_dir = python_helpers_dir();
+  if (!resume) {
+    // A fresh run starts from the seed chosen above.
+  }
+  control::Controller controller(exp, executor, co, &table);
+  int code = controller.run(std::move(resume));
+  std::cout << ui::final_summary(controller.state(), exp);
+  if (code == kExitInterrupted)
+    std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_) << " --resume=auto\n";
+  return code;
+}
+
+void ValidateCommand::add_options(CLI::App& app) {
+  app.add_option("experiment", file_, "experiment YAML file")->required();
+  app.add_option("--set", sets_, "override a value: --set num_samples=2");
+  app.add_option("--name", name_, "experiment name");
+  app.add_option("--storage-path", storage_, "root of experiment dirs");
+  app.add_option("--format", format_, "table | json")->check(CLI::IsMember({"table", "json"}));
+}
+
+int ValidateCommand::execute() {
+  spec::Overrides ov{sets_, name_, storage_, std::nullopt};
+  spec::Experiment exp = load_or_throw(file_, ov);
+  uint64_t total = search::trial_count(exp.space, exp.num_samples);
+  uint64_t seed = exp.seed.value_or(0);
+  constexpr uint64_t kMaxListed = 10000;
+  if (format_ == "json") {
+    nlohmann::json out = {{"name", exp.name}, {"dir", exp.dir().string()}, {"total_trials", total},
+                          {"seeded", exp.seed.has_value()}, {"trials", nlohmann::json::array()}};
+    for (uint64_t i = 0; i < total && i < kMaxListed; ++i) {
+      auto t = search::generate(exp.space, seed, i);
+      char id[32];
+      std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
+      out["trials"].push_back({{"trial_id", id}, {"trial_name", trial::make_trial_name(id, t.varying)}, {"config", t.config}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "experiment '" << exp.name << "' is valid: " << total << " trial(s) ("
+            << exp.num_samples << " sample(s) x " << total / exp.num_samples << " grid point(s)) -> "
+            << exp.dir().string() << "\n";
+  if (!exp.seed) std::cout << "no seed: sampled values will differ on each run (shown with seed 0)\n";
+  for (uint64_t i = 0; i < total && i < kMaxListed; ++i) {
+    auto t = search::generate(exp.space, seed, i);
+    char id[32];
+    std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
+    std::cout << id << "  " << trial::make_trial_name(id, t.varying) << "  " << t.config.dump() << "\n";
+  }
+  if (total > kMaxListed) std::cout << "... " << total - kMaxListed << " more\n";
+  return kExitOk;
+}
+
+}  // namespace tune::cli

@@ -1,0 +1,475 @@
+// The controller's loop: launching, exits, stopping, state. Result handling is in results.cpp.
+#include "control/controller.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+
+#include "search/space.hpp"
+#include "ui/live_table.hpp"
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::control {
+
+using json = nlohmann::json;
+using trial::Status;
+
+namespace {
+
+std::vector<ResourcePool::Host> hosts_from_spec(const spec::Experiment& exp) {
+  std::vector<ResourcePool::Host> hosts;
+  for (const auto& h : exp.hosts) {
+    if (h.kind != spec::HostSpec::Kind::kLocal) continue;  // SSH hosts: a later executor
+    ResourcePool::Host host;
+    host.name = "local";
+    host.cpus = h.cpus.value_or(local_cpu_count());
+    host.cpu_free = host.cpus;
+    host.gpu_free.assign(static_cast<size_t>(h.gpus.value_or(local_gpu_count())), 1.0);
+    hosts.push_back(std::move(host));
+  }
+  return hosts;
+}
+
+// The last non-empty line of a trial's stderr.log, for error messages.
+std::string stderr_tail(const fs::path& dir) {
+  auto size = util::file_size_or_zero(dir / "stderr.log");
+  if (size == 0) return "";
+  FILE* f = std::fopen((dir / "stderr.log").c_str(), "rb");
+  if (!f) return "";
+  long from = size > 4096 ? static_cast<long>(size - 4096) : 0;
+  std::fseek(f, from, SEEK_SET);
+  std::string buf(4096, '\0');
+  size_t n = std::fread(buf.data(), 1, buf.size(), f);
+  std::fclose(f);
+  buf.resize(n);
+  while (!buf.empty() && (buf.back() == '\n' || buf.back() == '\r' || buf.back() == ' ')) buf.pop_back();
+  auto nl = buf.rfind('\n');
+  return util::printable(nl == std::string::npos ? buf : buf.substr(nl + 1), 300);
+}
+
+std::string describe_exit(const exec::ExitInfo& info) {
+  if (!info.error.empty()) return info.error;
+  if (info.signal) {
+    const char* name = sigabbrev_np(*info.signal);
+    return "killed by signal " + std::to_string(*info.signal) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  if (info.exit_code) return "exit code " + std::to_string(*info.exit_code);
+  return info.reason;
+}
+
+}  // namespace
+
+Controller::Controller(spec::Experiment exp, exec::Executor& executor, ControllerOptions opts,
+                       ui::LiveTable* table)
+    : exp_(std::move(exp)),
+      ex_(executor),
+      opts_(std::move(opts)),
+      table_(table),
+      pool_(opts_.hosts.empty() ? hosts_from_spec(exp_) : opts_.hosts),
+      policy_(checkpoint::Policy::from(exp_.checkpoint)) {
+  host_name_ = ex_.host_name();
+}
+
+Controller::~Controller() = default;
+
+trial::Trial& Controller::new_trial() {
+  auto cfg = search::generate(exp_.space, state_.seed, state_.next_index);
+  trial::Trial t;
+  t.index = state_.next_index++;
+  char id[32];
+  std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(t.index));
+  t.id = id;
+  t.name = trial::make_trial_name(t.id, cfg.varying);
+  t.config = std::move(cfg.config);
+  index_[t.id] = state_.trials.size();
+  state_.trials.push_back(std::move(t));
+  return state_.trials.back();
+}
+
+std::vector<std::string> Controller::trial_argv(const trial::Trial& t) const {
+  std::vector<std::string> argv;
+  for (const auto& word : exp_.trial.command) {
+    std::string out;
+    for (size_t i = 0; i < word.size(); ++i) {
+      char c = word[i];
+      if ((c == '{' || c == '}') && i + 1 < word.size() && word[i + 1] == c) {
+        out.push_back(c);
+        ++i;
+      } else if (c == '{') {
+        size_t close = word.find('}', i);
+        const json* v = search::lookup(t.config, std::string_view(word).substr(i + 1, close - i - 1));
+        out += v ? search::value_text(*v) : "";
+        i = close;
+      } else {
+        out.push_back(c);
+      }
+    }
+    argv.push_back(std::move(out));
+  }
+  return argv;
+}
+
+std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, const Placement& p,
+                                                         const std::string& restore) const {
+  auto env = opts_.base_env;
+  for (const auto& [k, v] : exp_.trial.env) env[k] = v;
+  fs::path dir = trial_dir(t);
+  env["TUNE_TRIAL_ID"] = t.id;
+  env["TUNE_TRIAL_NAME"] = t.name;
+  env["TUNE_TRIAL_DIR"] = dir.string();
+  env["TUNE_EXPERIMENT_NAME"] = exp_.name;
+  env["TUNE_CONFIG"] = t.config.dump(-1, ' ', false, json::error_handler_t::replace);
+  env["TUNE_CONFIG_FILE"] = (dir / "params.json").string();
+  env["TUNE_TRIAL_MODE"] = exp_.trial.mode == spec::TrialMode::kStep ? "step" : "function";
+  env["CUDA_VISIBLE_DEVICES"] = p.cuda_visible_devices();
+  if (restore.empty()) env.erase("TUNE_RESTORE_CHECKPOINT");
+  else env["TUNE_RESTORE_CHECKPOINT"] = restore;
+  if (!opts_.python_helpers_dir.empty()) {
+    auto it = env.find("PYTHONPATH");
+    env["PYTHONPATH"] = opts_.python_helpers_dir +
+                        (it != env.end() && !it->second.empty() ? ":" + it->second : "");
+  }
+  return env;
+}
+
+bool Controller::launch(trial::Trial& t, const Placement& p) {
+  fs::path dir = trial_dir(t);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    finish(t, Status::kError, "cannot create trial dir '" + dir.string() + "': " + ec.message());
+    return false;
+  }
+  if (t.attempt == 0) {
+    auto r = util::write_file_atomic(dir / "params.json", t.config.dump(2) + "\n", false);
+    if (!r) spdlog::warn("{}", r.error().message);
+  }
+  Runtime& rt = running_[t.id];  // a fresh runtime for this attempt
+  rt.placement = p;
+  std::string restore;
+  // A retried or resumed trial starts from its latest checkpoint; its results after that
+  // checkpoint are dropped so that each training_iteration is recorded once.
+  if (t.attempt > 0) {
+    const trial::Checkpoint* c = t.latest_checkpoint();
+    int64_t keep = c ? c->iteration : 0;
+    if (auto r = trial::ResultLog::truncate_after(dir, keep); !r)
+      spdlog::warn("trial {}: {}", t.name, r.error().message);
+    t.iteration = keep;
+    t.time_total_s = c ? c->time_total_s : 0;
+    if (c) {
+      restore = (dir / c->dir_name()).string();
+      rt.time_base = c->time_total_s;
+      rt.last_checkpoint_iteration = c->iteration;
+    }
+  }
+  if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+  t.attempt += 1;
+  t.status = Status::kRunning;
+  t.host = pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
+  t.error.clear();
+  t.stdout_offset = util::file_size_or_zero(dir / "stdout.log");
+
+  exec::Launch l;
+  l.trial_id = t.id;
+  l.attempt = t.attempt;
+  l.trial_dir = dir;
+  l.cwd = exp_.trial.workdir;
+  l.argv = trial_argv(t);
+  l.env = trial_env(t, p, restore);
+  l.stdout_offset = t.stdout_offset;
+  rt.started = rt.last_result_at = ex_.now();
+  spdlog::info("trial {} attempt {}: starting{}", t.name, t.attempt,
+               restore.empty() ? "" : " from " + fs::path(restore).filename().string());
+  if (auto r = ex_.start(l); !r) {
+    running_.erase(t.id);
+    pool_.release(p);
+    finish(t, Status::kError, r.error().message);
+    return false;
+  }
+  if (exp_.trial.mode == spec::TrialMode::kStep) step_send(t, running_.at(t.id), StepOp::kStep);
+  return true;
+}
+
+void Controller::launch_ready() {
+  if (stopping_) return;
+  size_t limit = exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
+  std::vector<std::pair<std::string, Placement>> batch;
+  // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
+  size_t scan = 0;
+  while (running_.size() + batch.size() < limit) {
+    trial::Trial* next = nullptr;
+    for (; scan < state_.trials.size(); ++scan) {
+      auto& t = state_.trials[scan];
+      if (t.status == Status::kPending && !running_.contains(t.id)) {
+        next = &t;
+        break;
+      }
+    }
+    if (!next && state_.next_index >= state_.total_trials) break;
+    auto placement = pool_.acquire(exp_.trial.resources);
+    if (!placement) break;
+    if (!next) next = &new_trial();
+    ++scan;
+    next->status = Status::kRunning;  // reserved; written ahead below
+    batch.emplace_back(next->id, *placement);
+  }
+  if (batch.empty()) return;
+  // Write-ahead: the state names every trial before its process starts (SPEC §4). The attempt
+  // counter is bumped first so the saved state matches what is about to run.
+  for (auto& [id, p] : batch) trial(id).attempt += 1;
+  maybe_save_state(true, false);
+  for (auto& [id, p] : batch) {
+    auto& t = trial(id);
+    t.attempt -= 1;
+    launch(t, p);
+  }
+  mark_dirty();
+}
+
+void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
+  if (rt.stop_why == StopWhy::kNone || why == StopWhy::kUser || why == StopWhy::kFailFast)
+    rt.stop_why = why;
+  double now = ex_.now();
+  if (exp_.trial.mode == spec::TrialMode::kStep && why != StopWhy::kUser && why != StopWhy::kFailFast) {
+    // Asked over stdin once the command in flight is answered (and the final checkpoint is
+    // saved); the grace period starts when {"op":"stop"} is sent.
+    return;
+  }
+  if (why == StopWhy::kDone) {
+    // The trial said it is done: let it exit by itself, then insist.
+    if (rt.kill_deadline < 0) rt.kill_deadline = now + opts_.grace_s;
+    return;
+  }
+  if (!rt.term_sent) {
+    ex_.stop(t.id, false);
+    rt.term_sent = true;
+  }
+}
+
+void Controller::stop_all(StopWhy why, bool now) {
+  for (auto& [id, rt] : running_) {
+    auto& t = trial(id);
+    if (now) {
+      rt.stop_why = why;
+      ex_.stop(id, true);
+    } else {
+      request_stop(t, rt, why);
+    }
+  }
+}
+
+void Controller::on_interrupt() {
+  ++interrupts_;
+  interrupted_ = true;
+  stopping_ = true;
+  if (interrupts_ == 1) {
+    spdlog::warn("interrupted: stopping {} running trial(s) (Ctrl-C again to stop at once)", running_.size());
+    stop_all(StopWhy::kUser, false);
+  } else {
+    spdlog::warn("interrupted again: killing running trials now");
+    stop_all(StopWhy::kUser, true);
+  }
+}
+
+void Controller::check_deadlines(double now) {
+  if (exp_.time_budget_s && !budget_spent_ &&
+      elapsed_before_ + (now - run_started_) >= *exp_.time_budget_s) {
+    budget_spent_ = true;
+    stopping_ = true;
+    spdlog::info("time budget of {} s spent: stopping", util::format_double(*exp_.time_budget_s));
+    stop_all(StopWhy::kBudget, false);
+  }
+  for (auto& [id, rt] : running_) {
+    if (rt.kill_deadline < 0 || now < rt.kill_deadline) continue;
+    rt.kill_deadline = -1;
+    if (!rt.term_sent) {
+      ex_.stop(id, false);  // the supervisor escalates to SIGKILL after its own grace period
+      rt.term_sent = true;
+    }
+  }
+}
+
+void Controller::finish(trial::Trial& t, Status status, const std::string& error) {
+  t.status = status;
+  t.error = error;
+  if (status == Status::kError) spdlog::error("trial {} failed: {}", t.name, error);
+  else spdlog::info("trial {} {}", t.name, trial::status_name(status));
+  if (t.finished()) apply_retention(t, false);
+  mark_dirty();
+}
+
+void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  auto& t = trial(id);
+  Runtime& rt = it->second;
+  // A partial last line (no newline) still counts as a line once the process is gone.
+  if (rt.splitter.pending() > 0) on_output(id, "\n");
+  if (auto r = rt.log.flush(); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+  rt.log.close();
+  pool_.release(rt.placement);
+  StopWhy why = rt.stop_why;
+  running_.erase(it);
+
+  bool clean = info.exit_code && *info.exit_code == 0;
+  if (why == StopWhy::kCriterion || why == StopWhy::kDone || why == StopWhy::kBudget) {
+    finish(t, Status::kTerminated, "");
+    return;
+  }
+  if (why == StopWhy::kUser || why == StopWhy::kFailFast) {
+    // Stopped by us before it finished: it resumes later from its latest checkpoint.
+    t.status = clean ? Status::kTerminated : Status::kPending;
+    if (clean) apply_retention(t, false);
+    mark_dirty();
+    return;
+  }
+  if (clean) {
+    finish(t, Status::kTerminated, "");
+    return;
+  }
+  std::string why_text = describe_exit(info);
+  if (info.reason != "exec_failed") {
+    std::string tail = stderr_tail(trial_dir(t));
+    if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos) why_text += ": " + tail;
+  }
+  t.failures += 1;
+  int max = exp_.failure.max_failures;
+  bool retry = info.reason != "exec_failed" && !stopping_ && (max < 0 || t.failures <= max);
+  if (retry) {
+    spdlog::warn("trial {} failed ({}); retrying ({} of {})", t.name, why_text, t.failures,
+                 max < 0 ? std::string("unlimited") : std::to_string(max));
+    t.status = Status::kPending;
+    t.error = why_text;
+    mark_dirty();
+    return;
+  }
+  finish(t, Status::kError, why_text);
+  if (exp_.failure.fail_fast && !stopping_) {
+    spdlog::error("fail_fast: stopping the experiment after the first error");
+    stopping_ = true;
+    stop_all(StopWhy::kFailFast, false);
+  }
+}
+
+void Controller::maybe_save_state(bool force, bool durable) {
+  double now = ex_.now();
+  if (!force && (!state_dirty_ || now < next_state_write_)) return;
+  state_.elapsed_s = elapsed_before_ + (now - run_started_);
+  double t0 = ex_.now();
+  auto r = state::save(exp_.dir(), state_, durable);
+  double cost = ex_.now() - t0;
+  if (!r) {
+    spdlog::error("cannot save experiment state: {} (the previous state is intact)", r.error().message);
+    next_state_write_ = now + 1;
+    return;
+  }
+  state_dirty_ = false;
+  last_write_cost_ = cost;
+  // At most ~5% of wall time goes to state writes, unless a fixed period is set.
+  double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
+  next_state_write_ = now + period;
+  run_deletions();
+}
+
+void Controller::run_deletions() {
+  // Only after a state write: the state on disk never names a checkpoint that is gone.
+  for (const auto& [dir, name] : pending_deletions_) {
+    if (auto r = util::remove_tree_nofollow(dir, name); !r)
+      spdlog::warn("cannot delete checkpoint: {}", r.error().message);
+    else
+      spdlog::debug("deleted {}/{}", dir.filename().string(), name);
+  }
+  pending_deletions_.clear();
+}
+
+void Controller::draw(bool force) {
+  if (!table_) return;
+  table_->update(ex_.now(), state_, exp_, force);
+}
+
+int Controller::exit_code() const {
+  if (interrupted_) return kExitInterrupted;
+  for (const auto& t : state_.trials)
+    if (t.status == Status::kError) return kExitTrialError;
+  return kExitOk;
+}
+
+int Controller::run(std::optional<state::ExperimentState> resume) {
+  run_started_ = ex_.now();
+  if (resume) {
+    state_ = std::move(*resume);
+    elapsed_before_ = state_.elapsed_s;
+    for (size_t i = 0; i < state_.trials.size(); ++i) {
+      auto& t = state_.trials[i];
+      index_[t.id] = i;
+      // Trials that did not end go back to the queue; they restart from their latest checkpoint.
+      if (t.status == Status::kRunning || t.status == Status::kPaused) t.status = Status::kPending;
+    }
+  } else {
+    state_.name = exp_.name;
+    state_.seed = exp_.seed.value_or(0);
+    state_.total_trials = search::trial_count(exp_.space, exp_.num_samples);
+    state_.start_time = ex_.wall_time();
+  }
+  state_.metric = exp_.metric;
+  state_.mode = exp_.mode == spec::Order::kMin ? "min" : "max";
+  state_.phase = "running";
+  if (!pool_.fits_somewhere(exp_.trial.resources))
+    throw Fatal("trial.resources (cpu " + util::format_double(exp_.trial.resources.cpu) + ", gpu " +
+                util::format_double(exp_.trial.resources.gpu) + ") fit on no host");
+  maybe_save_state(true, true);
+
+  double lease_period = std::clamp(exp_.orphan_timeout_s / 4, 0.5, 10.0);
+  while (true) {
+    double now = ex_.now();
+    check_deadlines(now);
+    launch_ready();
+    bool more = !stopping_ && (state_.next_index < state_.total_trials ||
+                               std::any_of(state_.trials.begin(), state_.trials.end(), [&](const auto& t) {
+                                 return t.status == Status::kPending && !running_.contains(t.id);
+                               }));
+    if (running_.empty() && !more) break;
+    if (interrupts_ >= 2) break;
+    // Sleep until something happens or the next timer is due.
+    double timeout = 1.0;
+    if (state_dirty_) timeout = std::min(timeout, std::max(0.0, next_state_write_ - now));
+    for (const auto& [id, rt] : running_)
+      if (rt.kill_deadline >= 0) timeout = std::min(timeout, std::max(0.0, rt.kill_deadline - now));
+    if (exp_.time_budget_s && !budget_spent_)
+      timeout = std::min(timeout, std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
+    if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
+    for (auto& ev : ex_.wait(timeout)) {
+      if (auto* i = std::get_if<exec::InterruptEvent>(&ev)) {
+        on_interrupt();
+      } else if (auto* o = std::get_if<exec::OutputEvent>(&ev)) {
+        on_output(o->trial_id, o->data);
+      } else if (auto* x = std::get_if<exec::ExitEvent>(&ev)) {
+        on_exit(x->trial_id, x->info);
+      }
+    }
+    for (auto& [id, rt] : running_)
+      if (auto r = rt.log.flush(); !r) spdlog::warn("trial {}: {}", trial(id).name, r.error().message);
+    now = ex_.now();
+    if (now >= next_lease_) {
+      ex_.renew_lease();
+      next_lease_ = now + lease_period;
+    }
+    maybe_save_state(false, false);
+    draw(false);
+  }
+  // Ctrl-C twice: trials still running were killed; they resume from their latest checkpoint.
+  for (auto& [id, rt] : running_) {
+    rt.log.close();
+    trial(id).status = Status::kPending;
+  }
+  state_.phase = interrupted_ ? "interrupted" : "finished";
+  maybe_save_state(true, true);
+  draw(true);
+  return exit_code();
+}
+
+}  // namespace tune::control

@@ -1,0 +1,132 @@
+// The controller: owns the trials of one experiment run, drives an Executor, applies the trial
+// protocol (SPEC §3), stopping rules, failures and retries, checkpoint retention (SPEC §5), and
+// keeps experiment_state.json current (SPEC §4). Single-threaded: one loop, no blocking calls
+// on a trial's behalf.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "checkpoint/retention.hpp"
+#include "control/resources.hpp"
+#include "exec/executor.hpp"
+#include "spec/experiment.hpp"
+#include "state/state.hpp"
+#include "trial/line_splitter.hpp"
+#include "trial/result_log.hpp"
+
+namespace tune::ui {
+class LiveTable;
+}
+
+namespace tune::control {
+
+namespace fs = std::filesystem;
+
+struct ControllerOptions {
+  double grace_s = 10;                      // SIGTERM -> SIGKILL
+  std::optional<double> state_period_s;     // TUNE_GLOBAL_CHECKPOINT_S: fixed write period
+  std::map<std::string, std::string> base_env;  // inherited by every trial
+  std::string python_helpers_dir;           // prepended to the trials' PYTHONPATH
+  std::vector<ResourcePool::Host> hosts;    // capacity; empty = derive from the spec
+};
+
+class Controller {
+ public:
+  Controller(spec::Experiment exp, exec::Executor& executor, ControllerOptions opts,
+             ui::LiveTable* table = nullptr);
+  ~Controller();
+
+  // Runs until every trial has ended, the budget is spent, or the user interrupts.
+  // `resume` carries the state of an earlier run to continue. Returns the exit code (SPEC §1).
+  [[nodiscard]] int run(std::optional<state::ExperimentState> resume = std::nullopt);
+
+  [[nodiscard]] const state::ExperimentState& state() const { return state_; }
+
+ private:
+  enum class StopWhy { kNone, kCriterion, kDone, kBudget, kUser, kFailFast };
+  enum class StepOp { kNone, kStep, kSave, kStop };
+
+  // What the controller knows about a running attempt (not persisted).
+  struct Runtime {
+    trial::LineSplitter splitter;
+    trial::ResultLog log;
+    Placement placement;
+    double started = 0;           // monotonic
+    double last_result_at = 0;    // monotonic
+    int64_t iterations_since_restore = 0;
+    double time_base = 0;         // time_total_s carried over from a restore
+    StopWhy stop_why = StopWhy::kNone;
+    double kill_deadline = -1;    // when to escalate a requested stop
+    bool term_sent = false;
+    std::optional<int> pid;
+    StepOp pending = StepOp::kNone;
+    bool stop_after_save = false;
+    int64_t last_checkpoint_iteration = -1;
+    int64_t pending_seq = 0;
+  };
+
+  trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }
+  [[nodiscard]] fs::path trial_dir(const trial::Trial& t) const { return exp_.dir() / t.name; }
+
+  void launch_ready();
+  bool launch(trial::Trial& t, const Placement& p);
+  std::vector<std::string> trial_argv(const trial::Trial& t) const;
+  std::map<std::string, std::string> trial_env(const trial::Trial& t, const Placement& p,
+                                               const std::string& restore) const;
+  trial::Trial& new_trial();
+
+  void on_output(const std::string& id, const std::string& data);
+  void on_line(trial::Trial& t, Runtime& rt, std::string_view line);
+  void on_exit(const std::string& id, const exec::ExitInfo& info);
+  void record_result(trial::Trial& t, Runtime& rt, nlohmann::json result);
+  bool should_stop(const trial::Trial& t, const nlohmann::json& result) const;
+  void register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, const nlohmann::json& result);
+  void apply_retention(trial::Trial& t, bool can_run);
+  void step_next(trial::Trial& t, Runtime& rt, const nlohmann::json& result);
+  void step_save(trial::Trial& t, Runtime& rt, bool then_stop);
+  void step_saved(trial::Trial& t, Runtime& rt, const nlohmann::json& reply);
+  void step_send(trial::Trial& t, Runtime& rt, StepOp op);
+
+  void request_stop(trial::Trial& t, Runtime& rt, StopWhy why);
+  void stop_all(StopWhy why, bool now);
+  void on_interrupt();
+  void check_deadlines(double now);
+  void finish(trial::Trial& t, trial::Status status, const std::string& error);
+
+  void mark_dirty() { state_dirty_ = true; }
+  void maybe_save_state(bool force, bool durable);
+  void run_deletions();
+  void draw(bool force);
+  [[nodiscard]] int exit_code() const;
+
+  spec::Experiment exp_;
+  exec::Executor& ex_;
+  ControllerOptions opts_;
+  ui::LiveTable* table_;
+  ResourcePool pool_;
+  checkpoint::Policy policy_;
+  state::ExperimentState state_;
+  std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<std::string, Runtime> running_;
+  std::vector<std::pair<fs::path, std::string>> pending_deletions_;  // (trial dir, name)
+
+  bool stopping_ = false;      // no more launches
+  bool interrupted_ = false;
+  int interrupts_ = 0;
+  bool budget_spent_ = false;
+  double run_started_ = 0;     // monotonic, this run
+  double elapsed_before_ = 0;  // earlier runs (resume)
+  bool state_dirty_ = true;
+  double next_state_write_ = 0;
+  double last_write_cost_ = 0;
+  double next_lease_ = 0;
+  std::string host_name_;
+};
+
+}  // namespace tune::control

@@ -1,0 +1,80 @@
+#include "control/resources.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+
+namespace tune::control {
+
+namespace {
+constexpr double kEps = 1e-9;
+}
+
+std::string Placement::cuda_visible_devices() const {
+  std::string s;
+  for (size_t i = 0; i < gpu_ids.size(); ++i) s += (i ? "," : "") + std::to_string(gpu_ids[i]);
+  return s;
+}
+
+std::optional<Placement> ResourcePool::acquire(const spec::Resources& req) {
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    Host& host = hosts_[h];
+    if (host.cpu_free + kEps < req.cpu) continue;
+    Placement p{h, req.cpu, req.gpu, {}};
+    if (req.gpu >= 1) {
+      auto whole = static_cast<size_t>(req.gpu);
+      for (size_t g = 0; g < host.gpu_free.size() && p.gpu_ids.size() < whole; ++g)
+        if (host.gpu_free[g] >= 1 - kEps) p.gpu_ids.push_back(static_cast<int>(g));
+      if (p.gpu_ids.size() < whole) continue;
+      for (int g : p.gpu_ids) host.gpu_free[static_cast<size_t>(g)] = 0;
+    } else if (req.gpu > 0) {
+      // Pack fractions: the fullest GPU that still has room.
+      int best = -1;
+      for (size_t g = 0; g < host.gpu_free.size(); ++g)
+        if (host.gpu_free[g] + kEps >= req.gpu &&
+            (best < 0 || host.gpu_free[g] < host.gpu_free[static_cast<size_t>(best)]))
+          best = static_cast<int>(g);
+      if (best < 0) continue;
+      host.gpu_free[static_cast<size_t>(best)] -= req.gpu;
+      p.gpu_ids.push_back(best);
+    }
+    host.cpu_free -= req.cpu;
+    return p;
+  }
+  return std::nullopt;
+}
+
+void ResourcePool::release(const Placement& p) {
+  if (p.host >= hosts_.size()) return;
+  Host& host = hosts_[p.host];
+  host.cpu_free = std::min(host.cpus, host.cpu_free + p.cpu);
+  double each = p.gpu >= 1 ? 1.0 : p.gpu;
+  for (int g : p.gpu_ids) {
+    auto i = static_cast<size_t>(g);
+    if (i < host.gpu_free.size()) host.gpu_free[i] = std::min(1.0, host.gpu_free[i] + each);
+  }
+}
+
+bool ResourcePool::fits_somewhere(const spec::Resources& req) const {
+  for (const auto& h : hosts_)
+    if (h.cpus + kEps >= req.cpu && static_cast<double>(h.gpu_free.size()) + kEps >= std::ceil(req.gpu))
+      return true;
+  return false;
+}
+
+int local_cpu_count() {
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int local_gpu_count() {
+  int n = 0;
+  std::error_code ec;
+  static const std::regex re("nvidia[0-9]+");
+  for (const auto& e : std::filesystem::directory_iterator("/dev", ec))
+    if (std::regex_match(e.path().filename().string(), re)) ++n;
+  return n;
+}
+
+}  // namespace tune::control

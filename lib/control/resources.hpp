@@ -1,0 +1,48 @@
+// Host capacity and GPU assignment.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spec/experiment.hpp"
+
+namespace tune::control {
+
+// Where one trial runs and what it holds there.
+struct Placement {
+  size_t host = 0;
+  double cpu = 0;
+  double gpu = 0;
+  std::vector<int> gpu_ids;  // the GPUs in CUDA_VISIBLE_DEVICES
+  [[nodiscard]] std::string cuda_visible_devices() const;
+};
+
+// Tracks free CPUs and per-GPU free fractions on each host. Whole-GPU requests get distinct
+// GPUs; a fraction below 1 shares one GPU with other fractions while they fit.
+class ResourcePool {
+ public:
+  struct Host {
+    std::string name;
+    double cpus = 1;
+    std::vector<double> gpu_free;  // 1.0 = idle
+    double cpu_free = 1;
+  };
+  explicit ResourcePool(std::vector<Host> hosts) : hosts_(std::move(hosts)) {}
+
+  // A placement for `req` on the first host with room, or nullopt.
+  [[nodiscard]] std::optional<Placement> acquire(const spec::Resources& req);
+  void release(const Placement& p);
+  // True if `req` could ever fit on some host (else the trial can never run).
+  [[nodiscard]] bool fits_somewhere(const spec::Resources& req) const;
+  [[nodiscard]] const std::vector<Host>& hosts() const { return hosts_; }
+
+ private:
+  std::vector<Host> hosts_;
+};
+
+// This machine's CPU count and NVIDIA GPU count (/dev/nvidiaN).
+[[nodiscard]] int local_cpu_count();
+[[nodiscard]] int local_gpu_count();
+
+}  // namespace tune::control

@@ -1,0 +1,258 @@
+// The controller's handling of trial output: the JSON-line protocol of both modes (SPEC §3),
+// driver-filled result fields, stop rules, and checkpoint registration and retention (SPEC §5).
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <ctime>
+
+#include "checkpoint/adopt.hpp"
+#include "control/controller.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::control {
+
+using json = nlohmann::json;
+using trial::Status;
+
+namespace {
+
+std::string ray_date(double wall) {
+  auto t = static_cast<time_t>(wall);
+  tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d_%H-%M-%S", &tm);
+  return buf;
+}
+
+std::string staging_name(int64_t seq) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, ".pending_checkpoint_%06lld", static_cast<long long>(seq));
+  return buf;
+}
+
+// The numeric top-level values of a result (what checkpoints remember for ranking).
+json numeric_metrics(const json& result) {
+  json m = json::object();
+  for (auto it = result.begin(); it != result.end(); ++it)
+    if (it->is_number() || it->is_boolean()) m[it.key()] = *it;
+  return m;
+}
+
+}  // namespace
+
+void Controller::on_output(const std::string& id, const std::string& data) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;  // output of an attempt we no longer track
+  auto& t = trial(id);
+  Runtime& rt = it->second;
+  uint64_t consumed = rt.splitter.feed(
+      data, [&](std::string_view line) { on_line(t, rt, line); },
+      [&](uint64_t len) {
+        spdlog::warn("trial {}: a stdout line of {} bytes exceeds the 16 MiB limit: not parsed",
+                     t.name, len);
+      });
+  t.stdout_offset += consumed;
+}
+
+void Controller::on_line(trial::Trial& t, Runtime& rt, std::string_view line) {
+  // Only JSON objects are results; anything else (print debugging, binary junk) stays in
+  // stdout.log and is otherwise ignored.
+  size_t first = line.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos || line[first] != '{') return;
+  json obj = json::parse(line, nullptr, false);
+  if (obj.is_discarded() || !obj.is_object()) return;
+
+  if (exp_.trial.mode == spec::TrialMode::kFunction) {
+    if (rt.stop_why != StopWhy::kNone) return;  // results after a stop are not recorded
+    record_result(t, rt, std::move(obj));
+    return;
+  }
+  // Step mode: the reply to the command in flight.
+  switch (rt.pending) {
+    case StepOp::kStep: {
+      rt.pending = StepOp::kNone;
+      record_result(t, rt, obj);
+      step_next(t, rt, t.last_result);
+      break;
+    }
+    case StepOp::kSave:
+      if (obj.contains("saved")) step_saved(t, rt, obj);
+      else spdlog::warn("trial {}: expected {{\"saved\": ...}} after a save, got another line", t.name);
+      break;
+    case StepOp::kStop:
+    case StepOp::kNone:
+      break;  // nothing asked: ignore
+  }
+}
+
+void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
+  double now = ex_.now();
+  double wall = ex_.wall_time();
+  if (!rt.pid) rt.pid = ex_.pid(t.id);
+  std::optional<std::string> reported_checkpoint;
+  if (auto it = result.find("checkpoint"); it != result.end()) {
+    if (it->is_string()) reported_checkpoint = it->get<std::string>();
+    else if (!it->is_null()) spdlog::warn("trial {}: \"checkpoint\" must be a directory path string", t.name);
+    result.erase(it);
+  }
+  bool done = false;
+  if (auto it = result.find("done"); it != result.end() && it->is_boolean()) done = it->get<bool>();
+  rt.iterations_since_restore += 1;
+  t.iteration += 1;
+  double total = rt.time_base + (now - rt.started);
+  result["training_iteration"] = t.iteration;
+  result["time_this_iter_s"] = now - rt.last_result_at;
+  result["time_total_s"] = total;
+  result["timestamp"] = static_cast<int64_t>(wall);
+  result["date"] = ray_date(wall);
+  result["trial_id"] = t.id;
+  result["hostname"] = t.host;
+  if (rt.pid) result["pid"] = *rt.pid;
+  else result["pid"] = nullptr;
+  result["iterations_since_restore"] = rt.iterations_since_restore;
+  result["done"] = done;
+  rt.last_result_at = now;
+  t.time_total_s = total;
+
+  if (reported_checkpoint) {
+    int64_t seq = t.checkpoint_seq + 1;
+    trial::Checkpoint c;
+    c.seq = seq;
+    auto r = checkpoint::adopt(*reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
+    if (r) {
+      result["checkpoint_dir_name"] = c.dir_name();
+      register_checkpoint(t, rt, seq, result);
+    } else {
+      spdlog::warn("trial {}: {}", t.name, r.error().message);
+    }
+  }
+
+  rt.log.append(result);
+  for (auto it = result.begin(); it != result.end(); ++it) {
+    if (!it->is_number()) continue;
+    double v = it->get<double>();
+    auto [m, fresh] = t.metrics.try_emplace(it.key(), trial::MetricStats{v, v, v});
+    if (!fresh) {
+      m->second.last = v;
+      if (v < m->second.min || std::isnan(m->second.min)) m->second.min = v;
+      if (v > m->second.max || std::isnan(m->second.max)) m->second.max = v;
+    }
+  }
+  t.last_result = std::move(result);
+  mark_dirty();
+  if (exp_.trial.mode == spec::TrialMode::kFunction) {
+    if (should_stop(t, t.last_result)) request_stop(t, rt, StopWhy::kCriterion);
+    else if (done) request_stop(t, rt, StopWhy::kDone);
+  }
+}
+
+bool Controller::should_stop(const trial::Trial& t, const json& result) const {
+  (void)t;
+  for (const auto& [key, threshold] : exp_.stop) {
+    auto it = result.find(key);
+    if (it != result.end() && it->is_number() && it->get<double>() >= threshold) return true;
+  }
+  return false;
+}
+
+void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, const json& result) {
+  trial::Checkpoint c;
+  c.seq = seq;
+  c.iteration = t.iteration;
+  c.time_total_s = t.time_total_s;
+  c.metrics = numeric_metrics(result);
+  t.checkpoint_seq = seq;
+  t.checkpoints.push_back(std::move(c));
+  rt.last_checkpoint_iteration = t.iteration;
+  spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, t.checkpoints.back().dir_name(), t.iteration);
+  apply_retention(t, true);
+  mark_dirty();
+}
+
+void Controller::apply_retention(trial::Trial& t, bool can_run) {
+  std::vector<std::string> warnings;
+  auto doomed = checkpoint::select_for_deletion(t.checkpoints, policy_, can_run, &warnings);
+  for (const auto& w : warnings) spdlog::warn("trial {}: {}", t.name, w);
+  if (doomed.empty()) return;
+  std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
+    if (std::find(doomed.begin(), doomed.end(), c.seq) == doomed.end()) return false;
+    pending_deletions_.emplace_back(trial_dir(t), c.dir_name());
+    return true;
+  });
+  mark_dirty();
+}
+
+void Controller::step_next(trial::Trial& t, Runtime& rt, const json& result) {
+  if (rt.stop_why != StopWhy::kNone) {  // a stop was asked meanwhile (budget)
+    step_save(t, rt, true);
+    return;
+  }
+  bool done = result.value("done", false);
+  bool stop = done || should_stop(t, result);
+  bool wanted = result.contains("should_checkpoint") && result["should_checkpoint"].is_boolean() &&
+                result["should_checkpoint"].get<bool>();
+  int freq = exp_.checkpoint.frequency;
+  bool due = wanted || (freq > 0 && t.iteration % freq == 0);
+  if (stop) {
+    request_stop(t, rt, done ? StopWhy::kDone : StopWhy::kCriterion);
+    step_save(t, rt, true);
+  } else if (due) {
+    step_save(t, rt, false);
+  } else {
+    step_send(t, rt, StepOp::kStep);
+  }
+}
+
+void Controller::step_send(trial::Trial& t, Runtime& rt, StepOp op) {
+  rt.pending = op;
+  if (op == StepOp::kStop) {
+    rt.kill_deadline = ex_.now() + opts_.grace_s;
+    ex_.send(t.id, R"({"op":"stop"})");
+  } else {
+    ex_.send(t.id, R"({"op":"step"})");
+  }
+}
+
+void Controller::step_save(trial::Trial& t, Runtime& rt, bool then_stop) {
+  bool at_end_needed = exp_.checkpoint.at_end && rt.last_checkpoint_iteration != t.iteration &&
+                       t.iteration > 0;
+  bool needed = then_stop ? at_end_needed : rt.last_checkpoint_iteration != t.iteration;
+  if (!needed) {
+    step_send(t, rt, then_stop ? StepOp::kStop : StepOp::kStep);
+    return;
+  }
+  rt.pending_seq = t.checkpoint_seq + 1;
+  std::string name = staging_name(rt.pending_seq);
+  fs::path dir = trial_dir(t);
+  (void)util::remove_tree_nofollow(dir, name);
+  std::error_code ec;
+  fs::create_directory(dir / name, ec);
+  rt.pending = StepOp::kSave;
+  rt.stop_after_save = then_stop;
+  json cmd = {{"op", "save"}, {"path", (dir / name).string()}};
+  ex_.send(t.id, cmd.dump());
+}
+
+void Controller::step_saved(trial::Trial& t, Runtime& rt, const json& reply) {
+  (void)reply;
+  fs::path dir = trial_dir(t);
+  trial::Checkpoint c;
+  c.seq = rt.pending_seq;
+  std::string staging = staging_name(c.seq);
+  std::error_code ec;
+  if (fs::symlink_status(dir / c.dir_name(), ec).type() != fs::file_type::not_found)
+    (void)util::remove_tree_nofollow(dir, c.dir_name());
+  fs::rename(dir / staging, dir / c.dir_name(), ec);
+  if (ec) {
+    spdlog::warn("trial {}: cannot register checkpoint {}: {}", t.name, c.dir_name(), ec.message());
+  } else {
+    json result = t.last_result;
+    result["checkpoint_dir_name"] = c.dir_name();
+    register_checkpoint(t, rt, c.seq, result);
+  }
+  step_send(t, rt, rt.stop_after_save ? StepOp::kStop : StepOp::kStep);
+}
+
+}  // namespace tune::control

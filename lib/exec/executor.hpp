@@ -1,0 +1,77 @@
+// The Executor interface: where trial attempts run. The controller drives it; the local
+// executor runs supervisors on this machine, tests use a scripted fake (tests/unit/fake_executor).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace tune::exec {
+
+namespace fs = std::filesystem;
+
+// One attempt of one trial to start (or re-attach to, when `attach` is set).
+struct Launch {
+  std::string trial_id;
+  int attempt = 1;
+  fs::path trial_dir;   // absolute; holds stdout.log, stderr.log, the FIFO, exit.json
+  fs::path cwd;         // the trial's working directory
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // the trial's complete environment
+  uint64_t stdout_offset = 0;              // where unread output starts in stdout.log
+};
+
+// How an attempt ended, as the supervisor recorded it.
+struct ExitInfo {
+  int attempt = 0;
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::string reason;  // exited | driver_stop | orphaned | exec_failed | supervisor_died
+  std::string error;   // e.g. "command not found: foo"
+};
+
+// Events returned by Executor::wait(), in priority order: interrupts, output, exits.
+struct InterruptEvent {
+  int signal = 0;
+};
+struct OutputEvent {
+  std::string trial_id;
+  std::string data;  // the next bytes of stdout.log
+};
+struct ExitEvent {
+  std::string trial_id;
+  ExitInfo info;  // delivered only after all of the attempt's output
+};
+using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent>;
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Starts an attempt under a supervisor. Fails only if the supervisor cannot be started; a
+  // program that cannot be executed is reported as an ExitEvent with reason exec_failed.
+  [[nodiscard]] virtual Result<void> start(const Launch& launch) = 0;
+  // Queues one line (newline added) for the trial's stdin; never blocks.
+  virtual void send(const std::string& trial_id, std::string_view line) = 0;
+  // Asks the attempt to stop: SIGTERM then SIGKILL after the grace period, or SIGKILL now.
+  virtual void stop(const std::string& trial_id, bool now) = 0;
+  // Waits up to `timeout_s` seconds for events; returns none on timeout.
+  [[nodiscard]] virtual std::vector<Event> wait(double timeout_s) = 0;
+  // The trial process's pid, once known.
+  [[nodiscard]] virtual std::optional<int> pid(const std::string& trial_id) = 0;
+  // Monotonic seconds (for durations and deadlines) and wall-clock epoch seconds.
+  [[nodiscard]] virtual double now() = 0;
+  [[nodiscard]] virtual double wall_time() = 0;
+  // The name of the host trials run on (for the `hostname` result field and tables).
+  [[nodiscard]] virtual std::string host_name() = 0;
+  // Tells supervisors the driver is alive (SPEC §6 lease).
+  virtual void renew_lease() = 0;
+};
+
+}  // namespace tune::exec

@@ -1,0 +1,379 @@
+#include "exec/local_executor.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <unordered_map>
+
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+namespace {
+
+constexpr size_t kReadChunk = 4u << 20;  // per trial per wakeup: keeps the loop fair
+constexpr double kRescanPeriod = 1.0;    // safety net for missed inotify events
+
+double clock_s(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::optional<nlohmann::json> read_json_file(const fs::path& p) {
+  auto text = util::read_file(p, 1 << 20);
+  if (!text) return std::nullopt;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return nlohmann::json();  // present but unreadable
+  return j;
+}
+
+struct Run {
+  std::string id;
+  int attempt = 0;
+  fs::path dir;
+  uint64_t offset = 0;
+  int out_fd = -1;
+  pid_t spawned = -1;
+  bool spawned_exited = false;
+  std::optional<int> supervisor_pid, child_pid;
+  int wd = -1;
+  int fifo_fd = -1;
+  std::string pending_in;
+  bool dirty = true;
+  bool more = false;  // unread output remains after a full chunk
+};
+
+}  // namespace
+
+struct LocalExecutor::Impl {
+  LocalOptions opts;
+  int sig_fd = -1;
+  int ino_fd = -1;
+  sigset_t old_mask{};
+  std::unordered_map<std::string, Run> runs;
+  std::unordered_map<int, std::string> by_wd;
+  double last_scan = 0;
+  std::string hostname = util::host_name();
+
+  void close_run(Run& r) {
+    if (r.out_fd >= 0) ::close(r.out_fd);
+    if (r.fifo_fd >= 0) ::close(r.fifo_fd);
+    if (r.wd >= 0) {
+      ::inotify_rm_watch(ino_fd, r.wd);
+      by_wd.erase(r.wd);
+    }
+    r.out_fd = r.fifo_fd = r.wd = -1;
+  }
+
+  void load_supervisor_info(Run& r) {
+    if (r.child_pid) return;
+    auto j = read_json_file(r.dir / "supervisor.json");
+    if (!j || !j->is_object()) return;
+    if (j->value("attempt", -1) != r.attempt) return;
+    if ((*j)["supervisor_pid"].is_number_integer()) r.supervisor_pid = (*j)["supervisor_pid"].get<int>();
+    if ((*j)["pid"].is_number_integer()) r.child_pid = (*j)["pid"].get<int>();
+  }
+
+  void flush_stdin(Run& r) {
+    if (r.pending_in.empty()) return;
+    if (r.fifo_fd < 0) {
+      r.fifo_fd = ::open((r.dir / "stdin.fifo").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (r.fifo_fd < 0) return;  // not created yet, or no reader yet: try again later
+    }
+    while (!r.pending_in.empty()) {
+      ssize_t n = ::write(r.fifo_fd, r.pending_in.data(), r.pending_in.size());
+      if (n > 0) {
+        r.pending_in.erase(0, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EPIPE) r.pending_in.clear();
+      break;  // EAGAIN: the pipe is full, try again later
+    }
+  }
+
+  // Reads the next chunk of stdout.log; returns the bytes read.
+  std::string read_output(Run& r) {
+    std::string data;
+    if (r.out_fd < 0) {
+      r.out_fd = ::open((r.dir / "stdout.log").c_str(), O_RDONLY | O_CLOEXEC);
+      if (r.out_fd < 0) return data;
+    }
+    data.resize(kReadChunk);
+    size_t got = 0;
+    while (got < kReadChunk) {
+      ssize_t n = ::pread(r.out_fd, data.data() + got, kReadChunk - got,
+                          static_cast<off_t>(r.offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    data.resize(got);
+    r.offset += got;
+    r.more = got == kReadChunk;
+    return data;
+  }
+
+  // Output first, then (if the attempt has ended and all output is read) the exit.
+  void collect(Run& r, std::vector<Event>& outputs, std::vector<Event>& exits, bool& finished) {
+    finished = false;
+    // exit.json is written after the trial's process group is gone, so once it exists the
+    // output is final: look for it before reading, then read to the end.
+    std::optional<nlohmann::json> exit_json = read_json_file(r.dir / "exit.json");
+    if (exit_json && exit_json->is_object() && exit_json->value("attempt", -1) != r.attempt)
+      exit_json.reset();  // a previous attempt's leftover
+    std::string data = read_output(r);
+    if (!data.empty()) outputs.push_back(OutputEvent{r.id, std::move(data)});
+    if (r.more) return;
+    if (exit_json) {
+      ExitInfo info;
+      info.attempt = r.attempt;
+      const auto& j = *exit_json;
+      if (!j.is_object() || !j.contains("reason")) {
+        info.reason = "supervisor_died";
+        info.error = "unreadable exit.json";
+      } else {
+        if (j["exit_code"].is_number_integer()) info.exit_code = j["exit_code"].get<int>();
+        if (j["signal"].is_number_integer()) info.signal = j["signal"].get<int>();
+        info.reason = j.value("reason", "exited");
+        info.error = j.value("error", "");
+      }
+      exits.push_back(ExitEvent{r.id, std::move(info)});
+      finished = true;
+    } else if (r.spawned_exited) {
+      // The supervisor is gone without recording an exit (killed, or failed to start).
+      auto again = read_json_file(r.dir / "exit.json");
+      if (again && again->is_object() && again->value("attempt", -1) == r.attempt) {
+        r.dirty = true;  // it appeared meanwhile: pick it up next round, after the output
+        return;
+      }
+      ExitInfo info;
+      info.attempt = r.attempt;
+      info.reason = "supervisor_died";
+      info.error = "the trial's supervisor exited without recording the trial's exit";
+      exits.push_back(ExitEvent{r.id, std::move(info)});
+      finished = true;
+    }
+  }
+};
+
+LocalExecutor::LocalExecutor(LocalOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->opts = std::move(opts);
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &mask, &impl_->old_mask);
+  ::signal(SIGPIPE, SIG_IGN);
+  impl_->sig_fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  impl_->ino_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  renew_lease();
+}
+
+LocalExecutor::~LocalExecutor() {
+  for (auto& [id, r] : impl_->runs) impl_->close_run(r);
+  if (impl_->sig_fd >= 0) ::close(impl_->sig_fd);
+  if (impl_->ino_fd >= 0) ::close(impl_->ino_fd);
+  ::sigprocmask(SIG_SETMASK, &impl_->old_mask, nullptr);
+}
+
+Result<void> LocalExecutor::start(const Launch& l) {
+  auto& impl = *impl_;
+  if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
+    impl.close_run(it->second);
+    impl.runs.erase(it);
+  }
+  std::error_code ec;
+  fs::create_directories(l.trial_dir, ec);
+  if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
+  for (const char* stale : {"exit.json", "supervisor.json", "stdin.fifo"})
+    ::unlink((l.trial_dir / stale).c_str());
+
+  Run r;
+  r.id = l.trial_id;
+  r.attempt = l.attempt;
+  r.dir = l.trial_dir;
+  r.offset = l.stdout_offset;
+  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(),
+                             IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE);
+  if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
+
+  std::vector<std::string> args = {impl.opts.supervisor.string(),
+                                   l.trial_dir.string(),
+                                   std::to_string(l.attempt),
+                                   impl.opts.lease_file.string(),
+                                   util::format_double(impl.opts.orphan_timeout_s),
+                                   util::format_double(impl.opts.grace_s),
+                                   l.cwd.string(),
+                                   "--"};
+  args.insert(args.end(), l.argv.begin(), l.argv.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : l.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&defaults, s);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    impl.close_run(r);
+    return fail("cannot start supervisor '", impl.opts.supervisor.string(), "': ", std::strerror(rc));
+  }
+  r.spawned = pid;
+  impl.runs.emplace(l.trial_id, std::move(r));
+  return {};
+}
+
+void LocalExecutor::send(const std::string& trial_id, std::string_view line) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end()) return;
+  it->second.pending_in.append(line);
+  it->second.pending_in.push_back('\n');
+  impl_->flush_stdin(it->second);
+}
+
+void LocalExecutor::stop(const std::string& trial_id, bool now) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end()) return;
+  Run& r = it->second;
+  impl_->load_supervisor_info(r);
+  pid_t target = r.supervisor_pid ? *r.supervisor_pid : r.spawned;
+  if (target <= 0 || (r.spawned == target && r.spawned_exited)) return;
+  ::kill(target, now ? SIGUSR1 : SIGTERM);
+}
+
+std::vector<Event> LocalExecutor::wait(double timeout_s) {
+  auto& impl = *impl_;
+  std::vector<Event> interrupts, outputs, exits;
+  bool any_more = false;
+  for (auto& [id, r] : impl.runs) any_more |= r.more || r.dirty;
+  if (any_more) timeout_s = 0;
+  timeout_s = std::min(timeout_s, kRescanPeriod);
+  timespec ts{static_cast<time_t>(timeout_s),
+              static_cast<long>((timeout_s - static_cast<double>(static_cast<time_t>(timeout_s))) * 1e9)};
+  pollfd fds[2] = {{impl.sig_fd, POLLIN, 0}, {impl.ino_fd, POLLIN, 0}};
+  int n = ::ppoll(fds, 2, &ts, nullptr);
+  if (n > 0 && (fds[0].revents & POLLIN)) {
+    signalfd_siginfo si{};
+    while (::read(impl.sig_fd, &si, sizeof si) == sizeof si) {
+      if (si.ssi_signo == SIGCHLD) continue;  // reaped below
+      interrupts.push_back(InterruptEvent{static_cast<int>(si.ssi_signo)});
+    }
+  }
+  // Reap supervisors we spawned (they are our children until they exit).
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    for (auto& [id, r] : impl.runs)
+      if (r.spawned == pid) r.spawned_exited = true, r.dirty = true;
+  }
+  if (n > 0 && (fds[1].revents & POLLIN)) {
+    alignas(inotify_event) char buf[16384];
+    for (;;) {
+      ssize_t len = ::read(impl.ino_fd, buf, sizeof buf);
+      if (len <= 0) break;
+      for (ssize_t off = 0; off < len;) {
+        auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+        if (ev->mask & IN_Q_OVERFLOW) {
+          for (auto& [id, r] : impl.runs) r.dirty = true;
+        } else if (auto it = impl.by_wd.find(ev->wd); it != impl.by_wd.end()) {
+          if (auto rit = impl.runs.find(it->second); rit != impl.runs.end()) rit->second.dirty = true;
+        }
+        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    }
+  }
+  double t = now();
+  if (t - impl.last_scan >= kRescanPeriod) {
+    impl.last_scan = t;
+    for (auto& [id, r] : impl.runs) r.dirty = true;
+  }
+  std::vector<std::string> finished;
+  for (auto& [id, r] : impl.runs) {
+    impl.flush_stdin(r);
+    if (!r.dirty && !r.more) continue;
+    r.dirty = false;
+    bool done = false;
+    impl.collect(r, outputs, exits, done);
+    if (done) finished.push_back(id);
+  }
+  for (const auto& id : finished) {
+    impl.close_run(impl.runs[id]);
+    impl.runs.erase(id);
+  }
+  std::vector<Event> all = std::move(interrupts);
+  for (auto& e : outputs) all.push_back(std::move(e));
+  for (auto& e : exits) all.push_back(std::move(e));
+  return all;
+}
+
+std::optional<int> LocalExecutor::pid(const std::string& trial_id) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end()) return std::nullopt;
+  impl_->load_supervisor_info(it->second);
+  return it->second.child_pid;
+}
+
+double LocalExecutor::now() { return clock_s(CLOCK_MONOTONIC); }
+double LocalExecutor::wall_time() { return clock_s(CLOCK_REALTIME); }
+std::string LocalExecutor::host_name() { return impl_->hostname; }
+
+void LocalExecutor::renew_lease() {
+  const auto& p = impl_->opts.lease_file;
+  if (p.empty()) return;
+  if (::utimensat(AT_FDCWD, p.c_str(), nullptr, 0) != 0) {
+    int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+Result<fs::path> find_supervisor() {
+  if (const char* env = std::getenv("TUNE_SUPERVISOR"); env && *env) return fs::path(env);
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path p = self.parent_path() / "tune-supervisor";
+    if (::access(p.c_str(), X_OK) == 0) return p;
+    p = self.parent_path().parent_path() / "libexec" / "tune" / "tune-supervisor";
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return fail("cannot find tune-supervisor beside '", self.string(),
+              "' (set TUNE_SUPERVISOR to its path)");
+}
+
+}  // namespace tune::exec

@@ -1,0 +1,43 @@
+// Runs trial attempts on this machine, each under a tune-supervisor in its own session.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "exec/executor.hpp"
+
+namespace tune::exec {
+
+struct LocalOptions {
+  fs::path supervisor;      // the tune-supervisor binary
+  fs::path lease_file;      // touched by renew_lease(); supervisors watch its age
+  double orphan_timeout_s = 600;
+  double grace_s = 10;      // SIGTERM -> SIGKILL delay
+};
+
+// Owns a signalfd (SIGINT, SIGTERM, SIGCHLD) and an inotify fd; wait() is one ppoll over both.
+// Output is read from each trial's stdout.log by offset, so trials never block on the driver.
+class LocalExecutor final : public Executor {
+ public:
+  explicit LocalExecutor(LocalOptions opts);
+  ~LocalExecutor() override;
+
+  Result<void> start(const Launch& launch) override;
+  void send(const std::string& trial_id, std::string_view line) override;
+  void stop(const std::string& trial_id, bool now) override;
+  std::vector<Event> wait(double timeout_s) override;
+  std::optional<int> pid(const std::string& trial_id) override;
+  double now() override;
+  double wall_time() override;
+  std::string host_name() override;
+  void renew_lease() override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Finds tune-supervisor: $TUNE_SUPERVISOR, else beside the running tune binary.
+[[nodiscard]] Result<fs::path> find_supervisor();
+
+}  // namespace tune::exec

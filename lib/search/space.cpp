@@ -1,0 +1,108 @@
+#include "search/space.hpp"
+
+#include <cmath>
+
+#include "search/rng.hpp"
+#include "util/strings.hpp"
+
+namespace tune::search {
+
+namespace {
+uint64_t grid_size(const Space& space) {
+  uint64_t n = 1;
+  for (const auto& p : space.params)
+    if (p.domain.kind == Domain::Kind::kGrid) n *= p.domain.values.size();
+  return n;
+}
+
+json* slot(json& config, const std::vector<std::string>& path) {
+  json* cur = &config;
+  for (size_t i = 0; i + 1 < path.size(); ++i) {
+    if (!cur->contains(path[i]) || !(*cur)[path[i]].is_object()) (*cur)[path[i]] = json::object();
+    cur = &(*cur)[path[i]];
+  }
+  return &(*cur)[path.back()];
+}
+
+double quantize(double v, double q) { return std::round(v / q) * q; }
+
+json sample(const Domain& d, Rng& rng) {
+  using K = Domain::Kind;
+  const auto& a = d.args;
+  switch (d.kind) {
+    case K::kUniform:
+      return a[0] + rng.unit() * (a[1] - a[0]);
+    case K::kLogUniform:
+      return std::exp(std::log(a[0]) + rng.unit() * (std::log(a[1]) - std::log(a[0])));
+    case K::kQUniform:
+      return quantize(a[0] + rng.unit() * (a[1] - a[0]), a[2]);
+    case K::kQLogUniform:
+      return quantize(std::exp(std::log(a[0]) + rng.unit() * (std::log(a[1]) - std::log(a[0]))),
+                      a[2]);
+    case K::kRandInt: {
+      auto lo = static_cast<int64_t>(a[0]);
+      auto hi = static_cast<int64_t>(a[1]);
+      return lo + static_cast<int64_t>(rng.below(static_cast<uint64_t>(hi - lo)));
+    }
+    case K::kRandN:
+      return a[0] + a[1] * rng.normal();
+    case K::kChoice:
+      return d.values[rng.below(d.values.size())];
+    case K::kGrid:
+      break;
+  }
+  return nullptr;
+}
+}  // namespace
+
+uint64_t trial_count(const Space& space, uint64_t num_samples) {
+  return num_samples * grid_size(space);
+}
+
+TrialConfig generate(const Space& space, uint64_t seed, uint64_t index) {
+  TrialConfig t;
+  t.index = index;
+  t.config = space.base;
+  Rng rng(mix_seed(seed, index));
+  // Grid coordinates: the last grid parameter varies fastest.
+  uint64_t g = index % grid_size(space);
+  std::vector<uint64_t> coord(space.params.size(), 0);
+  for (size_t i = space.params.size(); i-- > 0;) {
+    const auto& d = space.params[i].domain;
+    if (d.kind != Domain::Kind::kGrid) continue;
+    coord[i] = g % d.values.size();
+    g /= d.values.size();
+  }
+  for (size_t i = 0; i < space.params.size(); ++i) {
+    const auto& p = space.params[i];
+    json v = p.domain.kind == Domain::Kind::kGrid ? p.domain.values[coord[i]] : sample(p.domain, rng);
+    *slot(t.config, p.path) = v;
+    std::string dotted;
+    for (const auto& part : p.path) dotted += (dotted.empty() ? "" : ".") + part;
+    t.varying.emplace_back(dotted, std::move(v));
+  }
+  return t;
+}
+
+std::string value_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return util::format_double(v.get<double>());
+  return v.dump();
+}
+
+const json* lookup(const json& config, std::string_view dotted) {
+  const json* cur = &config;
+  size_t start = 0;
+  while (true) {
+    size_t dot = dotted.find('.', start);
+    std::string key(dotted.substr(start, dot == std::string_view::npos ? dotted.npos : dot - start));
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(key);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+    if (dot == std::string_view::npos) return cur;
+    start = dot + 1;
+  }
+}
+
+}  // namespace tune::search

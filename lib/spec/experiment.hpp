@@ -1,0 +1,86 @@
+// The validated experiment specification (SPEC §2), as parsed from an experiment YAML.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "search/space.hpp"
+
+namespace tune::spec {
+
+namespace fs = std::filesystem;
+
+enum class TrialMode { kFunction, kStep };
+enum class Order { kMin, kMax };
+
+struct Resources {
+  double cpu = 1;
+  double gpu = 0;
+};
+
+struct TrialSpec {
+  std::vector<std::string> command;  // argv template with {placeholders}
+  TrialMode mode = TrialMode::kFunction;
+  fs::path workdir;                  // absolute
+  std::map<std::string, std::string> env;
+  Resources resources;
+};
+
+struct CheckpointConfig {
+  std::optional<int> num_to_keep;                 // nullopt = keep all
+  std::optional<std::string> score_attribute;     // nullopt = recency
+  Order score_order = Order::kMax;
+  int frequency = 0;                              // step mode only
+  bool at_end = false;                            // step mode only
+};
+
+struct FailureConfig {
+  int max_failures = 0;  // -1 = forever
+  bool fail_fast = false;
+};
+
+struct SyncConfig {
+  std::string syncer = "rsync";  // rsync | none | template
+  double sync_period = 300;
+  bool sync_on_checkpoint = true;
+  std::optional<std::string> upload_dir;
+};
+
+struct HostSpec {
+  enum class Kind { kLocal, kSsh } kind = Kind::kLocal;
+  std::optional<double> cpus;  // nullopt = all of the machine's
+  std::optional<int> gpus;     // nullopt = all of the machine's
+  // ssh only
+  std::string host, user, identity_file, storage_path, known_hosts_file;
+  int port = 22;
+};
+
+struct Experiment {
+  fs::path source_file;  // the YAML file
+  std::string name;
+  fs::path storage_path;  // absolute
+  TrialSpec trial;
+  search::Space space;
+  uint64_t num_samples = 1;
+  std::optional<uint64_t> seed;
+  std::optional<std::string> metric;
+  Order mode = Order::kMin;
+  bool mode_given = false;
+  std::map<std::string, double> stop;
+  std::optional<double> time_budget_s;
+  std::optional<int> max_concurrent_trials;
+  CheckpointConfig checkpoint;
+  FailureConfig failure;
+  SyncConfig sync;
+  std::vector<HostSpec> hosts;
+  double orphan_timeout_s = 600;
+  double host_timeout_s = 120;
+  std::string scheduler = "fifo";
+
+  [[nodiscard]] fs::path dir() const { return storage_path / name; }
+};
+
+}  // namespace tune::spec

@@ -1,0 +1,643 @@
+#include "spec/parse.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "spec/yaml_json.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::spec {
+
+namespace {
+
+using search::Domain;
+using Kind = search::Domain::Kind;
+
+struct ParseError {
+  std::string message;
+};
+
+constexpr std::string_view kTopKeys[] = {
+    "name",           "storage_path",    "trial",          "param_space",     "num_samples",
+    "seed",           "metric",          "mode",           "stop",            "time_budget_s",
+    "max_concurrent_trials", "checkpoint_config", "failure_config", "sync_config", "hosts",
+    "orphan_timeout_s", "host_timeout_s", "scheduler"};
+constexpr std::string_view kTrialKeys[] = {"command", "mode", "workdir", "env", "resources"};
+constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
+constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score_attribute",
+                                                "checkpoint_score_order", "checkpoint_frequency",
+                                                "checkpoint_at_end"};
+constexpr std::string_view kFailureKeys[] = {"max_failures", "fail_fast"};
+constexpr std::string_view kSyncKeys[] = {"syncer", "sync_period", "sync_on_checkpoint",
+                                          "upload_dir"};
+constexpr std::string_view kLocalHostKeys[] = {"cpus", "gpus"};
+constexpr std::string_view kSshHostKeys[] = {"host", "user", "port", "identity_file",
+                                             "storage_path", "cpus", "gpus", "known_hosts_file"};
+constexpr std::string_view kSchedulerKeys[] = {"type"};
+constexpr std::string_view kDomainKeys[] = {"uniform", "loguniform", "quniform", "qloguniform",
+                                            "randint", "randn",      "choice",   "grid_search"};
+
+// Reads one YAML document with located, suggestive errors.
+class Parser {
+ public:
+  Parser(fs::path file, std::vector<std::pair<YAML::Node, std::string>> set_nodes)
+      : file_(std::move(file)), set_nodes_(std::move(set_nodes)) {}
+
+  Experiment parse(const YAML::Node& root, const Overrides& ov);
+
+ private:
+  [[noreturn]] void error(const YAML::Node& n, const std::string& msg) const {
+    throw ParseError{where(n) + ": " + msg};
+  }
+  std::string where(const YAML::Node& n) const;
+  static bool contains(const YAML::Node& outer, const YAML::Node& n);
+
+  void check_map(const YAML::Node& n, std::string_view what) const {
+    if (!n.IsMap()) error(n, std::string(what) + " must be a mapping");
+  }
+  void check_keys(const YAML::Node& n, std::span<const std::string_view> allowed,
+                  std::string_view section) const;
+  double number(const YAML::Node& n, std::string_view what) const;
+  int64_t integer(const YAML::Node& n, std::string_view what) const;
+  bool boolean(const YAML::Node& n, std::string_view what) const;
+  std::string string(const YAML::Node& n, std::string_view what) const;
+  Order order(const YAML::Node& n, std::string_view what) const;
+
+  void parse_trial(const YAML::Node& n, Experiment& e) const;
+  void parse_space(const YAML::Node& n, std::vector<std::string>& path, search::Space& space,
+                   nlohmann::json& base) const;
+  Domain parse_domain(const std::string& kind, const YAML::Node& args) const;
+  void parse_checkpoint(const YAML::Node& n, Experiment& e) const;
+  void parse_sync(const YAML::Node& n, Experiment& e) const;
+  void parse_hosts(const YAML::Node& n, Experiment& e) const;
+  void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
+
+  fs::path file_;
+  std::vector<std::pair<YAML::Node, std::string>> set_nodes_;
+};
+
+bool Parser::contains(const YAML::Node& outer, const YAML::Node& n) {
+  if (outer.is(n)) return true;
+  if (outer.IsMap()) {
+    for (const auto& kv : outer)
+      if (kv.first.is(n) || contains(kv.second, n)) return true;
+  } else if (outer.IsSequence()) {
+    for (const auto& item : outer)
+      if (contains(item, n)) return true;
+  }
+  return false;
+}
+
+std::string Parser::where(const YAML::Node& n) const {
+  for (const auto& [node, label] : set_nodes_)
+    if (contains(node, n)) return label;
+  auto m = n.Mark();
+  if (m.is_null()) return file_.string();
+  return file_.string() + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+void Parser::check_keys(const YAML::Node& n, std::span<const std::string_view> allowed,
+                        std::string_view section) const {
+  for (const auto& kv : n) {
+    std::string key = kv.first.Scalar();
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string msg = "unknown key '" + key + "'" +
+                      (section.empty() ? "" : " in " + std::string(section));
+    if (auto s = util::suggest(key, allowed)) msg += " (did you mean '" + *s + "'?)";
+    error(kv.first, msg);
+  }
+}
+
+double Parser::number(const YAML::Node& n, std::string_view what) const {
+  auto j = n.IsScalar() ? yaml_to_json(n) : nlohmann::json();
+  if (!j.is_number())
+    error(n, std::string(what) + ": expected a number, got " +
+                 (n.IsScalar() ? "'" + util::printable(n.Scalar(), 40) + "'" : "a collection"));
+  double d = j.get<double>();
+  if (std::isnan(d)) error(n, std::string(what) + ": expected a number, got NaN");
+  return d;
+}
+
+int64_t Parser::integer(const YAML::Node& n, std::string_view what) const {
+  auto j = n.IsScalar() ? yaml_to_json(n) : nlohmann::json();
+  if (!j.is_number_integer())
+    error(n, std::string(what) + ": expected an integer, got " +
+                 (n.IsScalar() ? "'" + util::printable(n.Scalar(), 40) + "'" : "a collection"));
+  return j.get<int64_t>();
+}
+
+bool Parser::boolean(const YAML::Node& n, std::string_view what) const {
+  auto j = n.IsScalar() ? yaml_to_json(n) : nlohmann::json();
+  if (!j.is_boolean())
+    error(n, std::string(what) + ": expected true or false, got " +
+                 (n.IsScalar() ? "'" + util::printable(n.Scalar(), 40) + "'" : "a collection"));
+  return j.get<bool>();
+}
+
+std::string Parser::string(const YAML::Node& n, std::string_view what) const {
+  if (!n.IsScalar()) error(n, std::string(what) + ": expected a string");
+  return n.Scalar();
+}
+
+Order Parser::order(const YAML::Node& n, std::string_view what) const {
+  std::string s = string(n, what);
+  if (s == "min") return Order::kMin;
+  if (s == "max") return Order::kMax;
+  error(n, std::string(what) + ": expected 'min' or 'max', got '" + util::printable(s, 40) + "'");
+}
+
+Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
+  if (!root.IsMap()) error(root, "an experiment file must be a mapping of keys (see docs/EXPERIMENT.md)");
+  check_keys(root, kTopKeys, "");
+  Experiment e;
+  e.source_file = fs::absolute(file_);
+  fs::path yaml_dir = e.source_file.parent_path();
+
+  e.name = ov.name ? *ov.name
+                   : root["name"] ? string(root["name"], "name") : file_.stem().string();
+  if (e.name.empty() || e.name != util::safe_component(e.name) || e.name[0] == '.') {
+    std::string msg = "name '" + util::printable(e.name, 60) +
+                      "' must be a non-empty file name of letters, digits and ._=,+- "
+                      "(not starting with '.')";
+    if (root["name"] && !ov.name) error(root["name"], msg);
+    throw ParseError{"--name: " + msg};
+  }
+
+  if (ov.storage_path) {
+    e.storage_path = fs::absolute(util::expand_user(*ov.storage_path));
+  } else if (auto sp = root["storage_path"]) {
+    fs::path p = util::expand_user(string(sp, "storage_path"));
+    e.storage_path = p.is_absolute() ? p : yaml_dir / p;
+  } else {
+    e.storage_path = default_storage_path();
+  }
+  e.storage_path = e.storage_path.lexically_normal();
+
+  if (!root["trial"]) error(root, "missing required key 'trial' (with at least 'command')");
+  parse_trial(root["trial"], e);
+
+  auto ps = root["param_space"];
+  if (!ps) error(root, "missing required key 'param_space'");
+  if (ps.IsNull() || (ps.IsMap() && ps.size() == 0))
+    error(ps, "param_space is empty: give at least one parameter (a constant is fine)");
+  check_map(ps, "param_space");
+  std::vector<std::string> path;
+  parse_space(ps, path, e.space, e.space.base);
+
+  if (auto n = root["num_samples"]) {
+    auto v = integer(n, "num_samples");
+    if (v < 1) error(n, "num_samples must be at least 1, got " + std::to_string(v));
+    e.num_samples = static_cast<uint64_t>(v);
+  }
+  uint64_t total = search::trial_count(e.space, e.num_samples);
+  if (total > 10'000'000) error(ps, "the search space yields " + std::to_string(total) +
+                                        " trials; the limit is 10,000,000");
+  if (auto n = root["seed"]) {
+    auto v = integer(n, "seed");
+    if (v < 0) error(n, "seed must be >= 0");
+    e.seed = static_cast<uint64_t>(v);
+  }
+  if (auto n = root["metric"]) e.metric = string(n, "metric");
+  if (auto n = root["mode"]) e.mode = order(n, "mode"), e.mode_given = true;
+  if (auto n = root["stop"]) {
+    if (!n.IsNull()) {
+      check_map(n, "stop");
+      for (const auto& kv : n) e.stop[kv.first.Scalar()] = number(kv.second, "stop." + kv.first.Scalar());
+    }
+  }
+  if (auto n = root["time_budget_s"]) {
+    if (!n.IsNull()) {
+      e.time_budget_s = number(n, "time_budget_s");
+      if (*e.time_budget_s <= 0) error(n, "time_budget_s must be positive");
+    }
+  }
+  if (auto n = root["max_concurrent_trials"]) {
+    if (!n.IsNull()) {
+      auto v = integer(n, "max_concurrent_trials");
+      if (v < 1) error(n, "max_concurrent_trials must be at least 1");
+      e.max_concurrent_trials = static_cast<int>(std::min<int64_t>(v, 1'000'000));
+    }
+  }
+  if (ov.max_concurrent) {
+    if (*ov.max_concurrent < 1) throw ParseError{"--max-concurrent: must be at least 1"};
+    e.max_concurrent_trials = ov.max_concurrent;
+  }
+  if (auto n = root["checkpoint_config"]) parse_checkpoint(n, e);
+  if (auto n = root["failure_config"]) {
+    check_map(n, "failure_config");
+    check_keys(n, kFailureKeys, "failure_config");
+    if (auto m = n["max_failures"]) {
+      auto v = integer(m, "failure_config.max_failures");
+      if (v < -1) error(m, "failure_config.max_failures must be -1 (retry forever) or >= 0");
+      e.failure.max_failures = static_cast<int>(std::min<int64_t>(v, 1'000'000'000));
+    }
+    if (auto m = n["fail_fast"]) e.failure.fail_fast = boolean(m, "failure_config.fail_fast");
+  }
+  if (auto n = root["sync_config"]) parse_sync(n, e);
+  if (auto n = root["hosts"]) parse_hosts(n, e);
+  if (e.hosts.empty()) e.hosts.push_back(HostSpec{});
+  for (auto key : {"orphan_timeout_s", "host_timeout_s"}) {
+    if (auto n = root[key]) {
+      double v = number(n, key);
+      if (v <= 0) error(n, std::string(key) + " must be positive");
+      (std::string_view(key) == "orphan_timeout_s" ? e.orphan_timeout_s : e.host_timeout_s) = v;
+    }
+  }
+  if (auto n = root["scheduler"]) {
+    check_map(n, "scheduler");
+    check_keys(n, kSchedulerKeys, "scheduler");
+    if (auto t = n["type"]) {
+      e.scheduler = string(t, "scheduler.type");
+      if (e.scheduler != "fifo")
+        error(t, "scheduler '" + util::printable(e.scheduler, 40) +
+                     "' is not available in this version (available: fifo)");
+    }
+  }
+  check_placeholders(root["trial"]["command"], e);
+  return e;
+}
+
+void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
+  check_map(n, "trial");
+  check_keys(n, kTrialKeys, "trial");
+  auto cmd = n["command"];
+  if (!cmd) error(n, "missing required key 'command' in trial");
+  if (cmd.IsSequence()) {
+    for (const auto& w : cmd) {
+      if (!w.IsScalar()) error(w, "trial.command: each argument must be a scalar");
+      e.trial.command.push_back(w.Scalar());
+    }
+  } else if (cmd.IsScalar()) {
+    auto words = util::shell_split(cmd.Scalar());
+    if (!words) error(cmd, "trial.command: " + words.error().message);
+    e.trial.command = std::move(*words);
+  } else {
+    error(cmd, "trial.command must be a list of arguments or a string");
+  }
+  if (e.trial.command.empty() || e.trial.command[0].empty())
+    error(cmd, "trial.command is empty: name the program to run");
+  if (auto m = n["mode"]) {
+    std::string s = string(m, "trial.mode");
+    if (s == "function") e.trial.mode = TrialMode::kFunction;
+    else if (s == "step") e.trial.mode = TrialMode::kStep;
+    else error(m, "trial.mode must be 'function' or 'step', got '" + util::printable(s, 40) + "'");
+  }
+  fs::path yaml_dir = e.source_file.parent_path();
+  e.trial.workdir = yaml_dir;
+  if (auto m = n["workdir"]) {
+    fs::path w = util::expand_user(string(m, "trial.workdir"));
+    e.trial.workdir = (w.is_absolute() ? w : yaml_dir / w).lexically_normal();
+    std::error_code ec;
+    if (!fs::is_directory(e.trial.workdir, ec))
+      error(m, "trial.workdir '" + e.trial.workdir.string() + "' is not a directory");
+  }
+  if (auto m = n["env"]) {
+    if (!m.IsNull()) {
+      check_map(m, "trial.env");
+      for (const auto& kv : m) {
+        std::string k = kv.first.Scalar();
+        if (k.empty() || k.find('=') != std::string::npos)
+          error(kv.first, "trial.env: invalid variable name '" + util::printable(k, 40) + "'");
+        if (!kv.second.IsScalar() && !kv.second.IsNull())
+          error(kv.second, "trial.env." + k + ": expected a string");
+        e.trial.env[k] = kv.second.IsNull() ? "" : kv.second.Scalar();
+      }
+    }
+  }
+  if (auto m = n["resources"]) {
+    check_map(m, "trial.resources");
+    check_keys(m, kResourceKeys, "trial.resources");
+    if (auto c = m["cpu"]) {
+      e.trial.resources.cpu = number(c, "trial.resources.cpu");
+      if (e.trial.resources.cpu < 0) error(c, "trial.resources.cpu must be >= 0");
+    }
+    if (auto g = m["gpu"]) {
+      double v = number(g, "trial.resources.gpu");
+      if (v < 0) error(g, "trial.resources.gpu must be >= 0");
+      if (v > 1 && v != std::floor(v))
+        error(g, "trial.resources.gpu: a fraction is only allowed below 1 (GPUs are shared, not split)");
+      e.trial.resources.gpu = v;
+    }
+  }
+}
+
+Domain Parser::parse_domain(const std::string& kind, const YAML::Node& args) const {
+  Domain d;
+  if (kind == "choice" || kind == "grid_search") {
+    d.kind = kind == "choice" ? Kind::kChoice : Kind::kGrid;
+    if (!args.IsSequence() || args.size() == 0)
+      error(args, kind + " needs a non-empty list of values");
+    d.values = yaml_to_json(args);
+    return d;
+  }
+  static const std::map<std::string, std::pair<Kind, size_t>> kArity = {
+      {"uniform", {Kind::kUniform, 2}},         {"loguniform", {Kind::kLogUniform, 2}},
+      {"quniform", {Kind::kQUniform, 3}},       {"qloguniform", {Kind::kQLogUniform, 3}},
+      {"randint", {Kind::kRandInt, 2}},         {"randn", {Kind::kRandN, 2}}};
+  auto [k, arity] = kArity.at(kind);
+  d.kind = k;
+  static const std::map<std::string, std::string> kForm = {
+      {"uniform", "[lo, hi]"}, {"loguniform", "[lo, hi]"}, {"quniform", "[lo, hi, q]"},
+      {"qloguniform", "[lo, hi, q]"}, {"randint", "[lo, hi)"}, {"randn", "[mean, sd]"}};
+  if (!args.IsSequence() || args.size() != arity)
+    error(args, kind + " takes " + kForm.at(kind));
+  for (size_t i = 0; i < arity; ++i) {
+    double v = k == Kind::kRandInt ? static_cast<double>(integer(args[i], kind))
+                                   : number(args[i], kind);
+    if (std::isinf(v)) error(args[i], kind + ": bounds must be finite");
+    d.args.push_back(v);
+  }
+  const auto& a = d.args;
+  if (k == Kind::kRandN) {
+    if (a[1] < 0) error(args[1], "randn: sd must be >= 0");
+    return d;
+  }
+  if (k == Kind::kRandInt) {
+    if (a[0] >= a[1]) error(args, "randint [lo, hi): lo must be < hi (hi is excluded), got lo=" +
+                                      util::format_double(a[0]) + " hi=" + util::format_double(a[1]));
+    return d;
+  }
+  if (a[0] > a[1])
+    error(args, kind + ": lo > hi (" + util::format_double(a[0]) + " > " + util::format_double(a[1]) + ")");
+  if ((k == Kind::kLogUniform || k == Kind::kQLogUniform) && a[0] <= 0)
+    error(args[0], kind + ": lo must be > 0 for a log scale, got " + util::format_double(a[0]));
+  if ((k == Kind::kQUniform || k == Kind::kQLogUniform) && a[2] <= 0)
+    error(args[2], kind + ": q must be > 0");
+  return d;
+}
+
+void Parser::parse_space(const YAML::Node& n, std::vector<std::string>& path, search::Space& space,
+                         nlohmann::json& base) const {
+  for (const auto& kv : n) {
+    std::string key = kv.first.Scalar();
+    if (key.empty() || key.find('.') != std::string::npos || key.find('{') != std::string::npos ||
+        key.find('}') != std::string::npos)
+      error(kv.first, "param_space: key '" + util::printable(key, 40) +
+                          "' must be non-empty and contain no '.', '{' or '}'");
+    const YAML::Node& v = kv.second;
+    path.push_back(key);
+    if (v.IsMap() && v.size() == 1) {
+      std::string dk = v.begin()->first.Scalar();
+      if (std::find(std::begin(kDomainKeys), std::end(kDomainKeys), dk) != std::end(kDomainKeys)) {
+        space.params.push_back({path, parse_domain(dk, v.begin()->second)});
+        path.pop_back();
+        continue;
+      }
+      if (auto s = util::suggest(dk, kDomainKeys); s && *s != dk && dk.size() > 3)
+        error(v.begin()->first, "unknown search domain '" + dk + "' (did you mean '" + *s +
+                                    "'?); to pass a constant mapping, add a second key");
+    }
+    if (v.IsMap()) {
+      base[key] = nlohmann::json::object();
+      parse_space(v, path, space, base[key]);
+    } else {
+      base[key] = yaml_to_json(v);
+    }
+    path.pop_back();
+  }
+}
+
+void Parser::parse_checkpoint(const YAML::Node& n, Experiment& e) const {
+  if (n.IsNull()) return;
+  check_map(n, "checkpoint_config");
+  check_keys(n, kCheckpointKeys, "checkpoint_config");
+  auto& c = e.checkpoint;
+  if (auto m = n["num_to_keep"]; m && !m.IsNull()) {
+    auto v = integer(m, "checkpoint_config.num_to_keep");
+    if (v < 1) error(m, "checkpoint_config.num_to_keep must be >= 1 (or null to keep all)");
+    c.num_to_keep = static_cast<int>(std::min<int64_t>(v, 1'000'000'000));
+  }
+  if (auto m = n["checkpoint_score_attribute"]; m && !m.IsNull())
+    c.score_attribute = string(m, "checkpoint_config.checkpoint_score_attribute");
+  if (auto m = n["checkpoint_score_order"])
+    c.score_order = order(m, "checkpoint_config.checkpoint_score_order");
+  if (auto m = n["checkpoint_frequency"]) {
+    auto v = integer(m, "checkpoint_config.checkpoint_frequency");
+    if (v < 0) error(m, "checkpoint_config.checkpoint_frequency must be >= 0");
+    if (v > 0 && e.trial.mode == TrialMode::kFunction)
+      error(m, "checkpoint_frequency applies to step mode only: in function mode the trial decides "
+               "when to checkpoint (report a \"checkpoint\" dir); set trial.mode: step or remove it");
+    c.frequency = static_cast<int>(std::min<int64_t>(v, 1'000'000'000));
+  }
+  if (auto m = n["checkpoint_at_end"]) {
+    c.at_end = boolean(m, "checkpoint_config.checkpoint_at_end");
+    if (c.at_end && e.trial.mode == TrialMode::kFunction)
+      error(m, "checkpoint_at_end applies to step mode only: in function mode the trial decides "
+               "when to checkpoint; set trial.mode: step or remove it");
+  }
+}
+
+void Parser::parse_sync(const YAML::Node& n, Experiment& e) const {
+  check_map(n, "sync_config");
+  check_keys(n, kSyncKeys, "sync_config");
+  auto& s = e.sync;
+  if (auto m = n["syncer"]) {
+    s.syncer = string(m, "sync_config.syncer");
+    if (s.syncer != "rsync" && s.syncer != "none" &&
+        (s.syncer.find("{source}") == std::string::npos ||
+         s.syncer.find("{target}") == std::string::npos))
+      error(m, "sync_config.syncer must be 'rsync', 'none', or a command containing {source} and {target}");
+    if (s.syncer != "rsync" && s.syncer != "none") {
+      auto words = util::shell_split(s.syncer);
+      if (!words) error(m, "sync_config.syncer: " + words.error().message);
+    }
+  }
+  if (auto m = n["sync_period"]) {
+    s.sync_period = number(m, "sync_config.sync_period");
+    if (s.sync_period <= 0) error(m, "sync_config.sync_period must be positive");
+  }
+  if (auto m = n["sync_on_checkpoint"]) s.sync_on_checkpoint = boolean(m, "sync_config.sync_on_checkpoint");
+  if (auto m = n["upload_dir"]; m && !m.IsNull()) {
+    std::string u = string(m, "sync_config.upload_dir");
+    if (!u.starts_with("s3://") && !u.starts_with("gs://") && !u.starts_with("file://"))
+      error(m, "sync_config.upload_dir must start with s3://, gs:// or file://");
+    s.upload_dir = u;
+  }
+}
+
+void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
+  if (n.IsNull()) return;
+  if (!n.IsSequence()) error(n, "hosts must be a list of {local: {...}} or {ssh: {...}} entries");
+  int locals = 0;
+  for (const auto& h : n) {
+    if (!h.IsMap() || h.size() != 1)
+      error(h, "each host must be a mapping with one key, 'local' or 'ssh'");
+    std::string kind = h.begin()->first.Scalar();
+    const YAML::Node& body = h.begin()->second;
+    HostSpec hs;
+    if (kind == "local") {
+      hs.kind = HostSpec::Kind::kLocal;
+      if (++locals > 1) error(h, "only one 'local' host may be listed");
+      if (!body.IsNull()) {
+        check_map(body, "hosts.local");
+        check_keys(body, kLocalHostKeys, "hosts.local");
+      }
+    } else if (kind == "ssh") {
+      hs.kind = HostSpec::Kind::kSsh;
+      check_map(body, "hosts.ssh");
+      check_keys(body, kSshHostKeys, "hosts.ssh");
+      if (!body["host"]) error(body, "hosts.ssh: missing required key 'host'");
+      hs.host = string(body["host"], "hosts.ssh.host");
+      if (hs.host.empty() || hs.host[0] == '-' ||
+          hs.host.find_first_of(" \t\n;&|$`'\"\\<>(){}") != std::string::npos)
+        error(body["host"], "hosts.ssh.host: '" + util::printable(hs.host, 60) + "' is not a host name or address");
+      if (auto m = body["user"]) hs.user = string(m, "hosts.ssh.user");
+      if (auto m = body["port"]) {
+        auto p = integer(m, "hosts.ssh.port");
+        if (p < 1 || p > 65535) error(m, "hosts.ssh.port must be 1..65535");
+        hs.port = static_cast<int>(p);
+      }
+      if (auto m = body["identity_file"]) hs.identity_file = string(m, "hosts.ssh.identity_file");
+      if (auto m = body["storage_path"]) hs.storage_path = string(m, "hosts.ssh.storage_path");
+      hs.known_hosts_file = "~/.ssh/known_hosts";
+      if (auto m = body["known_hosts_file"]) hs.known_hosts_file = string(m, "hosts.ssh.known_hosts_file");
+    } else {
+      std::string msg = "unknown host kind '" + util::printable(kind, 40) + "'";
+      constexpr std::string_view kinds[] = {"local", "ssh"};
+      if (auto s = util::suggest(kind, kinds)) msg += " (did you mean '" + *s + "'?)";
+      error(h.begin()->first, msg);
+    }
+    if (!body.IsNull()) {
+      if (auto m = body["cpus"]) {
+        hs.cpus = number(m, "hosts.cpus");
+        if (*hs.cpus <= 0) error(m, "hosts.cpus must be positive");
+      }
+      if (auto m = body["gpus"]) {
+        auto g = integer(m, "hosts.gpus");
+        if (g < 0 || g > 4096) error(m, "hosts.gpus must be 0..4096");
+        hs.gpus = static_cast<int>(g);
+      }
+    }
+    e.hosts.push_back(hs);
+  }
+}
+
+void Parser::check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const {
+  auto sample = search::generate(e.space, 0, 0);
+  for (size_t w = 0; w < e.trial.command.size(); ++w) {
+    const std::string& word = e.trial.command[w];
+    YAML::Node at = cmd_node.IsSequence() ? cmd_node[w] : cmd_node;
+    for (size_t i = 0; i < word.size(); ++i) {
+      if (word[i] == '{') {
+        if (i + 1 < word.size() && word[i + 1] == '{') {
+          ++i;
+          continue;
+        }
+        size_t close = word.find('}', i);
+        if (close == std::string::npos)
+          error(at, "trial.command: unclosed '{' in '" + util::printable(word, 60) + "' (write {{ for a literal brace)");
+        std::string key = word.substr(i + 1, close - i - 1);
+        if (!search::lookup(sample.config, key)) {
+          std::vector<std::string> keys;
+          std::function<void(const nlohmann::json&, std::string)> walk = [&](const nlohmann::json& j, std::string prefix) {
+            for (auto it = j.begin(); it != j.end(); ++it) {
+              std::string k = prefix.empty() ? it.key() : prefix + "." + it.key();
+              keys.push_back(k);
+              if (it->is_object()) walk(*it, k);
+            }
+          };
+          walk(sample.config, "");
+          std::vector<std::string_view> views(keys.begin(), keys.end());
+          std::string msg = "trial.command: placeholder '{" + util::printable(key, 40) +
+                            "}' names no key of param_space";
+          if (auto s = util::suggest(key, views)) msg += " (did you mean '{" + *s + "}'?)";
+          error(at, msg);
+        }
+        i = close;
+      } else if (word[i] == '}') {
+        if (i + 1 < word.size() && word[i + 1] == '}') {
+          ++i;
+          continue;
+        }
+        error(at, "trial.command: stray '}' in '" + util::printable(word, 60) + "' (write }} for a literal brace)");
+      }
+    }
+  }
+}
+
+// Applies `--set a.b=v` onto the document; returns the set value nodes with their labels.
+std::vector<std::pair<YAML::Node, std::string>> apply_sets(YAML::Node& root,
+                                                           const std::vector<std::string>& sets) {
+  std::vector<std::pair<YAML::Node, std::string>> labels;
+  for (const auto& s : sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ParseError{"--set '" + util::printable(s, 60) + "': expected KEY=VALUE"};
+    std::string key = s.substr(0, eq);
+    std::string label = "--set " + util::printable(key, 60);
+    YAML::Node value;
+    try {
+      value = YAML::Load(s.substr(eq + 1));
+    } catch (const YAML::Exception& ex) {
+      throw ParseError{label + ": cannot parse value: " + ex.msg};
+    }
+    if (!root.IsMap()) throw ParseError{label + ": the experiment file is not a mapping"};
+    std::vector<std::string> parts;
+    for (size_t start = 0;;) {
+      size_t dot = key.find('.', start);
+      parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    YAML::Node cur;
+    cur.reset(root);
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (parts[i].empty()) throw ParseError{label + ": empty key component"};
+      YAML::Node next = cur[parts[i]];
+      if (!next.IsDefined() || next.IsNull()) {
+        cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      } else if (!next.IsMap()) {
+        throw ParseError{label + ": '" + parts[i] + "' is not a mapping"};
+      }
+      YAML::Node child = cur[parts[i]];
+      cur.reset(child);
+    }
+    if (parts.back().empty()) throw ParseError{label + ": empty key component"};
+    cur[parts.back()] = value;
+    labels.emplace_back(cur[parts.back()], label);
+  }
+  return labels;
+}
+
+}  // namespace
+
+fs::path default_storage_path() {
+  if (const char* env = std::getenv("TUNE_STORAGE_PATH"); env && *env)
+    return fs::absolute(util::expand_user(env)).lexically_normal();
+  return util::expand_user("~/tune_results");
+}
+
+Result<Experiment> parse_experiment(const std::string& yaml_text, const fs::path& path,
+                                    const Overrides& ov) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& ex) {
+    return fail(path.string(), ":", std::to_string(ex.mark.line + 1), ":",
+                std::to_string(ex.mark.column + 1), ": invalid YAML: ", ex.msg);
+  }
+  try {
+    if (!root.IsDefined() || root.IsNull())
+      return fail(path.string(), ": the experiment file is empty");
+    auto labels = apply_sets(root, ov.set);
+    Parser p(path, std::move(labels));
+    return p.parse(root, ov);
+  } catch (const ParseError& e) {
+    return fail(e.message);
+  } catch (const YAML::Exception& ex) {
+    return fail(path.string(), ":", std::to_string(ex.mark.line + 1), ":",
+                std::to_string(ex.mark.column + 1), ": ", ex.msg);
+  }
+}
+
+Result<Experiment> load_experiment(const fs::path& path, const Overrides& ov) {
+  auto text = util::read_file(path, 16u << 20);
+  if (!text) return std::unexpected(text.error());
+  return parse_experiment(*text, path, ov);
+}
+
+}  // namespace tune::spec

@@ -1,0 +1,163 @@
+#include "state/state.hpp"
+
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+
+namespace tune::state {
+
+using json = nlohmann::json;
+
+namespace {
+
+json trial_to_json(const trial::Trial& t) {
+  json metrics = json::object();
+  for (const auto& [k, m] : t.metrics) metrics[k] = {{"last", m.last}, {"min", m.min}, {"max", m.max}};
+  json ckpts = json::array();
+  for (const auto& c : t.checkpoints)
+    ckpts.push_back({{"seq", c.seq}, {"dir", c.dir_name()}, {"iteration", c.iteration},
+                     {"time_total_s", c.time_total_s}, {"metrics", c.metrics}});
+  return {{"trial_id", t.id},
+          {"trial_name", t.name},
+          {"index", t.index},
+          {"config", t.config},
+          {"status", trial::status_name(t.status)},
+          {"attempt", t.attempt},
+          {"failures", t.failures},
+          {"host", t.host},
+          {"error", t.error},
+          {"iteration", t.iteration},
+          {"time_total_s", t.time_total_s},
+          {"last_result", t.last_result},
+          {"metrics", metrics},
+          {"checkpoints", ckpts},
+          {"checkpoint_seq", t.checkpoint_seq},
+          {"stdout_offset", t.stdout_offset}};
+}
+
+struct Reader {
+  const std::string& where;
+  Error err;
+  bool ok = true;
+
+  template <typename T>
+  T get(const json& j, const char* key, const std::string& ctx) {
+    auto it = j.find(key);
+    if (it == j.end()) {
+      if (ok) err = {where + ": " + ctx + ": missing '" + key + "'"}, ok = false;
+      return T{};
+    }
+    try {
+      return it->get<T>();
+    } catch (const json::exception&) {
+      if (ok) err = {where + ": " + ctx + ": '" + key + "' has the wrong type"}, ok = false;
+      return T{};
+    }
+  }
+};
+
+}  // namespace
+
+json to_json(const ExperimentState& s) {
+  json trials = json::array();
+  for (const auto& t : s.trials) trials.push_back(trial_to_json(t));
+  return {{"version", kStateVersion},
+          {"name", s.name},
+          {"searcher", {{"seed", s.seed}, {"total_trials", s.total_trials}, {"next_index", s.next_index}}},
+          {"start_time", s.start_time},
+          {"elapsed_s", s.elapsed_s},
+          {"phase", s.phase},
+          {"metric", s.metric ? json(*s.metric) : json(nullptr)},
+          {"mode", s.mode},
+          {"trials", trials}};
+}
+
+Result<ExperimentState> from_json(const json& j, const std::string& where) {
+  if (!j.is_object()) return fail(where, ": not a JSON object");
+  if (!j.contains("version") || !j["version"].is_number_integer())
+    return fail(where, ": no version field; not a tune experiment state");
+  int v = j["version"].get<int>();
+  if (v != kStateVersion)
+    return fail(where, ": state version ", std::to_string(v), " is not supported by this tune (expects ",
+                std::to_string(kStateVersion), ")");
+  Reader r{where, {}};
+  ExperimentState s;
+  s.name = r.get<std::string>(j, "name", "experiment");
+  json searcher = r.get<json>(j, "searcher", "experiment");
+  if (r.ok && !searcher.is_object()) return fail(where, ": 'searcher' is not an object");
+  if (r.ok) {
+    s.seed = r.get<uint64_t>(searcher, "seed", "searcher");
+    s.total_trials = r.get<uint64_t>(searcher, "total_trials", "searcher");
+    s.next_index = r.get<uint64_t>(searcher, "next_index", "searcher");
+  }
+  s.start_time = r.get<double>(j, "start_time", "experiment");
+  s.elapsed_s = r.get<double>(j, "elapsed_s", "experiment");
+  s.phase = r.get<std::string>(j, "phase", "experiment");
+  if (j.contains("metric") && j["metric"].is_string()) s.metric = j["metric"].get<std::string>();
+  if (j.contains("mode") && j["mode"].is_string()) s.mode = j["mode"].get<std::string>();
+  json trials = r.get<json>(j, "trials", "experiment");
+  if (!r.ok) return std::unexpected(r.err);
+  if (!trials.is_array()) return fail(where, ": 'trials' is not a list");
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const json& tj = trials[i];
+    std::string ctx = "trials[" + std::to_string(i) + "]";
+    if (!tj.is_object()) return fail(where, ": ", ctx, " is not an object");
+    trial::Trial t;
+    t.id = r.get<std::string>(tj, "trial_id", ctx);
+    t.name = r.get<std::string>(tj, "trial_name", ctx);
+    t.index = r.get<uint64_t>(tj, "index", ctx);
+    t.config = r.get<json>(tj, "config", ctx);
+    auto st = trial::parse_status(r.get<std::string>(tj, "status", ctx));
+    t.attempt = r.get<int>(tj, "attempt", ctx);
+    t.failures = r.get<int>(tj, "failures", ctx);
+    t.host = r.get<std::string>(tj, "host", ctx);
+    t.error = r.get<std::string>(tj, "error", ctx);
+    t.iteration = r.get<int64_t>(tj, "iteration", ctx);
+    t.time_total_s = r.get<double>(tj, "time_total_s", ctx);
+    t.last_result = r.get<json>(tj, "last_result", ctx);
+    t.checkpoint_seq = r.get<int64_t>(tj, "checkpoint_seq", ctx);
+    t.stdout_offset = r.get<uint64_t>(tj, "stdout_offset", ctx);
+    json metrics = r.get<json>(tj, "metrics", ctx);
+    json ckpts = r.get<json>(tj, "checkpoints", ctx);
+    if (!r.ok) return std::unexpected(r.err);
+    if (!st) return fail(where, ": ", ctx, ": unknown status");
+    t.status = *st;
+    // The name becomes a directory: it must be one plain component.
+    if (t.name.empty() || t.name != util::safe_component(t.name) || t.name[0] == '.')
+      return fail(where, ": ", ctx, ": unsafe trial name '", t.name, "'");
+    if (metrics.is_object()) {
+      for (auto it = metrics.begin(); it != metrics.end(); ++it) {
+        if (!it->is_object()) continue;
+        t.metrics[it.key()] = {it->value("last", 0.0), it->value("min", 0.0), it->value("max", 0.0)};
+      }
+    }
+    if (!ckpts.is_array()) return fail(where, ": ", ctx, ": 'checkpoints' is not a list");
+    for (const auto& cj : ckpts) {
+      trial::Checkpoint c;
+      c.seq = r.get<int64_t>(cj, "seq", ctx + ".checkpoints");
+      c.iteration = r.get<int64_t>(cj, "iteration", ctx + ".checkpoints");
+      c.time_total_s = r.get<double>(cj, "time_total_s", ctx + ".checkpoints");
+      c.metrics = r.get<json>(cj, "metrics", ctx + ".checkpoints");
+      if (!r.ok) return std::unexpected(r.err);
+      if (c.seq < 1 || c.seq > 999'999'999) return fail(where, ": ", ctx, ": bad checkpoint seq");
+      t.checkpoints.push_back(std::move(c));
+    }
+    s.trials.push_back(std::move(t));
+  }
+  return s;
+}
+
+Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
+  return util::write_file_atomic(exp_dir / kStateFile, to_json(s).dump(1) + "\n", durable);
+}
+
+Result<ExperimentState> load(const fs::path& exp_dir) {
+  fs::path p = exp_dir / kStateFile;
+  auto text = util::read_file(p, 1ull << 32);
+  if (!text) return std::unexpected(text.error());
+  if (text->empty()) return fail(p.string(), ": empty file");
+  auto j = json::parse(*text, nullptr, false);
+  if (j.is_discarded()) return fail(p.string(), ": not valid JSON (torn or corrupt)");
+  return from_json(j, p.string());
+}
+
+}  // namespace tune::state

@@ -1,0 +1,41 @@
+// experiment_state.json: the searcher's position and every trial, written atomically.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "trial/trial.hpp"
+#include "util/error.hpp"
+
+namespace tune::state {
+
+namespace fs = std::filesystem;
+
+inline constexpr int kStateVersion = 1;
+inline constexpr const char* kStateFile = "experiment_state.json";
+
+struct ExperimentState {
+  std::string name;
+  uint64_t seed = 0;
+  uint64_t total_trials = 0;     // the search space's size (num_samples x grid)
+  uint64_t next_index = 0;       // the searcher's position: trials [0, next_index) exist
+  double start_time = 0;         // wall clock, epoch seconds
+  double elapsed_s = 0;          // driver running time so far
+  std::string phase = "running"; // running | finished | interrupted
+  std::optional<std::string> metric;
+  std::string mode = "min";
+  std::vector<trial::Trial> trials;
+};
+
+[[nodiscard]] nlohmann::json to_json(const ExperimentState& s);
+// Validates every field; `where` names the file in messages.
+[[nodiscard]] Result<ExperimentState> from_json(const nlohmann::json& j, const std::string& where);
+
+// Writes dir/experiment_state.json atomically (fsync'ed when `durable`).
+[[nodiscard]] Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable);
+// Reads dir/experiment_state.json; a torn, empty or foreign file is a clear error.
+[[nodiscard]] Result<ExperimentState> load(const fs::path& exp_dir);
+
+}  // namespace tune::state

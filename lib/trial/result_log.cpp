@@ -1,0 +1,230 @@
+#include "trial/result_log.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+
+namespace tune::trial {
+
+namespace {
+
+Result<void> write_all(int fd, std::string_view data, const fs::path& what) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("cannot write '", what.string(), "': ", std::strerror(errno));
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+void csv_cell(std::string& out, const json& v) {
+  std::string text;
+  if (v.is_null()) return;
+  if (v.is_string()) text = v.get_ref<const std::string&>();
+  else text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.find_first_of(",\"\n\r") == std::string::npos) {
+    out += text;
+    return;
+  }
+  out.push_back('"');
+  for (char c : text) {
+    if (c == '"') out.push_back('"');
+    out.push_back(c);
+  }
+  out.push_back('"');
+}
+
+// Finds a flattened key ("a/b") in a result.
+const json* find_flat(const json& obj, const std::string& key) {
+  auto it = obj.find(key);
+  if (it != obj.end()) return &*it;
+  size_t slash = key.find('/');
+  if (slash == std::string::npos) return nullptr;
+  auto outer = obj.find(key.substr(0, slash));
+  if (outer == obj.end() || !outer->is_object()) return nullptr;
+  return find_flat(*outer, key.substr(slash + 1));
+}
+
+void csv_row(std::string& out, const std::vector<std::string>& columns, const json& row) {
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i) out.push_back(',');
+    if (const json* v = find_flat(row, columns[i])) csv_cell(out, *v);
+  }
+  out.push_back('\n');
+}
+
+std::string csv_header(const std::vector<std::string>& columns) {
+  std::string out;
+  for (size_t i = 0; i < columns.size(); ++i) {
+    if (i) out.push_back(',');
+    csv_cell(out, columns[i]);
+  }
+  out.push_back('\n');
+  return out;
+}
+
+std::vector<std::string> parse_csv_header(const std::string& line) {
+  std::vector<std::string> cols;
+  std::string cur;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur.push_back('"'), ++i;
+      else if (c == '"') quoted = false;
+      else cur.push_back(c);
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      cols.push_back(std::move(cur));
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  cols.push_back(std::move(cur));
+  return cols;
+}
+
+}  // namespace
+
+ResultLog::~ResultLog() { close(); }
+
+Result<void> ResultLog::open(const fs::path& trial_dir) {
+  close();
+  dir_ = trial_dir;
+  columns_.clear();
+  known_.clear();
+  // Keep the existing header, if progress.csv has one.
+  if (auto text = util::read_file(dir_ / "progress.csv", 1ull << 40); text && !text->empty()) {
+    auto nl = text->find('\n');
+    if (nl != std::string::npos) columns_ = parse_csv_header(text->substr(0, nl));
+    for (const auto& c : columns_) known_.insert(c);
+  }
+  json_fd_ = ::open((dir_ / "result.json").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (json_fd_ < 0) return fail("cannot open '", (dir_ / "result.json").string(), "': ", std::strerror(errno));
+  csv_fd_ = ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (csv_fd_ < 0) return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
+  return {};
+}
+
+void ResultLog::close() {
+  if (json_fd_ >= 0) (void)flush();
+  if (json_fd_ >= 0) ::close(json_fd_);
+  if (csv_fd_ >= 0) ::close(csv_fd_);
+  json_fd_ = csv_fd_ = -1;
+}
+
+void ResultLog::add_columns(const json& obj, const std::string& prefix, bool& added) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    std::string key = prefix.empty() ? it.key() : prefix + "/" + it.key();
+    if (it->is_object() && !it->empty()) {
+      add_columns(*it, key, added);
+    } else if (!known_.contains(key)) {
+      known_.insert(key);
+      columns_.push_back(key);
+      added = true;
+    }
+  }
+}
+
+void ResultLog::append(const json& result) {
+  json_buf_ += result.dump(-1, ' ', false, json::error_handler_t::replace);
+  json_buf_.push_back('\n');
+  bool added = false;
+  add_columns(result, "", added);
+  if (added) csv_rewrite_ = true;
+  if (!csv_rewrite_) csv_row(csv_buf_, columns_, result);
+}
+
+Result<void> ResultLog::flush() {
+  if (json_fd_ < 0) return {};
+  if (!json_buf_.empty()) {
+    auto r = write_all(json_fd_, json_buf_, dir_ / "result.json");
+    json_buf_.clear();
+    if (!r) return r;
+  }
+  if (csv_rewrite_) {
+    csv_rewrite_ = false;
+    csv_buf_.clear();
+    return rewrite_csv();
+  }
+  if (!csv_buf_.empty()) {
+    auto r = write_all(csv_fd_, csv_buf_, dir_ / "progress.csv");
+    csv_buf_.clear();
+    return r;
+  }
+  return {};
+}
+
+Result<void> ResultLog::rewrite_csv() {
+  auto rows = read_results(dir_);
+  if (!rows) return std::unexpected(rows.error());
+  std::string out = csv_header(columns_);
+  for (const auto& row : *rows) csv_row(out, columns_, row);
+  if (auto r = util::write_file_atomic(dir_ / "progress.csv", out, false); !r) return r;
+  if (csv_fd_ >= 0) ::close(csv_fd_);
+  csv_fd_ = ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (csv_fd_ < 0) return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
+  return {};
+}
+
+Result<std::vector<json>> ResultLog::read_results(const fs::path& trial_dir, size_t* bad_lines) {
+  std::vector<json> rows;
+  auto text = util::read_file(trial_dir / "result.json", 1ull << 40);
+  if (!text) {
+    if (!fs::exists(trial_dir / "result.json")) return rows;
+    return std::unexpected(text.error());
+  }
+  size_t bad = 0;
+  size_t start = 0;
+  while (start < text->size()) {
+    size_t nl = text->find('\n', start);
+    if (nl == std::string::npos) {  // torn last line
+      ++bad;
+      break;
+    }
+    auto j = json::parse(std::string_view(*text).substr(start, nl - start), nullptr, false);
+    if (j.is_object()) rows.push_back(std::move(j));
+    else ++bad;
+    start = nl + 1;
+  }
+  if (bad_lines) *bad_lines = bad;
+  return rows;
+}
+
+Result<void> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iteration) {
+  auto rows = read_results(trial_dir);
+  if (!rows) return std::unexpected(rows.error());
+  std::string out;
+  std::vector<json> kept;
+  for (auto& row : *rows) {
+    auto it = row.find("training_iteration");
+    if (it == row.end() || !it->is_number_integer() || it->get<int64_t>() > iteration) continue;
+    out += row.dump(-1, ' ', false, json::error_handler_t::replace);
+    out.push_back('\n');
+    kept.push_back(std::move(row));
+  }
+  if (auto r = util::write_file_atomic(trial_dir / "result.json", out, false); !r) return r;
+  // progress.csv: same rows, same header as before (or derived from the rows).
+  ResultLog log;
+  log.dir_ = trial_dir;
+  if (auto text = util::read_file(trial_dir / "progress.csv", 1ull << 40); text && !text->empty()) {
+    auto nl = text->find('\n');
+    if (nl != std::string::npos) log.columns_ = parse_csv_header(text->substr(0, nl));
+  }
+  for (const auto& c : log.columns_) log.known_.insert(c);
+  bool added = false;
+  for (const auto& row : kept) log.add_columns(row, "", added);
+  std::string csv = log.columns_.empty() ? std::string() : csv_header(log.columns_);
+  for (const auto& row : kept) csv_row(csv, log.columns_, row);
+  return util::write_file_atomic(trial_dir / "progress.csv", csv, false);
+}
+
+}  // namespace tune::trial

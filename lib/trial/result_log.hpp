@@ -1,0 +1,58 @@
+// A trial's result files: result.json (one JSON object per line, every key the trial reported
+// plus the driver's fields) and progress.csv (the same rows, flattened).
+//
+// progress.csv keeps one header for the whole file: when a result brings a key no earlier row
+// had, the file is regenerated from result.json with the wider header (atomically), so no
+// column is ever lost and every row lines up with the header.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace tune::trial {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class ResultLog {
+ public:
+  ResultLog() = default;
+  ~ResultLog();
+  ResultLog(const ResultLog&) = delete;
+  ResultLog& operator=(const ResultLog&) = delete;
+
+  // Opens the files for appending; an existing progress.csv's header is kept.
+  [[nodiscard]] Result<void> open(const fs::path& trial_dir);
+  // Buffers one result; flush() writes everything buffered with one write() per file.
+  void append(const json& result);
+  [[nodiscard]] Result<void> flush();
+  void close();
+  [[nodiscard]] bool is_open() const { return json_fd_ >= 0; }
+
+  // Keeps only rows whose training_iteration <= `iteration` (all rows dropped for 0), rewriting
+  // result.json and progress.csv atomically. A torn last line is dropped.
+  [[nodiscard]] static Result<void> truncate_after(const fs::path& trial_dir, int64_t iteration);
+
+  // Reads result.json; a torn or unparsable line is skipped (counted in `bad_lines`).
+  [[nodiscard]] static Result<std::vector<json>> read_results(const fs::path& trial_dir,
+                                                              size_t* bad_lines = nullptr);
+
+ private:
+  [[nodiscard]] Result<void> rewrite_csv();
+  void add_columns(const json& obj, const std::string& prefix, bool& added);
+
+  fs::path dir_;
+  int json_fd_ = -1;
+  int csv_fd_ = -1;
+  std::vector<std::string> columns_;
+  std::unordered_set<std::string> known_;
+  std::string json_buf_, csv_buf_;
+  bool csv_rewrite_ = false;
+};
+
+}  // namespace tune::trial

@@ -1,0 +1,51 @@
+#include "trial/trial.hpp"
+
+#include <cstdio>
+
+#include "search/space.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::trial {
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::kPending: return "PENDING";
+    case Status::kRunning: return "RUNNING";
+    case Status::kPaused: return "PAUSED";
+    case Status::kTerminated: return "TERMINATED";
+    case Status::kError: return "ERROR";
+  }
+  return "?";
+}
+
+std::optional<Status> parse_status(std::string_view s) {
+  for (Status st : {Status::kPending, Status::kRunning, Status::kPaused, Status::kTerminated,
+                    Status::kError})
+    if (s == status_name(st)) return st;
+  return std::nullopt;
+}
+
+std::string Checkpoint::dir_name() const {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "checkpoint_%06lld", static_cast<long long>(seq));
+  return buf;
+}
+
+std::string make_trial_name(const std::string& id,
+                            const std::vector<std::pair<std::string, json>>& varying) {
+  std::string name = "trial_" + id;
+  std::string params;
+  for (const auto& [key, v] : varying) {
+    std::string text = v.is_number_float() ? util::format_short(v.get<double>())
+                                           : search::value_text(v);
+    if (!params.empty()) params += ",";
+    // the last path component keeps names short, as Ray Tune does
+    auto dot = key.rfind('.');
+    params += (dot == std::string::npos ? key : key.substr(dot + 1)) + "=" + text;
+  }
+  if (!params.empty()) name += "_" + params;
+  return util::safe_component(name, 200);
+}
+
+}  // namespace tune::trial

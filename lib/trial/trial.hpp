@@ -1,0 +1,67 @@
+// A trial as the driver tracks it: identity, config, status, progress and checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tune::trial {
+
+using json = nlohmann::json;
+
+// Ray Tune's trial statuses (SPEC §1).
+enum class Status { kPending, kRunning, kPaused, kTerminated, kError };
+
+[[nodiscard]] const char* status_name(Status s);
+// Parses "PENDING" etc.; nullopt for anything else.
+[[nodiscard]] std::optional<Status> parse_status(std::string_view s);
+
+// last/min/max of one numeric metric over the trial's recorded results.
+struct MetricStats {
+  double last = 0, min = 0, max = 0;
+};
+
+// A retained checkpoint: checkpoint_NNNNNN in the trial dir, and the result it was taken at.
+struct Checkpoint {
+  int64_t seq = 0;         // N of checkpoint_N (1-based)
+  int64_t iteration = 0;   // training_iteration of its result
+  double time_total_s = 0;
+  json metrics = json::object();  // the result's top-level numeric values
+
+  [[nodiscard]] std::string dir_name() const;
+};
+
+struct Trial {
+  std::string id;    // "00003"
+  std::string name;  // "trial_00003_lr=0.001,layers=2"
+  uint64_t index = 0;
+  json config;
+  Status status = Status::kPending;
+  int attempt = 0;   // attempts started so far
+  int failures = 0;
+  std::string host;
+  std::string error;          // why it ended in ERROR
+  int64_t iteration = 0;      // training_iteration of the last recorded result
+  double time_total_s = 0;
+  json last_result = json::object();
+  std::map<std::string, MetricStats> metrics;
+  std::vector<Checkpoint> checkpoints;  // retained, in seq order
+  int64_t checkpoint_seq = 0;           // highest seq ever taken
+  uint64_t stdout_offset = 0;           // bytes of stdout.log consumed as whole lines
+
+  [[nodiscard]] const Checkpoint* latest_checkpoint() const {
+    return checkpoints.empty() ? nullptr : &checkpoints.back();
+  }
+  [[nodiscard]] bool finished() const {
+    return status == Status::kTerminated || status == Status::kError;
+  }
+};
+
+// Directory names: trial_<id>_<varying params>, filesystem-safe, at most 200 bytes.
+[[nodiscard]] std::string make_trial_name(const std::string& id,
+                                          const std::vector<std::pair<std::string, json>>& varying);
+
+}  // namespace tune::trial

@@ -1,0 +1,57 @@
+// The live progress table on stderr (SPEC §1): redrawn in place on a terminal, periodic plain
+// blocks otherwise, nothing with --quiet. Colors unless NO_COLOR is set or stderr is no TTY.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <spdlog/sinks/sink.h>
+
+#include "spec/experiment.hpp"
+#include "state/state.hpp"
+
+namespace tune::ui {
+
+struct TableOptions {
+  bool tty = false;
+  bool color = false;
+  bool quiet = false;
+  double period_s = 0.5;  // redraw period (plain mode: seconds between blocks)
+  size_t max_rows = 20;
+};
+
+// Decides from the environment: TTY-ness of stderr, NO_COLOR, --quiet.
+[[nodiscard]] TableOptions detect_table_options(bool quiet);
+
+class LiveTable {
+ public:
+  explicit LiveTable(TableOptions opts) : opts_(opts) {}
+  // Redraws if the period has passed (or `force`).
+  void update(double now, const state::ExperimentState& s, const spec::Experiment& exp, bool force);
+  [[nodiscard]] double seconds_until_due(double now) const;
+  // Erases the in-place table (before a log line is printed under it).
+  void clear();
+
+ private:
+  TableOptions opts_;
+  double last_draw_ = -1e18;
+  size_t drawn_lines_ = 0;
+};
+
+// A stderr log sink that clears the live table before each line, so logs and table don't mix.
+[[nodiscard]] std::shared_ptr<spdlog::sinks::sink> make_stderr_sink(LiveTable* table, bool color);
+
+// The text of a trial table shared by the live view and `tune status`.
+[[nodiscard]] std::string trial_table(const state::ExperimentState& s,
+                                      const std::optional<std::string>& metric, bool max_mode,
+                                      size_t max_rows, bool color);
+// "3 TERMINATED, 1 RUNNING" in a fixed status order.
+[[nodiscard]] std::string status_counts(const state::ExperimentState& s);
+// The best trial by the last value of `metric` (nullptr if none reported it).
+[[nodiscard]] const trial::Trial* best_trial(const state::ExperimentState& s,
+                                             const std::string& metric, bool max_mode);
+// The closing summary printed after a run.
+[[nodiscard]] std::string final_summary(const state::ExperimentState& s, const spec::Experiment& exp);
+
+}  // namespace tune::ui
