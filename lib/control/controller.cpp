@@ -196,6 +196,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
 
 void Controller::launch_ready() {
   if (stopping_) return;
+  if (last_write_failed_ && ex_.now() < next_state_write_) return;
   size_t limit = exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
   std::vector<std::pair<std::string, Placement>> batch;
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
@@ -221,7 +222,16 @@ void Controller::launch_ready() {
   // Write-ahead: the state names every trial before its process starts (SPEC §4). The attempt
   // counter is bumped first so the saved state matches what is about to run.
   for (auto& [id, p] : batch) trial(id).attempt += 1;
-  maybe_save_state(true, false);
+  if (!maybe_save_state(true, false)) {
+    // Not written ahead, so not started: they wait for a later, successful write.
+    for (auto& [id, p] : batch) {
+      auto& t = trial(id);
+      t.attempt -= 1;
+      t.status = Status::kPending;
+      pool_.release(p);
+    }
+    return;
+  }
   for (auto& [id, p] : batch) {
     auto& t = trial(id);
     t.attempt -= 1;
@@ -355,9 +365,9 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
 }
 
-void Controller::maybe_save_state(bool force, bool durable) {
+bool Controller::maybe_save_state(bool force, bool durable) {
   double now = ex_.now();
-  if (!force && (!state_dirty_ || now < next_state_write_)) return;
+  if (!force && (!state_dirty_ || now < next_state_write_)) return true;
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
   double t0 = ex_.now();
   auto r = state::save(exp_.dir(), state_, durable);
@@ -365,14 +375,17 @@ void Controller::maybe_save_state(bool force, bool durable) {
   if (!r) {
     spdlog::error("cannot save experiment state: {} (the previous state is intact)", r.error().message);
     next_state_write_ = now + 1;
-    return;
+    last_write_failed_ = true;
+    return false;
   }
   state_dirty_ = false;
+  last_write_failed_ = false;
   last_write_cost_ = cost;
   // At most ~5% of wall time goes to state writes, unless a fixed period is set.
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
   next_state_write_ = now + period;
   run_deletions();
+  return true;
 }
 
 void Controller::run_deletions() {
@@ -421,7 +434,11 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (!pool_.fits_somewhere(exp_.trial.resources))
     throw Fatal("trial.resources (cpu " + util::format_double(exp_.trial.resources.cpu) + ", gpu " +
                 util::format_double(exp_.trial.resources.gpu) + ") fit on no host");
-  maybe_save_state(true, true);
+  std::error_code ec;
+  fs::create_directories(exp_.dir(), ec);
+  if (ec) throw Fatal("cannot create experiment dir '" + exp_.dir().string() + "': " + ec.message());
+  if (!maybe_save_state(true, true))
+    throw Fatal("cannot write the experiment state in '" + exp_.dir().string() + "': nothing was started");
 
   double lease_period = std::clamp(exp_.orphan_timeout_s / 4, 0.5, 10.0);
   while (true) {

@@ -100,7 +100,8 @@ class Controller {
   void finish(trial::Trial& t, trial::Status status, const std::string& error);
 
   void mark_dirty() { state_dirty_ = true; }
-  void maybe_save_state(bool force, bool durable);
+  // Returns false if a due write failed (the previous state stays intact).
+  bool maybe_save_state(bool force, bool durable);
   void run_deletions();
   void draw(bool force);
   [[nodiscard]] int exit_code() const;
@@ -123,6 +124,7 @@ class Controller {
   double run_started_ = 0;     // monotonic, this run
   double elapsed_before_ = 0;  // earlier runs (resume)
   bool state_dirty_ = true;
+  bool last_write_failed_ = false;  // back off launches until a write succeeds
   double next_state_write_ = 0;
   double last_write_cost_ = 0;
   double next_lease_ = 0;

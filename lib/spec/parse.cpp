@@ -55,6 +55,8 @@ class Parser {
   }
   std::string where(const YAML::Node& n) const;
   static bool contains(const YAML::Node& outer, const YAML::Node& n);
+  // yaml-cpp keeps the first of two equal keys silently; a repeated key is an error here.
+  void check_duplicates(const YAML::Node& n) const;
 
   void check_map(const YAML::Node& n, std::string_view what) const {
     if (!n.IsMap()) error(n, std::string(what) + " must be a mapping");
@@ -92,6 +94,17 @@ bool Parser::contains(const YAML::Node& outer, const YAML::Node& n) {
   return false;
 }
 
+void Parser::check_duplicates(const YAML::Node& n) const {
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& kv : n) {
+    std::string key = kv.first.Scalar();
+    auto [it, fresh] = seen.emplace(key, kv.first.Mark());
+    if (!fresh)
+      error(kv.first, "duplicate key '" + util::printable(key, 60) + "' (first at line " +
+                          std::to_string(it->second.line + 1) + ")");
+  }
+}
+
 std::string Parser::where(const YAML::Node& n) const {
   for (const auto& [node, label] : set_nodes_)
     if (contains(node, n)) return label;
@@ -102,6 +115,7 @@ std::string Parser::where(const YAML::Node& n) const {
 
 void Parser::check_keys(const YAML::Node& n, std::span<const std::string_view> allowed,
                         std::string_view section) const {
+  check_duplicates(n);
   for (const auto& kv : n) {
     std::string key = kv.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
@@ -206,6 +220,7 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
   if (auto n = root["stop"]) {
     if (!n.IsNull()) {
       check_map(n, "stop");
+      check_duplicates(n);
       for (const auto& kv : n) e.stop[kv.first.Scalar()] = number(kv.second, "stop." + kv.first.Scalar());
     }
   }
@@ -298,6 +313,7 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
   if (auto m = n["env"]) {
     if (!m.IsNull()) {
       check_map(m, "trial.env");
+      check_duplicates(m);
       for (const auto& kv : m) {
         std::string k = kv.first.Scalar();
         if (k.empty() || k.find('=') != std::string::npos)
@@ -372,6 +388,7 @@ Domain Parser::parse_domain(const std::string& kind, const YAML::Node& args) con
 
 void Parser::parse_space(const YAML::Node& n, std::vector<std::string>& path, search::Space& space,
                          nlohmann::json& base) const {
+  check_duplicates(n);
   for (const auto& kv : n) {
     std::string key = kv.first.Scalar();
     if (key.empty() || key.find('.') != std::string::npos || key.find('{') != std::string::npos ||

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages), then configures and builds tune in build/.
+# Idempotent and quick when everything is already there.
+#   scripts/setup.sh            build dependencies + build
+#   scripts/setup.sh --test     also what the test suite needs
+# TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_mnist.yaml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=0
+[ "${1:-}" = "--test" ] && want_tests=1
+
+packages=(cmake g++ make ccache pkg-config python3
+          libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libssh-dev catch2)
+if [ "$want_tests" = 1 ]; then
+  packages+=(rsync openssh-client openssh-server iproute2 procps)
+fi
+if [ "${TUNE_WITH_TORCH:-0}" = 1 ]; then
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake --preset default >/dev/null
+cmake --build build -j"$jobs"
+echo "setup: built build/tune"

@@ -1,0 +1,547 @@
+// The controller driven by the scripted FakeExecutor: protocol, stopping, retries, checkpoints,
+// retention, step mode, interrupts, budget, concurrency. No processes; milliseconds each.
+#include <spdlog/spdlog.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "control/controller.hpp"
+#include "fake_executor.hpp"
+#include "spec/parse.hpp"
+#include "trial/result_log.hpp"
+#include "util/fs.hpp"
+
+using namespace tune;
+using testing::FakeContext;
+using testing::FakeExecutor;
+using testing::FakeProcess;
+using testing::ScratchDir;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+spec::Experiment make_exp(const ScratchDir& dir, const std::string& yaml) {
+  spec::Overrides ov;
+  ov.storage_path = (dir.path / "results").string();
+  auto e = spec::parse_experiment(yaml, dir.path / "exp.yaml", ov);
+  if (!e) FAIL(e.error().message);
+  return *e;
+}
+
+control::ControllerOptions opts(double cpus = 8, int gpus = 0) {
+  spdlog::set_level(spdlog::level::off);
+  control::ControllerOptions o;
+  o.grace_s = 2;
+  control::ResourcePool::Host h;
+  h.name = "local";
+  h.cpus = h.cpu_free = cpus;
+  h.gpu_free.assign(static_cast<size_t>(gpus), 1.0);
+  o.hosts = {h};
+  return o;
+}
+
+// A function-mode trial that reports `n` results (one per tick) and exits with `code`.
+// `on_result(i, ctx)` may add fields; returning false from it stops reporting.
+struct Reporter : FakeProcess {
+  int n, code, i = 0;
+  std::function<json(int, FakeContext&)> make;
+  Reporter(int n_, int code_, std::function<json(int, FakeContext&)> m = nullptr)
+      : n(n_), code(code_), make(std::move(m)) {}
+  void on_tick(FakeContext& c, double) override {
+    if (i >= n) return c.exit(code);
+    ++i;
+    json r = make ? make(i, c) : json{{"loss", 1.0 / i}};
+    c.print(r.dump());
+  }
+};
+
+std::vector<json> results_of(const spec::Experiment& e, const trial::Trial& t) {
+  auto rows = trial::ResultLog::read_results(e.dir() / t.name);
+  REQUIRE(rows);
+  return *rows;
+}
+
+std::vector<int64_t> iterations(const std::vector<json>& rows) {
+  std::vector<int64_t> out;
+  for (const auto& r : rows) out.push_back(r["training_iteration"].get<int64_t>());
+  return out;
+}
+
+const char* kBase = R"(
+name: exp
+param_space:
+  lr: {grid_search: [0.1, 0.2]}
+seed: 1
+metric: loss
+mode: min
+)";
+const char* kTrial = "trial: {command: [\"train\", \"--lr\", \"{lr}\"]}\n";
+const char* kTwo = "num_samples: 2\n";
+
+}  // namespace
+
+TEST_CASE("function-mode trials run to TERMINATED with driver-filled fields", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(3, 0); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  REQUIRE(c.state().trials.size() == 4);
+  for (const auto& t : c.state().trials) {
+    CHECK(t.status == trial::Status::kTerminated);
+    auto rows = results_of(e, t);
+    CHECK(iterations(rows) == std::vector<int64_t>{1, 2, 3});
+    for (const char* k : {"time_this_iter_s", "time_total_s", "timestamp", "date", "trial_id", "hostname", "pid",
+                          "iterations_since_restore", "done"})
+      CHECK(rows[0].contains(k));
+    CHECK(rows[2]["trial_id"] == t.id);
+    CHECK(rows[2]["hostname"] == "fakehost");
+    CHECK(t.metrics.at("loss").min == Approx(1.0 / 3));
+    CHECK(std::filesystem::exists(e.dir() / t.name / "params.json"));
+  }
+  // the argv got the config value substituted into one word
+  CHECK(ex.launches[0].argv == std::vector<std::string>{"train", "--lr", "0.1"});
+  CHECK(ex.launches[0].env.at("TUNE_TRIAL_DIR") == (e.dir() / c.state().trials[0].name).string());
+  CHECK(json::parse(ex.launches[0].env.at("TUNE_CONFIG"))["lr"] == 0.1);
+  CHECK(ex.launches[0].env.count("TUNE_RESTORE_CHECKPOINT") == 0);
+  CHECK(ex.launches[0].env.at("CUDA_VISIBLE_DEVICES").empty());
+}
+
+TEST_CASE("a stop criterion stops the trial and later results are not recorded", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "stop: {training_iteration: 5}\n");
+  // Keeps reporting until stopped; prints 2 results per tick to race the stop.
+  struct Chatty : FakeProcess {
+    int i = 0;
+    void on_tick(FakeContext& c, double) override {
+      c.print(json{{"loss", 1.0 / ++i}}.dump());
+      c.print(json{{"loss", 1.0 / ++i}}.dump());
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Chatty>(); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  for (const auto& t : c.state().trials) {
+    CHECK(t.status == trial::Status::kTerminated);
+    CHECK(iterations(results_of(e, t)) == std::vector<int64_t>{1, 2, 3, 4, 5});
+  }
+  CHECK(ex.stops.size() == 4);
+}
+
+TEST_CASE("a metric threshold in stop ends the trial when reached (>=)", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "stop: {accuracy: 0.5}\n");
+  FakeExecutor ex([](const exec::Launch&) {
+    return std::make_unique<Reporter>(100, 0, [](int i, FakeContext&) { return json{{"accuracy", i / 10.0}}; });
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  CHECK(c.state().trials[0].iteration == 5);
+}
+
+TEST_CASE("done:true ends the trial as TERMINATED", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
+  struct DoneThenLinger : FakeProcess {
+    int i = 0;
+    void on_tick(FakeContext& c, double) override {
+      ++i;
+      if (i <= 3) c.print(json{{"loss", 1.0}, {"done", i == 3}}.dump());
+      else if (i == 4) c.print(json{{"loss", 0.0}}.dump());  // after done: not recorded
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<DoneThenLinger>(); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  for (const auto& t : c.state().trials) {
+    CHECK(t.status == trial::Status::kTerminated);
+    CHECK(t.iteration == 3);
+  }
+}
+
+TEST_CASE("a crashed trial is retried and each iteration is recorded once", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 1}\n");
+  FakeExecutor ex([](const exec::Launch& l) {
+    return l.attempt == 1 ? std::make_unique<Reporter>(3, 1) : std::make_unique<Reporter>(5, 0);
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  for (const auto& t : c.state().trials) {
+    CHECK(t.status == trial::Status::kTerminated);
+    CHECK(t.failures == 1);
+    CHECK(t.attempt == 2);
+    // no checkpoint: the retry starts from scratch and the first attempt's rows are dropped
+    CHECK(iterations(results_of(e, t)) == std::vector<int64_t>{1, 2, 3, 4, 5});
+  }
+}
+
+TEST_CASE("a trial that keeps failing ends in ERROR with the reason; exit code 1", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 2}\n");
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(1, 3); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitTrialError);
+  for (const auto& t : c.state().trials) {
+    CHECK(t.status == trial::Status::kError);
+    CHECK(t.attempt == 3);
+    CHECK(t.error.find("exit code 3") != std::string::npos);
+  }
+}
+
+TEST_CASE("a command that cannot be executed is an ERROR at once, and the others go on", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 5}\n");
+  struct Missing : FakeProcess {
+    void on_start(FakeContext& c) override { c.exit(127, "command not found: train", "exec_failed"); }
+  };
+  FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.trial_id == "00001") return std::make_unique<Missing>();
+    return std::make_unique<Reporter>(2, 0);
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitTrialError);
+  const auto& ts = c.state().trials;
+  CHECK(ts[1].status == trial::Status::kError);
+  CHECK(ts[1].error == "command not found: train");
+  CHECK(ts[1].attempt == 1);  // not retried
+  CHECK(ts[0].status == trial::Status::kTerminated);
+  CHECK(ts[3].status == trial::Status::kTerminated);
+}
+
+TEST_CASE("fail_fast stops the experiment at the first error", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {fail_fast: true}\nmax_concurrent_trials: 2\n");
+  FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.trial_id == "00000") return std::make_unique<Reporter>(1, 1);
+    return std::make_unique<Reporter>(1000, 0);
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitTrialError);
+  const auto& ts = c.state().trials;
+  CHECK(ts[0].status == trial::Status::kError);
+  CHECK(ts.size() == 2);  // trials 2 and 3 were never started
+  CHECK(ts[1].status == trial::Status::kPending);  // stopped, resumable
+}
+
+TEST_CASE("function-mode checkpoints are adopted and a retry restores the latest", "[controller][checkpoint]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: 1}
+failure_config: {max_failures: 1}
+)");
+  struct CrashAt7 : FakeProcess {
+    int i = 0;
+    void on_start(FakeContext& c) override {
+      if (c.has_env("TUNE_RESTORE_CHECKPOINT")) i = 5;  // resumes after iteration 5
+    }
+    void on_tick(FakeContext& c, double) override {
+      bool restored = c.has_env("TUNE_RESTORE_CHECKPOINT");
+      if (!restored && i == 7) return c.exit(1);
+      if (i == 10) return c.exit(0);
+      ++i;
+      json r = {{"loss", 10.0 - i}, {"i", i}};
+      if (i == 5) r["checkpoint"] = c.make_dir("ckpt_tmp");
+      c.print(r.dump());
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<CrashAt7>(); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& t = c.state().trials.at(0);
+  CHECK(t.status == trial::Status::kTerminated);
+  REQUIRE(ex.launches.size() == 2);
+  fs::path ck = e.dir() / t.name / "checkpoint_000001";
+  CHECK(ex.launches[1].env.at("TUNE_RESTORE_CHECKPOINT") == ck.string());
+  CHECK(fs::exists(ck / "state.txt"));
+  CHECK_FALSE(fs::exists(e.dir() / t.name / "ckpt_tmp"));
+  auto rows = results_of(e, t);
+  CHECK(iterations(rows) == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
+  CHECK(rows[5]["iterations_since_restore"] == 1);  // iteration 6, first after the restore
+  CHECK(rows[5]["i"] == 6);
+  CHECK(rows[4]["checkpoint_dir_name"] == "checkpoint_000001");
+}
+
+TEST_CASE("retention keeps the N best: Ray's example 2,4,1,3 keep 2 by min", "[controller][checkpoint]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: 1}
+checkpoint_config: {num_to_keep: 2, checkpoint_score_attribute: loss, checkpoint_score_order: min}
+)");
+  FakeExecutor ex([](const exec::Launch&) {
+    return std::make_unique<Reporter>(4, 0, [](int i, FakeContext& c) {
+      const double losses[] = {2, 4, 1, 3};
+      return json{{"loss", losses[i - 1]}, {"checkpoint", c.make_dir("tmp" + std::to_string(i))}};
+    });
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& t = c.state().trials.at(0);
+  fs::path dir = e.dir() / t.name;
+  CHECK(fs::exists(dir / "checkpoint_000001"));
+  CHECK_FALSE(fs::exists(dir / "checkpoint_000002"));
+  CHECK(fs::exists(dir / "checkpoint_000003"));
+  CHECK_FALSE(fs::exists(dir / "checkpoint_000004"));
+  REQUIRE(t.checkpoints.size() == 2);
+  CHECK(t.checkpoints[0].seq == 1);
+  CHECK(t.checkpoints[1].seq == 3);
+  // the state on disk names exactly what is on disk
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  REQUIRE(s->trials[0].checkpoints.size() == 2);
+  for (const auto& ck : s->trials[0].checkpoints) CHECK(fs::exists(dir / ck.dir_name()));
+}
+
+TEST_CASE("a reported checkpoint outside the trial dir is refused and left alone", "[controller][checkpoint]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: 1}
+)");
+  // The scratch dir is itself under /tmp: point TMPDIR elsewhere so "outside" really is.
+  fs::create_directories(d.path / "faketmp");
+  const char* old_tmp = std::getenv("TMPDIR");
+  std::string saved = old_tmp ? old_tmp : "";
+  ::setenv("TMPDIR", (d.path / "faketmp").c_str(), 1);
+  fs::create_directories(d.path / "outside");
+  std::ofstream(d.path / "outside" / "precious") << "keep me";
+  std::string outside = (d.path / "outside").string();
+  FakeExecutor ex([&](const exec::Launch&) {
+    return std::make_unique<Reporter>(4, 0, [&](int i, FakeContext& c) {
+      std::string link = (c.launch.trial_dir / "link").string();
+      if (i == 4) fs::create_directory_symlink(outside, link);
+      const std::string paths[] = {"../../outside", "/etc", outside, link};
+      return json{{"loss", 1.0}, {"checkpoint", paths[i - 1]}};
+    });
+  });
+  control::Controller c(e, ex, opts());
+  int code = c.run();
+  if (old_tmp) ::setenv("TMPDIR", saved.c_str(), 1);
+  else ::unsetenv("TMPDIR");
+  REQUIRE(code == kExitOk);
+  CHECK(c.state().trials[0].checkpoints.empty());
+  CHECK(fs::exists(d.path / "outside" / "precious"));
+  CHECK(fs::exists("/etc/passwd"));
+  CHECK(c.state().trials[0].iteration == 4);  // the results themselves still count
+}
+
+TEST_CASE("step mode: checkpoints at frequency, should_checkpoint and at end, never twice", "[controller][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+stop: {training_iteration: 10}
+checkpoint_config: {checkpoint_frequency: 3, checkpoint_at_end: true}
+)");
+  struct Stepper : FakeProcess {
+    int iter = 0;
+    std::vector<int>* saves;
+    explicit Stepper(std::vector<int>* s) : saves(s) {}
+    void on_stdin(FakeContext& c, const std::string& line) override {
+      auto cmd = json::parse(line);
+      if (cmd["op"] == "step") {
+        ++iter;
+        json r = {{"loss", 1.0 / iter}};
+        if (iter == 5) r["should_checkpoint"] = true;
+        c.print(r.dump());
+      } else if (cmd["op"] == "save") {
+        std::string p = cmd["path"];
+        std::ofstream(fs::path(p) / "it") << iter;
+        saves->push_back(iter);
+        c.print(json{{"saved", p}}.dump());
+      } else if (cmd["op"] == "stop") {
+        c.exit(0);
+      }
+    }
+  };
+  std::vector<int> saves;
+  FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Stepper>(&saves); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  CHECK(saves == std::vector<int>{3, 5, 6, 9, 10});
+  const auto& t = c.state().trials[0];
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.iteration == 10);
+  REQUIRE(t.checkpoints.size() == 5);
+  CHECK(t.checkpoints.back().iteration == 10);
+  for (const auto& ck : t.checkpoints) CHECK(fs::exists(e.dir() / t.name / ck.dir_name() / "it"));
+  CHECK(ex.stdin_log["00000"].back() == R"({"op":"stop"})");
+}
+
+TEST_CASE("Ctrl-C once stops trials, keeps them resumable, exit 130", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(1000000, 0); });
+  ex.interrupt_at(1005);
+  control::Controller c(e, ex, opts(2));
+  REQUIRE(c.run() == kExitInterrupted);
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  CHECK(s->phase == "interrupted");
+  for (const auto& t : s->trials) CHECK(t.status == trial::Status::kPending);
+  CHECK(ex.stops.size() == 2);
+  CHECK_FALSE(ex.stops[0].second);  // SIGTERM first, not SIGKILL
+}
+
+TEST_CASE("Ctrl-C twice kills at once and still saves state", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
+  struct Stubborn : FakeProcess {  // ignores SIGTERM
+    void on_tick(FakeContext& c, double) override { c.print(R"({"loss": 1})"); }
+    void on_stop(FakeContext& c, bool now) override {
+      if (now) c.killed(9);
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Stubborn>(); });
+  ex.interrupt_at(1003);
+  ex.interrupt_at(1004);
+  control::Controller c(e, ex, opts(2));
+  REQUIRE(c.run() == kExitInterrupted);
+  bool killed_now = false;
+  for (const auto& [id, now] : ex.stops) killed_now |= now;
+  CHECK(killed_now);
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  CHECK(s->phase == "interrupted");
+}
+
+TEST_CASE("time_budget_s stops running trials as TERMINATED and starts no more", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "time_budget_s: 30\nmax_concurrent_trials: 1\n");
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(1000000, 0); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  REQUIRE(c.state().trials.size() == 1);
+  CHECK(c.state().trials[0].status == trial::Status::kTerminated);
+  CHECK(ex.now() < 1000 + 30 + 5);
+}
+
+TEST_CASE("concurrency is bounded by max_concurrent_trials and by cpus", "[controller]") {
+  ScratchDir d;
+  struct Count : FakeProcess {
+    int* running;
+    int* peak;
+    int ticks = 0;
+    Count(int* r, int* p) : running(r), peak(p) {}
+    void on_start(FakeContext&) override { *peak = std::max(*peak, ++*running); }
+    void on_tick(FakeContext& c, double) override {
+      if (++ticks == 3) --*running, c.exit(0);
+    }
+  };
+  int running = 0, peak = 0;
+  SECTION("max_concurrent_trials") {
+    auto e = make_exp(d, std::string(kBase) + kTrial + "num_samples: 5\nmax_concurrent_trials: 3\n");
+    FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Count>(&running, &peak); });
+    control::Controller c(e, ex, opts(64));
+    REQUIRE(c.run() == kExitOk);
+    CHECK(c.state().trials.size() == 10);
+    CHECK(peak == 3);
+  }
+  SECTION("cpus") {
+    auto e = make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 2}}\n");
+    FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Count>(&running, &peak); });
+    control::Controller c(e, ex, opts(5));
+    REQUIRE(c.run() == kExitOk);
+    CHECK(peak == 2);
+  }
+}
+
+TEST_CASE("GPUs are assigned exclusively unless fractions are asked for", "[controller]") {
+  ScratchDir d;
+  struct Hold : FakeProcess {
+    std::vector<std::string>* seen;
+    int ticks = 0;
+    explicit Hold(std::vector<std::string>* s) : seen(s) {}
+    void on_start(FakeContext& c) override { seen->push_back(c.env("CUDA_VISIBLE_DEVICES")); }
+    void on_tick(FakeContext& c, double) override {
+      if (++ticks == 2) c.exit(0);
+    }
+  };
+  std::vector<std::string> seen;
+  SECTION("whole GPUs") {
+    auto e = make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 1, gpu: 1}}\n");
+    FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Hold>(&seen); });
+    control::Controller c(e, ex, opts(8, 2));
+    REQUIRE(c.run() == kExitOk);
+    REQUIRE(seen.size() == 4);
+    CHECK(seen[0] != seen[1]);  // the first two ran at once on different GPUs
+    for (const auto& s : seen) CHECK((s == "0" || s == "1"));
+  }
+  SECTION("fractions share") {
+    auto e = make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 1, gpu: 0.5}}\n");
+    FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Hold>(&seen); });
+    control::Controller c(e, ex, opts(8, 1));
+    REQUIRE(c.run() == kExitOk);
+    CHECK(seen[0] == "0");
+    CHECK(seen[1] == "0");
+  }
+}
+
+TEST_CASE("write-ahead: a trial is in the saved state before it starts", "[controller][state]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
+  std::vector<std::string> states_at_start;
+  struct Peek : Reporter {
+    std::vector<std::string>* out;
+    fs::path exp_dir;
+    Peek(std::vector<std::string>* o, fs::path dir) : Reporter(1, 0), out(o), exp_dir(std::move(dir)) {}
+    void on_start(FakeContext& c) override {
+      auto s = state::load(exp_dir);
+      if (!s) FAIL(s.error().message);
+      for (const auto& t : s->trials)
+        if (t.id == c.launch.trial_id) out->push_back(std::string(trial::status_name(t.status)) + "/" + std::to_string(t.attempt));
+    }
+  };
+  FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Peek>(&states_at_start, e.dir()); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  CHECK(states_at_start == std::vector<std::string>(4, "RUNNING/1"));
+}
+
+TEST_CASE("non-JSON output is ignored; a trial that reports nothing and exits 0 is TERMINATED", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
+  struct Junk : FakeProcess {
+    int i = 0;
+    void on_tick(FakeContext& c, double) override {
+      switch (i++) {
+        case 0: c.print_raw(std::string("\x00\xff\xfe binary\n", 12)); break;
+        case 1: c.print("[1, 2, 3]"); break;
+        case 2: c.print("{not json"); break;
+        case 3: c.print("Epoch 1: loss 0.3"); break;
+        default: c.exit(0);
+      }
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Junk>(); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  for (const auto& t : c.state().trials) {
+    CHECK(t.status == trial::Status::kTerminated);
+    CHECK(t.iteration == 0);
+  }
+}
+
+TEST_CASE("hostile config values reach the trial as literal argv words", "[controller]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"Y(
+name: exp
+trial: {command: ["prog", "--x={x}", "{y}"]}
+param_space:
+  x: {choice: ["$(touch /tmp/tune-pwned)"]}
+  y: {grid_search: ["; rm -rf ~", "a b 'c' \"d\""]}
+)Y");
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(0, 0); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  REQUIRE(ex.launches.size() == 2);
+  CHECK(ex.launches[0].argv == std::vector<std::string>{"prog", "--x=$(touch /tmp/tune-pwned)", "; rm -rf ~"});
+  CHECK(ex.launches[1].argv[2] == "a b 'c' \"d\"");
+}

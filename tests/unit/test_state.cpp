@@ -1,0 +1,79 @@
+// experiment_state.json: round trip, and every truncation is detected, never a crash.
+#include <catch2/catch.hpp>
+
+#include "fake_executor.hpp"
+#include "state/state.hpp"
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+
+using namespace tune;
+
+namespace {
+state::ExperimentState sample() {
+  state::ExperimentState s;
+  s.name = "exp";
+  s.seed = 7;
+  s.total_trials = 3;
+  s.next_index = 2;
+  s.metric = "loss";
+  for (int i = 0; i < 2; ++i) {
+    trial::Trial t;
+    t.id = "0000" + std::to_string(i);
+    t.name = "trial_" + t.id + "_lr=0.1";
+    t.index = static_cast<uint64_t>(i);
+    t.config = {{"lr", 0.1}};
+    t.status = i ? trial::Status::kError : trial::Status::kTerminated;
+    t.attempt = 2;
+    t.error = i ? "exit code 1" : "";
+    t.metrics["loss"] = {0.3, 0.1, 0.9};
+    trial::Checkpoint c;
+    c.seq = 3;
+    c.iteration = 9;
+    c.metrics = {{"loss", 0.1}};
+    t.checkpoints.push_back(c);
+    t.checkpoint_seq = 3;
+    t.stdout_offset = 1234;
+    s.trials.push_back(t);
+  }
+  return s;
+}
+}  // namespace
+
+TEST_CASE("state round-trips through the file", "[state]") {
+  testing::ScratchDir d;
+  REQUIRE(state::save(d.path, sample(), true));
+  auto s = state::load(d.path);
+  REQUIRE(s);
+  CHECK(state::to_json(*s) == state::to_json(sample()));
+}
+
+TEST_CASE("a state file cut at any byte is refused with a message, not a crash", "[state]") {
+  testing::ScratchDir d;
+  std::string full = state::to_json(sample()).dump(1) + "\n";
+  size_t accepted = 0;
+  // Every proper prefix short of the final newline is incomplete JSON.
+  for (size_t n = 0; n + 1 < full.size(); ++n) {
+    REQUIRE(util::write_file_atomic(d.path / state::kStateFile, full.substr(0, n), false));
+    auto s = state::load(d.path);
+    if (s) ++accepted;
+    else CHECK(s.error().message.find(state::kStateFile) != std::string::npos);
+  }
+  CHECK(accepted == 0);
+}
+
+TEST_CASE("foreign, versioned and hostile states are refused", "[state]") {
+  using json = nlohmann::json;
+  auto j = state::to_json(sample());
+  j["version"] = 99;
+  CHECK(state::from_json(j, "f").error().message.find("version 99") != std::string::npos);
+  j = state::to_json(sample());
+  j["trials"][0]["trial_name"] = "../../etc";
+  CHECK(state::from_json(j, "f").error().message.find("unsafe trial name") != std::string::npos);
+  j = state::to_json(sample());
+  j["trials"][0]["status"] = "DANCING";
+  CHECK(!state::from_json(j, "f"));
+  j = state::to_json(sample());
+  j["trials"][0]["checkpoints"][0]["seq"] = "x";
+  CHECK(!state::from_json(j, "f"));
+  CHECK(!state::from_json(json::array(), "f"));
+}

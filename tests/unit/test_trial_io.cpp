@@ -1,0 +1,76 @@
+// Line splitting with the length cap; result.json / progress.csv writing and truncation.
+#include <catch2/catch.hpp>
+
+#include "fake_executor.hpp"
+#include "trial/line_splitter.hpp"
+#include "trial/result_log.hpp"
+#include "util/fs.hpp"
+
+using namespace tune;
+using json = nlohmann::json;
+
+TEST_CASE("lines split across chunks; offsets count whole lines only", "[trial]") {
+  trial::LineSplitter s(16);
+  std::vector<std::string> lines;
+  std::vector<uint64_t> overlong;
+  auto on = [&](std::string_view l) { lines.emplace_back(l); };
+  auto over = [&](uint64_t n) { overlong.push_back(n); };
+  CHECK(s.feed("ab", on, over) == 0);
+  CHECK(s.feed("c\nde", on, over) == 4);
+  CHECK(s.feed("f\n\n", on, over) == 5);
+  CHECK(lines == std::vector<std::string>{"abc", "def", ""});
+  // A line over the cap is dropped without being buffered, and reported once.
+  CHECK(s.feed(std::string(10, 'x'), on, over) == 0);
+  CHECK(s.feed(std::string(100, 'x'), on, over) == 0);
+  CHECK(s.pending() == 0);
+  CHECK(s.feed("x\nok\n", on, over) == 111 + 1 + 3);
+  CHECK(overlong == std::vector<uint64_t>{111});
+  CHECK(lines.back() == "ok");
+}
+
+TEST_CASE("progress.csv widens its header when new keys appear, losing nothing", "[trial]") {
+  testing::ScratchDir d;
+  trial::ResultLog log;
+  REQUIRE(log.open(d.path));
+  log.append(json{{"training_iteration", 1}, {"loss", 0.5}});
+  REQUIRE(log.flush());
+  log.append(json{{"training_iteration", 2}, {"loss", 0.4}, {"acc", 0.9}, {"nested", {{"a", 1}}}});
+  log.append(json{{"training_iteration", 3}, {"loss", 0.3}, {"note", "a,b \"q\""}});
+  REQUIRE(log.flush());
+  log.close();
+  auto csv = *util::read_file(d.path / "progress.csv");
+  CHECK(csv ==
+        "loss,training_iteration,acc,nested/a,note\n"
+        "0.5,1,,,\n"
+        "0.4,2,0.9,1,\n"
+        "0.3,3,,,\"a,b \"\"q\"\"\"\n");
+  auto rows = trial::ResultLog::read_results(d.path);
+  REQUIRE(rows);
+  CHECK(rows->size() == 3);
+}
+
+TEST_CASE("truncate_after keeps each iteration up to the checkpoint; a torn line is dropped", "[trial]") {
+  testing::ScratchDir d;
+  {
+    trial::ResultLog log;
+    REQUIRE(log.open(d.path));
+    for (int i = 1; i <= 7; ++i) log.append(json{{"training_iteration", i}, {"loss", 1.0 / i}});
+    REQUIRE(log.flush());
+  }
+  {
+    std::ofstream f(d.path / "result.json", std::ios::app);
+    f << "{\"training_iteration\": 8, \"lo";  // torn by a crash
+  }
+  size_t bad = 0;
+  REQUIRE(trial::ResultLog::read_results(d.path, &bad)->size() == 7);
+  CHECK(bad == 1);
+  REQUIRE(trial::ResultLog::truncate_after(d.path, 5));
+  auto rows = *trial::ResultLog::read_results(d.path, &bad);
+  CHECK(rows.size() == 5);
+  CHECK(bad == 0);
+  CHECK(rows.back()["training_iteration"] == 5);
+  auto csv = *util::read_file(d.path / "progress.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 6);  // header + 5 rows
+  REQUIRE(trial::ResultLog::truncate_after(d.path, 0));
+  CHECK(trial::ResultLog::read_results(d.path)->empty());
+}

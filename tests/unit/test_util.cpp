@@ -1,0 +1,100 @@
+// util: shell splitting, suggestions, atomic files, safe deletion, name safety.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "fake_executor.hpp"
+#include "trial/trial.hpp"
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+using namespace tune;
+namespace fs = std::filesystem;
+
+TEST_CASE("shell_split honours quotes and escapes, expands nothing", "[util]") {
+  using V = std::vector<std::string>;
+  CHECK(*util::shell_split("a b  c") == V{"a", "b", "c"});
+  CHECK(*util::shell_split("'a b' \"c d\" e\\ f") == V{"a b", "c d", "e f"});
+  CHECK(*util::shell_split("\"a\\\"b\" 'x\\y'") == V{"a\"b", "x\\y"});
+  CHECK(*util::shell_split("$(rm -rf ~) ; `x` *") == V{"$(rm", "-rf", "~)", ";", "`x`", "*"});
+  CHECK(*util::shell_split("''") == V{""});
+  CHECK(!util::shell_split("'open"));
+  CHECK(!util::shell_split("\"open"));
+  CHECK(!util::shell_split("trailing\\"));
+}
+
+TEST_CASE("shell_quote round-trips through shell_split", "[util]") {
+  for (std::string w : {"plain", "a b", "it's", "$(x)", "", "; rm -rf ~", "\"q\""}) {
+    auto back = util::shell_split(util::shell_quote(w));
+    REQUIRE(back);
+    CHECK(*back == std::vector<std::string>{w});
+  }
+}
+
+TEST_CASE("suggest finds near misses only", "[util]") {
+  std::string_view keys[] = {"num_to_keep", "checkpoint_frequency", "checkpoint_at_end"};
+  CHECK(util::suggest("num_to_kep", keys) == "num_to_keep");
+  CHECK(util::suggest("checkpoint_at_nd", keys) == "checkpoint_at_end");
+  CHECK(!util::suggest("banana", keys));
+}
+
+TEST_CASE("trial names are filesystem-safe and at most 200 bytes", "[util]") {
+  std::vector<std::pair<std::string, nlohmann::json>> v = {{"path", "../../etc/passwd"}, {"x", std::string(1000, 'y')}};
+  auto name = trial::make_trial_name("00001", v);
+  CHECK(name.size() <= 200);
+  CHECK(name.find('/') == std::string::npos);
+  CHECK(name.rfind("trial_00001_path=", 0) == 0);
+  CHECK(util::safe_component("..") == "_");
+  CHECK(util::safe_component("") == "_");
+  CHECK(util::safe_component("a b/c\n") == "a_b_c_");
+}
+
+TEST_CASE("AtomicFile replaces the whole file or nothing", "[util]") {
+  testing::ScratchDir d;
+  fs::path f = d.path / "state.json";
+  REQUIRE(util::write_file_atomic(f, "old"));
+  {
+    util::AtomicFile a(f);
+    REQUIRE(a.open());
+    REQUIRE(a.write("new but never committed"));
+  }  // destructor: temp removed, target untouched
+  CHECK(*util::read_file(f) == "old");
+  size_t entries = 0;
+  for (auto& e : fs::directory_iterator(d.path)) (void)e, ++entries;
+  CHECK(entries == 1);
+  REQUIRE(util::write_file_atomic(f, "new"));
+  CHECK(*util::read_file(f) == "new");
+  CHECK(!util::write_file_atomic(d.path / "missing-dir" / "x", "y"));
+}
+
+TEST_CASE("remove_tree_nofollow deletes a symlink, never its target", "[util]") {
+  testing::ScratchDir d;
+  fs::create_directories(d.path / "outside");
+  std::ofstream(d.path / "outside" / "precious") << "x";
+  fs::create_directories(d.path / "trial" / "checkpoint_000002" / "sub");
+  fs::create_directory_symlink(d.path / "outside", d.path / "trial" / "checkpoint_000001");
+  fs::create_directory_symlink(d.path / "outside", d.path / "trial" / "checkpoint_000002" / "sub" / "link");
+  REQUIRE(util::remove_tree_nofollow(d.path / "trial", "checkpoint_000001"));
+  REQUIRE(util::remove_tree_nofollow(d.path / "trial", "checkpoint_000002"));
+  CHECK_FALSE(fs::exists(d.path / "trial" / "checkpoint_000001"));
+  CHECK_FALSE(fs::exists(d.path / "trial" / "checkpoint_000002"));
+  CHECK(fs::exists(d.path / "outside" / "precious"));
+  CHECK(!util::remove_tree_nofollow(d.path / "trial", ".."));
+  CHECK(!util::remove_tree_nofollow(d.path / "trial", "a/b"));
+}
+
+TEST_CASE("move_dir copies across filesystems keeping symlinks as links", "[util]") {
+  testing::ScratchDir d;
+  fs::create_directories(d.path / "src" / "sub");
+  std::ofstream(d.path / "src" / "sub" / "w.bin") << "weights";
+  fs::create_symlink("sub/w.bin", d.path / "src" / "link");
+  // /dev/shm is usually another filesystem; fall back to same-fs rename otherwise.
+  fs::path dst = fs::exists("/dev/shm") ? fs::path("/dev/shm") / ("tune-move-" + std::to_string(::getpid())) : d.path / "dst";
+  REQUIRE(util::move_dir(d.path / "src", dst));
+  CHECK(fs::is_symlink(dst / "link"));
+  CHECK(*util::read_file(dst / "sub" / "w.bin") == "weights");
+  CHECK_FALSE(fs::exists(d.path / "src"));
+  fs::remove_all(dst);
+}
