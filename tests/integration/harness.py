@@ -1,0 +1,103 @@
+"""Shared pieces of the integration tests: each test gets its own scratch directory, runs the
+built `tune` binary on real trial scripts, and checks the files it leaves on disk."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+TUNE = os.environ.get("TUNE_BIN") or os.path.abspath("../../build/tune")
+BUILD = os.environ.get("TUNE_BUILD_DIR") or os.path.dirname(TUNE)
+SOURCE = os.environ.get("TUNE_SOURCE_DIR") or os.path.abspath("../..")
+PY = sys.executable
+
+
+class TuneTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tune-it-")
+        self.storage = os.path.join(self.dir, "results")
+        self.env = dict(os.environ)
+        self.env["TUNE_STORAGE_PATH"] = self.storage
+        self.env.pop("NO_COLOR", None)
+
+    def tearDown(self):
+        leftovers = self.processes_under(self.dir)
+        for pid in leftovers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.assertEqual(leftovers, [], "processes of the experiment were left running")
+
+    @staticmethod
+    def processes_under(path):
+        """Pids of live (non-zombie) processes whose command line or cwd mentions `path`."""
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmd = f.read().decode(errors="replace")
+                with open("/proc/%s/stat" % pid) as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                cwd = os.readlink("/proc/%s/cwd" % pid)
+            except OSError:
+                continue
+            if state != "Z" and (path in cmd or cwd.startswith(path)):
+                found.append(int(pid))
+        return found
+
+    def write(self, name, text, mode=0o644):
+        path = os.path.join(self.dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(text).lstrip())
+        os.chmod(path, mode)
+        return path
+
+    def tune(self, *args, timeout=120, check=None, env=None):
+        p = subprocess.run([TUNE, *args], cwd=self.dir, env=env or self.env, capture_output=True,
+                           text=True, timeout=timeout)
+        if check is not None and p.returncode != check:
+            self.fail("tune %s exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
+                      % (" ".join(args), p.returncode, check, p.stdout, p.stderr))
+        return p
+
+    def start_tune(self, *args, env=None):
+        return subprocess.Popen([TUNE, *args], cwd=self.dir, env=env or self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def exp_dir(self, name):
+        return os.path.join(self.storage, name)
+
+    def state(self, name):
+        with open(os.path.join(self.exp_dir(name), "experiment_state.json")) as f:
+            return json.load(f)
+
+    def trials(self, name):
+        return self.state(name)["trials"]
+
+    def results(self, name, trial):
+        with open(os.path.join(self.exp_dir(name), trial["trial_name"], "result.json")) as f:
+            return [json.loads(line) for line in f]
+
+    def iterations(self, name, trial):
+        return [r["training_iteration"] for r in self.results(name, trial)]
+
+    def wait_for(self, predicate, timeout=30, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if predicate():
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        self.fail("timed out waiting for " + what)
