@@ -26,6 +26,10 @@ class TuneTest(unittest.TestCase):
         self.env.pop("NO_COLOR", None)
 
     def tearDown(self):
+        # Supervisors finish recording an exit within moments of their trial's end.
+        deadline = time.time() + 5
+        while self.processes_under(self.dir) and time.time() < deadline:
+            time.sleep(0.05)
         leftovers = self.processes_under(self.dir)
         for pid in leftovers:
             try:

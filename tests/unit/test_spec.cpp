@@ -144,7 +144,7 @@ TEST_CASE("checkpoint_frequency / checkpoint_at_end in function mode say why", "
   CHECK(e.checkpoint.frequency == 5);
 }
 
-TEST_CASE("--set overrides any value by dotted path, with its own error location", "[spec]") {
+TEST_CASE("set overrides (--set) replace any value by dotted path, with their own error location", "[spec]") {
   spec::Overrides ov;
   ov.set = {"checkpoint_config.num_to_keep=3", "num_samples=7", "param_space.lr={uniform: [0, 1]}"};
   auto e = ok(kMin, ov);
