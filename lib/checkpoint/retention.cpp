@@ -24,7 +24,7 @@ std::vector<const trial::Checkpoint*> rank(const std::vector<trial::Checkpoint>&
   std::stable_sort(scored.begin(), scored.end(), [&](const auto& a, const auto& b) {
     if (a.first.has_value() != b.first.has_value()) return a.first.has_value();
     if (a.first && *a.first != *b.first)
-      return order == spec::Order::kMin ? *a.first < *b.first : *a.first > *b.first;
+      return order == spec::Order::kMin ? (*a.first < *b.first) : (*a.first > *b.first);
     return a.second->seq < b.second->seq;  // tie: the older wins
   });
   std::vector<const trial::Checkpoint*> out;

@@ -460,7 +460,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       timeout = std::min(timeout, std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
     if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
     for (auto& ev : ex_.wait(timeout)) {
-      if (auto* i = std::get_if<exec::InterruptEvent>(&ev)) {
+      if (std::holds_alternative<exec::InterruptEvent>(ev)) {
         on_interrupt();
       } else if (auto* o = std::get_if<exec::OutputEvent>(&ev)) {
         on_output(o->trial_id, o->data);

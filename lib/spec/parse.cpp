@@ -484,7 +484,7 @@ void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
     if (!h.IsMap() || h.size() != 1)
       error(h, "each host must be a mapping with one key, 'local' or 'ssh'");
     std::string kind = h.begin()->first.Scalar();
-    const YAML::Node& body = h.begin()->second;
+    const YAML::Node body = h.begin()->second;  // a copy: the iterator's pair is a temporary
     HostSpec hs;
     if (kind == "local") {
       hs.kind = HostSpec::Kind::kLocal;
