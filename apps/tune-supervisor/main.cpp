@@ -1,11 +1,13 @@
 // tune-supervisor: runs one trial attempt so that it outlives the driver (SPEC §6).
 //
-//   tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD -- PROGRAM ARGS...
+//   tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD STDIN -- PROGRAM ARGS...
 //
-// Started by the driver in a new session. It makes TRIAL_DIR/stdin.fifo and keeps it open (the
-// trial reads step-mode commands from it and never sees EOF), starts PROGRAM in its own process
-// group with stdout/stderr appended to TRIAL_DIR/stdout.log and stderr.log, and records
-// TRIAL_DIR/supervisor.json (pids) and, when the trial ends, TRIAL_DIR/exit.json, both atomically.
+// Started by the driver in a new session. With STDIN=fifo it makes TRIAL_DIR/stdin.fifo and
+// keeps it open (a step-mode trial reads its commands there and never sees EOF); with
+// STDIN=null the trial's stdin is /dev/null. It starts PROGRAM in its own process group with
+// stdout/stderr appended to TRIAL_DIR/stdout.log and stderr.log, and records TRIAL_DIR/exit.json
+// atomically when the trial ends. Its own argv names the trial dir and attempt, which is how a
+// live supervisor is found again (no pid file: every file created costs time per trial).
 //
 // Signals: SIGTERM or SIGINT = stop the trial (SIGTERM to its group, SIGKILL after GRACE_S);
 // SIGUSR1 = kill it now. If LEASE_FILE's mtime is older than ORPHAN_TIMEOUT_S (the driver is
@@ -51,14 +53,15 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
-// Writes TRIAL_DIR/name atomically (temp, fsync, rename).
+// Writes TRIAL_DIR/name atomically (temp, rename). No fsync: rename is atomic against the
+// crash of any process, and after a power loss the trial is gone too (the driver then treats a
+// missing exit.json as a supervisor that died, and retries the trial).
 void write_atomic(const std::string& name, const std::string& content) {
   std::string target = g_dir + "/" + name;
   std::string tmp = target + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return diag("cannot write " + tmp + ": " + std::strerror(errno));
   bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
-  ok = ::fsync(fd) == 0 && ok;
   ok = ::close(fd) == 0 && ok;
   if (!ok || ::rename(tmp.c_str(), target.c_str()) != 0)
     diag("cannot write " + target + ": " + std::strerror(errno));
@@ -87,9 +90,10 @@ double lease_age(const std::string& lease, double since) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 9 || std::strcmp(argv[7], "--") != 0) {
+  if (argc < 10 || std::strcmp(argv[8], "--") != 0 ||
+      (std::strcmp(argv[7], "fifo") != 0 && std::strcmp(argv[7], "null") != 0)) {
     std::fprintf(stderr,
-                 "usage: tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD -- "
+                 "usage: tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD fifo|null -- "
                  "PROGRAM ARGS...\n");
     return 2;
   }
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
   const double orphan_timeout = std::atof(argv[4]);
   const double grace = std::atof(argv[5]);
   const char* cwd = argv[6];
-  char** prog = argv + 8;
+  const bool use_fifo = std::strcmp(argv[7], "fifo") == 0;
+  char** prog = argv + 9;
 
   ::setsid();  // no-op if the driver already made us a session leader
   const double started = now_s();
@@ -110,13 +115,18 @@ int main(int argc, char** argv) {
   sigset_t old;
   ::sigprocmask(SIG_BLOCK, &mask, &old);
 
-  std::string fifo = g_dir + "/stdin.fifo";
-  ::unlink(fifo.c_str());
-  if (::mkfifo(fifo.c_str(), 0600) != 0) {
-    diag("cannot create " + fifo + ": " + std::strerror(errno));
-    return 3;
+  int in = -1;
+  if (use_fifo) {
+    std::string fifo = g_dir + "/stdin.fifo";
+    ::unlink(fifo.c_str());
+    if (::mkfifo(fifo.c_str(), 0600) != 0) {
+      diag("cannot create " + fifo + ": " + std::strerror(errno));
+      return 3;
+    }
+    in = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+  } else {
+    in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
-  int in = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
   int out = ::open((g_dir + "/stdout.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   int err = ::open((g_dir + "/stderr.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (in < 0 || out < 0 || err < 0) {
@@ -154,11 +164,6 @@ int main(int argc, char** argv) {
   int child_errno = 0;
   ssize_t got = ::read(exec_pipe[0], &child_errno, sizeof child_errno);
   ::close(exec_pipe[0]);
-
-  write_atomic("supervisor.json", "{\"attempt\":" + attempt + ",\"supervisor_pid\":" +
-                                      std::to_string(::getpid()) + ",\"pid\":" +
-                                      std::to_string(child) + ",\"started\":" +
-                                      std::to_string(started) + "}\n");
 
   std::string reason = "exited";
   std::string error;

@@ -144,7 +144,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     finish(t, Status::kError, "cannot create trial dir '" + dir.string() + "': " + ec.message());
     return false;
   }
-  if (t.attempt == 0) {
+  if (t.attempt == 1) {
     auto r = util::write_file_atomic(dir / "params.json", t.config.dump(2) + "\n", false);
     if (!r) spdlog::warn("{}", r.error().message);
   }
@@ -153,7 +153,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   std::string restore;
   // A retried or resumed trial starts from its latest checkpoint; its results after that
   // checkpoint are dropped so that each training_iteration is recorded once.
-  if (t.attempt > 0) {
+  if (t.attempt > 1) {
     const trial::Checkpoint* c = t.latest_checkpoint();
     int64_t keep = c ? c->iteration : 0;
     if (auto r = trial::ResultLog::truncate_after(dir, keep); !r)
@@ -166,12 +166,9 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
       rt.last_checkpoint_iteration = c->iteration;
     }
   }
-  if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
-  t.attempt += 1;
   t.status = Status::kRunning;
   t.host = pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
   t.error.clear();
-  t.stdout_offset = util::file_size_or_zero(dir / "stdout.log");
 
   exec::Launch l;
   l.trial_id = t.id;
@@ -181,6 +178,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   l.argv = trial_argv(t);
   l.env = trial_env(t, p, restore);
   l.stdout_offset = t.stdout_offset;
+  l.stdin_fifo = exp_.trial.mode == spec::TrialMode::kStep;
   rt.started = rt.last_result_at = ex_.now();
   spdlog::info("trial {} attempt {}: starting{}", t.name, t.attempt,
                restore.empty() ? "" : " from " + fs::path(restore).filename().string());
@@ -198,45 +196,41 @@ void Controller::launch_ready() {
   if (stopping_) return;
   if (last_write_failed_ && ex_.now() < next_state_write_) return;
   size_t limit = exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
-  std::vector<std::pair<std::string, Placement>> batch;
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
-  size_t scan = 0;
-  while (running_.size() + batch.size() < limit) {
-    trial::Trial* next = nullptr;
-    for (; scan < state_.trials.size(); ++scan) {
-      auto& t = state_.trials[scan];
-      if (t.status == Status::kPending && !running_.contains(t.id)) {
-        next = &t;
-        break;
-      }
-    }
-    if (!next && state_.next_index >= state_.total_trials) break;
+  while (running_.size() < limit) {
+    if (pending_.empty() && state_.next_index >= state_.total_trials) break;
     auto placement = pool_.acquire(exp_.trial.resources);
     if (!placement) break;
-    if (!next) next = &new_trial();
-    ++scan;
-    next->status = Status::kRunning;  // reserved; written ahead below
-    batch.emplace_back(next->id, *placement);
-  }
-  if (batch.empty()) return;
-  // Write-ahead: the state names every trial before its process starts (SPEC §4). The attempt
-  // counter is bumped first so the saved state matches what is about to run.
-  for (auto& [id, p] : batch) trial(id).attempt += 1;
-  if (!maybe_save_state(true, false)) {
-    // Not written ahead, so not started: they wait for a later, successful write.
-    for (auto& [id, p] : batch) {
-      auto& t = trial(id);
-      t.attempt -= 1;
-      t.status = Status::kPending;
-      pool_.release(p);
+    trial::Trial* next = nullptr;
+    if (!pending_.empty()) {
+      next = &state_.trials[*pending_.begin()];
+      pending_.erase(pending_.begin());
+    } else {
+      next = &new_trial();
     }
-    return;
+    // Write-ahead: the launch is on disk before the process starts (SPEC §4), as one journal
+    // line rather than a rewrite of the whole state. If it cannot be written, nothing starts.
+    next->attempt += 1;
+    next->status = Status::kRunning;
+    next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
+    if (auto r = journal_.record_launch(*next); !r) {
+      spdlog::error("cannot record the launch of {}: {} (not started)", next->name, r.error().message);
+      next->attempt -= 1;
+      set_pending(*next);
+      pool_.release(*placement);
+      last_write_failed_ = true;
+      next_state_write_ = ex_.now() + 1;
+      break;
+    }
+    launch(*next, *placement);
+    mark_dirty();
   }
-  for (auto& [id, p] : batch) {
-    auto& t = trial(id);
-    t.attempt -= 1;
-    launch(t, p);
-  }
+}
+
+void Controller::set_pending(trial::Trial& t) {
+  t.status = Status::kPending;
+  // index == position in state_.trials: trials are created in index order and never removed
+  pending_.insert(t.index);
   mark_dirty();
 }
 
@@ -332,7 +326,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
   if (why == StopWhy::kUser || why == StopWhy::kFailFast) {
     // Stopped by us before it finished: it resumes later from its latest checkpoint.
-    t.status = clean ? Status::kTerminated : Status::kPending;
+    if (clean) t.status = Status::kTerminated;
+    else set_pending(t);
     if (clean) apply_retention(t, false);
     mark_dirty();
     return;
@@ -352,7 +347,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   if (retry) {
     spdlog::warn("trial {} failed ({}); retrying ({} of {})", t.name, why_text, t.failures,
                  max < 0 ? std::string("unlimited") : std::to_string(max));
-    t.status = Status::kPending;
+    set_pending(t);
     t.error = why_text;
     mark_dirty();
     return;
@@ -380,6 +375,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   }
   state_dirty_ = false;
   last_write_failed_ = false;
+  if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);
   last_write_cost_ = cost;
   // At most ~5% of wall time goes to state writes, unless a fixed period is set.
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
@@ -416,11 +412,18 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (resume) {
     state_ = std::move(*resume);
     elapsed_before_ = state_.elapsed_s;
+    std::sort(state_.trials.begin(), state_.trials.end(),
+              [](const auto& a, const auto& b) { return a.index < b.index; });
+    for (size_t i = 0; i < state_.trials.size(); ++i)
+      if (state_.trials[i].index != i || state_.next_index < state_.trials.size() ||
+          state_.next_index > state_.total_trials)
+        throw Fatal("experiment state of '" + exp_.name + "' is inconsistent (trial indexes are not 0.." +
+                    std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
     for (size_t i = 0; i < state_.trials.size(); ++i) {
       auto& t = state_.trials[i];
       index_[t.id] = i;
       // Trials that did not end go back to the queue; they restart from their latest checkpoint.
-      if (t.status == Status::kRunning || t.status == Status::kPaused) t.status = Status::kPending;
+      if (t.status == Status::kRunning || t.status == Status::kPaused || t.status == Status::kPending) set_pending(t);
     }
   } else {
     state_.name = exp_.name;
@@ -437,6 +440,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   std::error_code ec;
   fs::create_directories(exp_.dir(), ec);
   if (ec) throw Fatal("cannot create experiment dir '" + exp_.dir().string() + "': " + ec.message());
+  if (auto j = journal_.open(exp_.dir()); !j) throw Fatal(j.error());
   if (!maybe_save_state(true, true))
     throw Fatal("cannot write the experiment state in '" + exp_.dir().string() + "': nothing was started");
 
@@ -445,10 +449,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     double now = ex_.now();
     check_deadlines(now);
     launch_ready();
-    bool more = !stopping_ && (state_.next_index < state_.total_trials ||
-                               std::any_of(state_.trials.begin(), state_.trials.end(), [&](const auto& t) {
-                                 return t.status == Status::kPending && !running_.contains(t.id);
-                               }));
+    bool more = !stopping_ && (state_.next_index < state_.total_trials || !pending_.empty());
     if (running_.empty() && !more) break;
     if (interrupts_ >= 2) break;
     // Sleep until something happens or the next timer is due.
@@ -481,7 +482,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   // Ctrl-C twice: trials still running were killed; they resume from their latest checkpoint.
   for (auto& [id, rt] : running_) {
     rt.log.close();
-    trial(id).status = Status::kPending;
+    set_pending(trial(id));
   }
   state_.phase = interrupted_ ? "interrupted" : "finished";
   maybe_save_state(true, true);

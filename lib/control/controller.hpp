@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -100,6 +101,8 @@ class Controller {
   void finish(trial::Trial& t, trial::Status status, const std::string& error);
 
   void mark_dirty() { state_dirty_ = true; }
+  // Puts a trial back in the launch queue.
+  void set_pending(trial::Trial& t);
   // Returns false if a due write failed (the previous state stays intact).
   bool maybe_save_state(bool force, bool durable);
   void run_deletions();
@@ -113,8 +116,10 @@ class Controller {
   ResourcePool pool_;
   checkpoint::Policy policy_;
   state::ExperimentState state_;
+  state::Journal journal_;
   std::unordered_map<std::string, size_t> index_;
   std::unordered_map<std::string, Runtime> running_;
+  std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first
   std::vector<std::pair<fs::path, std::string>> pending_deletions_;  // (trial dir, name)
 
   bool stopping_ = false;      // no more launches

@@ -129,6 +129,9 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     }
   }
 
+  if (!rt.log.is_open()) {  // opened at the first result: a trial that reports nothing gets no files
+    if (auto r = rt.log.open(trial_dir(t)); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+  }
   rt.log.append(result);
   for (auto it = result.begin(); it != result.end(); ++it) {
     if (!it->is_number()) continue;

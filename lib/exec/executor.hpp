@@ -26,6 +26,7 @@ struct Launch {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // the trial's complete environment
   uint64_t stdout_offset = 0;              // where unread output starts in stdout.log
+  bool stdin_fifo = false;                 // step mode: commands arrive on stdin.fifo
 };
 
 // How an attempt ended, as the supervisor recorded it.

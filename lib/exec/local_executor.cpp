@@ -49,7 +49,7 @@ struct Run {
   int out_fd = -1;
   pid_t spawned = -1;
   bool spawned_exited = false;
-  std::optional<int> supervisor_pid, child_pid;
+  std::optional<int> child_pid;
   int wd = -1;
   int fifo_fd = -1;
   std::string pending_in;
@@ -69,6 +69,38 @@ struct LocalExecutor::Impl {
   double last_scan = 0;
   std::string hostname = util::host_name();
 
+  std::unordered_map<std::string, std::string> resolved;  // "PATH\0prog" -> absolute path
+
+  // execvp's PATH search, done once per program instead of in every supervisor. A program
+  // not found is left as it is, so the supervisor reports "command not found" for it.
+  std::string resolve(const std::string& prog, const std::map<std::string, std::string>& env) {
+    if (prog.empty() || prog.find('/') != std::string::npos) return prog;
+    auto p = env.find("PATH");
+    std::string path = p == env.end() ? "/usr/local/bin:/usr/bin:/bin" : p->second;
+    std::string key = path + '\0' + prog;
+    if (auto it = resolved.find(key); it != resolved.end()) return it->second;
+    std::string found = prog;
+    size_t start = 0;
+    while (start <= path.size()) {
+      size_t colon = path.find(':', start);
+      std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      if (!dir.empty() && dir[0] == '/') {  // relative PATH entries depend on the cwd: leave to execvp
+        std::string cand = dir + "/" + prog;
+        struct stat st{};
+        if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(cand.c_str(), X_OK) == 0) {
+          found = cand;
+          break;
+        }
+      } else if (!dir.empty() || colon != std::string::npos) {
+        break;  // an empty or relative entry before a match: keep execvp's exact semantics
+      }
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+    resolved.emplace(std::move(key), found);
+    return found;
+  }
+
   void close_run(Run& r) {
     if (r.out_fd >= 0) ::close(r.out_fd);
     if (r.fifo_fd >= 0) ::close(r.fifo_fd);
@@ -79,13 +111,14 @@ struct LocalExecutor::Impl {
     r.out_fd = r.fifo_fd = r.wd = -1;
   }
 
-  void load_supervisor_info(Run& r) {
-    if (r.child_pid) return;
-    auto j = read_json_file(r.dir / "supervisor.json");
-    if (!j || !j->is_object()) return;
-    if (j->value("attempt", -1) != r.attempt) return;
-    if ((*j)["supervisor_pid"].is_number_integer()) r.supervisor_pid = (*j)["supervisor_pid"].get<int>();
-    if ((*j)["pid"].is_number_integer()) r.child_pid = (*j)["pid"].get<int>();
+  // The trial's pid: the supervisor's only child (Linux: /proc/PID/task/PID/children).
+  void load_child_pid(Run& r) {
+    if (r.child_pid || r.spawned <= 0 || r.spawned_exited) return;
+    std::string p = "/proc/" + std::to_string(r.spawned) + "/task/" + std::to_string(r.spawned) + "/children";
+    auto text = util::read_file(p, 4096);
+    if (!text || text->empty()) return;
+    int pid = std::atoi(text->c_str());
+    if (pid > 0) r.child_pid = pid;
   }
 
   void flush_stdin(Run& r) {
@@ -113,11 +146,16 @@ struct LocalExecutor::Impl {
       r.out_fd = ::open((r.dir / "stdout.log").c_str(), O_RDONLY | O_CLOEXEC);
       if (r.out_fd < 0) return data;
     }
-    data.resize(kReadChunk);
+    struct stat st{};
+    if (::fstat(r.out_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) <= r.offset) {
+      r.more = false;
+      return data;
+    }
+    size_t want = static_cast<size_t>(std::min<uint64_t>(kReadChunk, static_cast<uint64_t>(st.st_size) - r.offset));
+    data.resize(want);
     size_t got = 0;
-    while (got < kReadChunk) {
-      ssize_t n = ::pread(r.out_fd, data.data() + got, kReadChunk - got,
-                          static_cast<off_t>(r.offset + got));
+    while (got < want) {
+      ssize_t n = ::pread(r.out_fd, data.data() + got, want - got, static_cast<off_t>(r.offset + got));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       got += static_cast<size_t>(n);
@@ -201,7 +239,7 @@ Result<void> LocalExecutor::start(const Launch& l) {
   std::error_code ec;
   fs::create_directories(l.trial_dir, ec);
   if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
-  for (const char* stale : {"exit.json", "supervisor.json", "stdin.fifo"})
+  for (const char* stale : {"exit.json", "stdin.fifo"})
     ::unlink((l.trial_dir / stale).c_str());
 
   Run r;
@@ -210,9 +248,11 @@ Result<void> LocalExecutor::start(const Launch& l) {
   r.dir = l.trial_dir;
   r.offset = l.stdout_offset;
   r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(),
-                             IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE);
+                             IN_MODIFY | IN_MOVED_TO);
   if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
 
+  std::vector<std::string> argv_in = l.argv;
+  if (!argv_in.empty()) argv_in[0] = impl.resolve(argv_in[0], l.env);
   std::vector<std::string> args = {impl.opts.supervisor.string(),
                                    l.trial_dir.string(),
                                    std::to_string(l.attempt),
@@ -220,8 +260,9 @@ Result<void> LocalExecutor::start(const Launch& l) {
                                    util::format_double(impl.opts.orphan_timeout_s),
                                    util::format_double(impl.opts.grace_s),
                                    l.cwd.string(),
+                                   l.stdin_fifo ? "fifo" : "null",
                                    "--"};
-  args.insert(args.end(), l.argv.begin(), l.argv.end());
+  args.insert(args.end(), argv_in.begin(), argv_in.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -270,10 +311,8 @@ void LocalExecutor::stop(const std::string& trial_id, bool now) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return;
   Run& r = it->second;
-  impl_->load_supervisor_info(r);
-  pid_t target = r.supervisor_pid ? *r.supervisor_pid : r.spawned;
-  if (target <= 0 || (r.spawned == target && r.spawned_exited)) return;
-  ::kill(target, now ? SIGUSR1 : SIGTERM);
+  if (r.spawned <= 0 || r.spawned_exited) return;
+  ::kill(r.spawned, now ? SIGUSR1 : SIGTERM);
 }
 
 std::vector<Event> LocalExecutor::wait(double timeout_s) {
@@ -311,6 +350,9 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
         auto* ev = reinterpret_cast<inotify_event*>(buf + off);
         if (ev->mask & IN_Q_OVERFLOW) {
           for (auto& [id, r] : impl.runs) r.dirty = true;
+        } else if (std::string_view name = ev->len ? ev->name : "";
+                   name != "stdout.log" && name != "exit.json") {
+          // other files of the trial dir (stderr.log, checkpoints, temp files) do not matter here
         } else if (auto it = impl.by_wd.find(ev->wd); it != impl.by_wd.end()) {
           if (auto rit = impl.runs.find(it->second); rit != impl.runs.end()) rit->second.dirty = true;
         }
@@ -345,7 +387,7 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
 std::optional<int> LocalExecutor::pid(const std::string& trial_id) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return std::nullopt;
-  impl_->load_supervisor_info(it->second);
+  impl_->load_child_pid(it->second);
   return it->second.child_pid;
 }
 

@@ -1,5 +1,11 @@
 #include "state/state.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 
@@ -150,6 +156,75 @@ Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durabl
   return util::write_file_atomic(exp_dir / kStateFile, to_json(s).dump(1) + "\n", durable);
 }
 
+namespace {
+fs::path journal_path(const fs::path& exp_dir) { return exp_dir / ".tune" / "state.journal"; }
+
+// Applies one journal line; unknown or malformed lines are ignored.
+void replay(ExperimentState& s, const json& j) {
+  if (!j.is_object() || !j.contains("launch") || !j["launch"].is_object()) return;
+  const json& l = j["launch"];
+  if (!l.contains("trial_id") || !l["trial_id"].is_string() || !l.contains("attempt") ||
+      !l["attempt"].is_number_integer() || !l.contains("index") || !l["index"].is_number_unsigned() ||
+      !l.contains("trial_name") || !l["trial_name"].is_string())
+    return;
+  std::string id = l["trial_id"].get<std::string>();
+  std::string name = l["trial_name"].get<std::string>();
+  if (name.empty() || name != util::safe_component(name) || name[0] == '.') return;
+  int attempt = l["attempt"].get<int>();
+  trial::Trial* t = nullptr;
+  for (auto& x : s.trials)
+    if (x.id == id) t = &x;
+  if (!t) {
+    trial::Trial fresh;
+    fresh.id = id;
+    fresh.name = name;
+    fresh.index = l["index"].get<uint64_t>();
+    fresh.config = l.value("config", json::object());
+    s.trials.push_back(std::move(fresh));
+    t = &s.trials.back();
+    s.next_index = std::max(s.next_index, t->index + 1);
+  }
+  if (attempt > t->attempt) {
+    t->attempt = attempt;
+    t->status = trial::Status::kRunning;
+    if (l.contains("stdout_offset") && l["stdout_offset"].is_number_unsigned())
+      t->stdout_offset = l["stdout_offset"].get<uint64_t>();
+  }
+}
+}  // namespace
+
+Journal::~Journal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<void> Journal::open(const fs::path& exp_dir) {
+  path_ = journal_path(exp_dir);
+  std::error_code ec;
+  fs::create_directories(path_.parent_path(), ec);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) return fail("cannot open '", path_.string(), "': ", std::strerror(errno));
+  return {};
+}
+
+Result<void> Journal::record_launch(const trial::Trial& t) {
+  if (fd_ < 0) return fail("internal: journal not open");
+  json line = {{"launch", {{"trial_id", t.id}, {"trial_name", t.name}, {"index", t.index}, {"config", t.config},
+                           {"attempt", t.attempt}, {"stdout_offset", t.stdout_offset}}}};
+  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  ssize_t n = ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed
+  if (n != static_cast<ssize_t>(text.size())) {
+    if (n > 0 && ::ftruncate(fd_, ::lseek(fd_, 0, SEEK_END) - n) != 0) { /* a torn line is dropped on load */ }
+    return fail("cannot append to '", path_.string(), "': ", n < 0 ? std::strerror(errno) : "short write");
+  }
+  return {};
+}
+
+Result<void> Journal::reset() {
+  if (fd_ >= 0 && ::ftruncate(fd_, 0) != 0)
+    return fail("cannot truncate '", path_.string(), "': ", std::strerror(errno));
+  return {};
+}
+
 Result<ExperimentState> load(const fs::path& exp_dir) {
   fs::path p = exp_dir / kStateFile;
   auto text = util::read_file(p, 1ull << 32);
@@ -157,7 +232,18 @@ Result<ExperimentState> load(const fs::path& exp_dir) {
   if (text->empty()) return fail(p.string(), ": empty file");
   auto j = json::parse(*text, nullptr, false);
   if (j.is_discarded()) return fail(p.string(), ": not valid JSON (torn or corrupt)");
-  return from_json(j, p.string());
+  auto s = from_json(j, p.string());
+  if (!s) return s;
+  if (auto journal = util::read_file(journal_path(exp_dir), 1ull << 32)) {
+    size_t start = 0;
+    while (start < journal->size()) {
+      size_t nl = journal->find('\n', start);
+      if (nl == std::string::npos) break;  // torn last line
+      replay(*s, json::parse(std::string_view(*journal).substr(start, nl - start), nullptr, false));
+      start = nl + 1;
+    }
+  }
+  return s;
 }
 
 }  // namespace tune::state

@@ -33,9 +33,31 @@ struct ExperimentState {
 // Validates every field; `where` names the file in messages.
 [[nodiscard]] Result<ExperimentState> from_json(const nlohmann::json& j, const std::string& where);
 
+// The write-ahead journal (.tune/state.journal): one JSON line per trial launch, appended with
+// one write() before the trial's process starts, so a launch is on disk without rewriting the
+// whole state. load() replays it over experiment_state.json (idempotently: a line the state
+// already covers changes nothing); it is emptied after each full state write.
+class Journal {
+ public:
+  Journal() = default;
+  ~Journal();
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+  [[nodiscard]] Result<void> open(const fs::path& exp_dir);
+  // Records that `t` (already marked RUNNING with its new attempt) is about to start.
+  [[nodiscard]] Result<void> record_launch(const trial::Trial& t);
+  // Empties the journal (after the full state was written).
+  [[nodiscard]] Result<void> reset();
+
+ private:
+  fs::path path_;
+  int fd_ = -1;
+};
+
 // Writes dir/experiment_state.json atomically (fsync'ed when `durable`).
 [[nodiscard]] Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable);
-// Reads dir/experiment_state.json; a torn, empty or foreign file is a clear error.
+// Reads dir/experiment_state.json and replays the journal over it; a torn, empty or foreign
+// state file is a clear error (a torn last journal line is dropped).
 [[nodiscard]] Result<ExperimentState> load(const fs::path& exp_dir);
 
 }  // namespace tune::state

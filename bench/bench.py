@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""tune benchmarks (run on demand, never part of the test suite).
+
+Each figure is printed as a ratio against a baseline measured in the same run:
+  launch      N trials of `true` at concurrency 2: tune vs `xargs -P2` (and GNU parallel -j2 if installed)
+  results     one trial printing N small results as fast as `cat` can: results/s ingested by tune
+              (result.json and progress.csv written), against the rate `cat` alone reaches into a file
+
+  bench/bench.py [--launch-trials 1000] [--results 1000000] [--repeat 3] [--json out.json]
+
+The launch figure is measured twice: with the experiment dir beside the bench's temp dir (the
+disk), and on /dev/shm (tmpfs), since each trial creates a handful of files and file creation
+costs differ by two orders of magnitude between filesystems.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TUNE = os.environ.get("TUNE_BIN", os.path.join(ROOT, "build", "tune"))
+
+
+def timed(cmd, **kw):
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    return time.monotonic() - t0
+
+
+def best_of(n, fn):
+    runs = [fn() for _ in range(n)]
+    return min(runs), statistics.median(runs)
+
+
+def bench_launch(tmp, trials, repeat, storage_root=None):
+    yaml = os.path.join(tmp, "launch.yaml")
+    with open(yaml, "w") as f:
+        f.write("name: launch\ntrial: {command: [\"true\"]}\n")
+        f.write("param_space: {i: {grid_search: [%s]}}\n" % ", ".join(map(str, range(trials))))
+        f.write("max_concurrent_trials: 2\nhosts: [{local: {cpus: 2}}]\n")
+
+    def run_tune():
+        storage = tempfile.mkdtemp(dir=storage_root or tmp)
+        t = timed([TUNE, "run", yaml, "--quiet", "--storage-path", storage])
+        shutil.rmtree(storage)
+        return t
+
+    args = "\n".join(str(i) for i in range(trials)).encode()
+
+    def run_xargs():
+        t0 = time.monotonic()
+        subprocess.run(["xargs", "-P2", "-n1", "true"], input=args, check=True)
+        return time.monotonic() - t0
+
+    out = {"trials": trials}
+    out["xargs_s"], _ = best_of(repeat, run_xargs)
+    out["tune_s"], out["tune_median_s"] = best_of(repeat, run_tune)
+    out["tune_over_xargs"] = out["tune_s"] / out["xargs_s"]
+    if shutil.which("parallel"):
+        def run_parallel():
+            t0 = time.monotonic()
+            subprocess.run(["parallel", "-j2", "true", ":::"] + [str(i) for i in range(trials)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return time.monotonic() - t0
+        out["parallel_s"], _ = best_of(repeat, run_parallel)
+        out["tune_over_parallel"] = out["tune_s"] / out["parallel_s"]
+    return out
+
+
+def bench_results(tmp, n, repeat):
+    data = os.path.join(tmp, "results.jsonl")
+    with open(data, "w") as f:
+        for i in range(n):
+            f.write('{"loss": %.6f, "acc": %.6f, "step": %d}\n' % (1.0 / (i + 1), i / n, i))
+    yaml = os.path.join(tmp, "results.yaml")
+    with open(yaml, "w") as f:
+        f.write("name: results\ntrial: {command: [\"cat\", \"%s\"]}\nparam_space: {x: 1}\n" % data)
+
+    def run_tune():
+        storage = tempfile.mkdtemp(dir=tmp)
+        t = timed([TUNE, "run", yaml, "--quiet", "--storage-path", storage])
+        state = json.load(open(os.path.join(storage, "results", "experiment_state.json")))
+        assert state["trials"][0]["iteration"] == n, "not every result was ingested"
+        shutil.rmtree(storage)
+        return t
+
+    def run_cat():
+        with open(os.path.join(tmp, "cat.out"), "w") as out:
+            t0 = time.monotonic()
+            subprocess.run(["cat", data], stdout=out, check=True)
+            return time.monotonic() - t0
+
+    out = {"results": n}
+    out["cat_s"], _ = best_of(repeat, run_cat)
+    out["tune_s"], out["tune_median_s"] = best_of(repeat, run_tune)
+    out["results_per_s"] = n / out["tune_s"]
+    out["tune_over_cat"] = out["tune_s"] / out["cat_s"]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--launch-trials", type=int, default=1000)
+    ap.add_argument("--results", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", help="write the figures here as JSON")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="tune-bench-")
+    try:
+        launch = bench_launch(tmp, a.launch_trials, a.repeat)
+        shm = None
+        if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+            shm = tempfile.mkdtemp(prefix="tune-bench-", dir="/dev/shm")
+            try:
+                launch_shm = bench_launch(tmp, a.launch_trials, a.repeat, storage_root=shm)
+            finally:
+                shutil.rmtree(shm, ignore_errors=True)
+        results = bench_results(tmp, a.results, a.repeat)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%-44s %12s %12s %10s" % ("workload", "tune", "baseline", "ratio"))
+    print("%-44s %11.3fs %11.3fs %9.2fx  (target <= 1.5x)" % (
+        "launch: %d x true, concurrency 2 vs xargs -P2" % launch["trials"], launch["tune_s"], launch["xargs_s"],
+        launch["tune_over_xargs"]))
+    if shm:
+        print("%-44s %11.3fs %11.3fs %9.2fx  (same, experiment dir on tmpfs)" % (
+            "launch: as above, storage on /dev/shm", launch_shm["tune_s"], launch_shm["xargs_s"],
+            launch_shm["tune_over_xargs"]))
+    if "parallel_s" in launch:
+        print("%-44s %11.3fs %11.3fs %9.2fx  (target <= 0.5x)" % (
+            "launch: vs GNU parallel -j2", launch["tune_s"], launch["parallel_s"], launch["tune_over_parallel"]))
+    print("%-44s %11.3fs %11.3fs %9.2fx  -> %.0f results/s (target >= 100000/s)" % (
+        "results: %d lines ingested vs cat to a file" % results["results"], results["tune_s"], results["cat_s"],
+        results["tune_over_cat"], results["results_per_s"]))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"launch": launch, "launch_tmpfs": launch_shm if shm else None, "results": results, "machine": os.uname().nodename,
+                       "cpus": os.cpu_count()}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
