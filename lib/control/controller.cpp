@@ -364,6 +364,9 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   double now = ex_.now();
   if (!force && (!state_dirty_ || now < next_state_write_)) return true;
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
+  // Checkpoints are deleted right after this write: it must survive a power loss too, or an
+  // older state could name them.
+  durable = durable || !pending_deletions_.empty();
   double t0 = ex_.now();
   auto r = state::save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;

@@ -37,8 +37,12 @@ std::string pad(std::string s, size_t w) {
 }
 
 std::string hms(double s) {
-  auto t = static_cast<long>(std::max(0.0, s));
   char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof buf, "%.1fs", std::max(0.0, s));
+    return buf;
+  }
+  auto t = static_cast<long>(s);
   std::snprintf(buf, sizeof buf, "%02ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
   return buf;
 }
