@@ -177,7 +177,7 @@ TEST_CASE("a crashed trial is retried and each iteration is recorded once", "[co
   }
 }
 
-TEST_CASE("a trial that keeps failing ends in ERROR with the reason; exit code 1", "[controller]") {
+TEST_CASE("a trial that keeps failing ends in ERROR with the reason, exit code 1", "[controller]") {
   ScratchDir d;
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 2}\n");
   FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(1, 3); });
@@ -505,7 +505,7 @@ TEST_CASE("write-ahead: a trial is in the saved state before it starts", "[contr
   CHECK(states_at_start == std::vector<std::string>(4, "RUNNING/1"));
 }
 
-TEST_CASE("non-JSON output is ignored; a trial that reports nothing and exits 0 is TERMINATED", "[controller]") {
+TEST_CASE("non-JSON output is ignored, a trial that reports nothing and exits 0 is TERMINATED", "[controller]") {
   ScratchDir d;
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
   struct Junk : FakeProcess {

@@ -30,13 +30,13 @@ TEST_CASE("Ray Train's example: losses 2,4,1,3, keep 2 by min", "[retention]") {
   CHECK(ranked.front()->seq == 3);
 }
 
-TEST_CASE("default policy keeps the most recent; no num_to_keep keeps all", "[retention]") {
+TEST_CASE("default policy keeps the most recent, no num_to_keep keeps all", "[retention]") {
   auto c = ckpts({5, 1, 3});
   CHECK(checkpoint::select_for_deletion(c, {1, std::nullopt, spec::Order::kMax}, false) == std::vector<int64_t>{1, 2});
   CHECK(checkpoint::select_for_deletion(c, {std::nullopt, std::string("loss"), spec::Order::kMin}, false).empty());
 }
 
-TEST_CASE("ties keep the older; missing and NaN scores rank worst with a warning", "[retention]") {
+TEST_CASE("ties keep the older, missing and NaN scores rank worst with a warning", "[retention]") {
   auto c = ckpts({1, 1, 1});
   CHECK(checkpoint::select_for_deletion(c, by_loss(1), false) == std::vector<int64_t>{2, 3});
   auto m = ckpts({INFINITY, 5, NAN, 7});  // INFINITY here = attribute absent

@@ -17,7 +17,7 @@ spec::Experiment exp_of(const std::string& space, int samples = 1) {
 }
 }  // namespace
 
-TEST_CASE("num_samples x the full grid; the last grid key varies fastest", "[search]") {
+TEST_CASE("num_samples x the full grid, the last grid key varies fastest", "[search]") {
   auto e = exp_of("  a: {grid_search: [1, 2]}\n  b: {grid_search: [x, y, z]}\n", 2);
   REQUIRE(search::trial_count(e.space, e.num_samples) == 12);
   std::vector<std::string> seen;

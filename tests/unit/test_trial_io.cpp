@@ -9,7 +9,7 @@
 using namespace tune;
 using json = nlohmann::json;
 
-TEST_CASE("lines split across chunks; offsets count whole lines only", "[trial]") {
+TEST_CASE("lines split across chunks, offsets count whole lines only", "[trial]") {
   trial::LineSplitter s(16);
   std::vector<std::string> lines;
   std::vector<uint64_t> overlong;
@@ -49,7 +49,7 @@ TEST_CASE("progress.csv widens its header when new keys appear, losing nothing",
   CHECK(rows->size() == 3);
 }
 
-TEST_CASE("truncate_after keeps each iteration up to the checkpoint; a torn line is dropped", "[trial]") {
+TEST_CASE("truncate_after keeps each iteration up to the checkpoint, a torn line is dropped", "[trial]") {
   testing::ScratchDir d;
   {
     trial::ResultLog log;
