@@ -17,8 +17,7 @@ using json = nlohmann::json;
 namespace {
 
 json trial_summary_json(const trial::Trial& t) {
-  json metrics = json::object();
-  for (const auto& [k, m] : t.metrics) metrics[k] = {{"last", m.last}, {"min", m.min}, {"max", m.max}};
+  json metrics = state::metrics_to_json(t);
   return {{"trial_id", t.id},       {"trial_name", t.name},      {"status", trial::status_name(t.status)},
           {"host", t.host},         {"iteration", t.iteration},  {"attempt", t.attempt},
           {"failures", t.failures}, {"error", t.error},          {"time_total_s", t.time_total_s},
@@ -71,6 +70,12 @@ void check_trial_exists(const state::ExperimentState& s, const std::optional<std
   throw Fatal("no trial '" + *id + "' in experiment '" + s.name + "'");
 }
 
+// The EXPERIMENT argument and --storage-path, shared by the read-only commands.
+void add_experiment_options(CLI::App& app, std::string& experiment, std::optional<std::string>& storage) {
+  app.add_option("experiment", experiment, "experiment dir or name (default: the latest)");
+  app.add_option("--storage-path", storage, "root of experiment dirs");
+}
+
 std::string csv_escape(const std::string& v) {
   if (v.find_first_of(",\"\n") == std::string::npos) return v;
   std::string out = "\"";
@@ -81,8 +86,7 @@ std::string csv_escape(const std::string& v) {
 }  // namespace
 
 void StatusCommand::add_options(CLI::App& app) {
-  app.add_option("experiment", experiment_, "experiment dir or name (default: the latest)");
-  app.add_option("--storage-path", storage_, "root of experiment dirs");
+  add_experiment_options(app, experiment_, storage_);
   app.add_option("--format", format_, "table | json")->check(CLI::IsMember({"table", "json"}));
 }
 
@@ -141,8 +145,7 @@ int LsCommand::execute() {
 }
 
 void CheckpointsLsCommand::add_options(CLI::App& app) {
-  app.add_option("experiment", experiment_, "experiment dir or name (default: the latest)");
-  app.add_option("--storage-path", storage_, "root of experiment dirs");
+  add_experiment_options(app, experiment_, storage_);
   app.add_option("--trial", trial_, "only this trial (id or name)");
   app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
@@ -201,8 +204,7 @@ int CheckpointsLsCommand::execute() {
 }
 
 void CheckpointsBestCommand::add_options(CLI::App& app) {
-  app.add_option("experiment", experiment_, "experiment dir or name (default: the latest)");
-  app.add_option("--storage-path", storage_, "root of experiment dirs");
+  add_experiment_options(app, experiment_, storage_);
   app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
 }

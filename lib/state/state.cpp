@@ -16,8 +16,7 @@ using json = nlohmann::json;
 namespace {
 
 json trial_to_json(const trial::Trial& t) {
-  json metrics = json::object();
-  for (const auto& [k, m] : t.metrics) metrics[k] = {{"last", m.last}, {"min", m.min}, {"max", m.max}};
+  json metrics = metrics_to_json(t);
   json ckpts = json::array();
   for (const auto& c : t.checkpoints)
     ckpts.push_back({{"seq", c.seq}, {"dir", c.dir_name()}, {"iteration", c.iteration},
@@ -62,6 +61,12 @@ struct Reader {
 };
 
 }  // namespace
+
+json metrics_to_json(const trial::Trial& t) {
+  json metrics = json::object();
+  for (const auto& [k, m] : t.metrics) metrics[k] = {{"last", m.last}, {"min", m.min}, {"max", m.max}};
+  return metrics;
+}
 
 json to_json(const ExperimentState& s) {
   json trials = json::array();

@@ -30,6 +30,8 @@ struct ExperimentState {
 };
 
 [[nodiscard]] nlohmann::json to_json(const ExperimentState& s);
+// {"loss": {"last": .., "min": .., "max": ..}, ...} of one trial (state file and `tune status`).
+[[nodiscard]] nlohmann::json metrics_to_json(const trial::Trial& t);
 // Validates every field; `where` names the file in messages.
 [[nodiscard]] Result<ExperimentState> from_json(const nlohmann::json& j, const std::string& where);
 
