@@ -240,7 +240,9 @@ void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
   double now = ex_.now();
   if (exp_.trial.mode == spec::TrialMode::kStep && why != StopWhy::kUser && why != StopWhy::kFailFast) {
     // Asked over stdin once the command in flight is answered (and the final checkpoint is
-    // saved); the grace period starts when {"op":"stop"} is sent.
+    // saved); the grace period starts when {"op":"stop"} is sent. The time budget is a hard
+    // limit: a trial stuck in a step is stopped after the grace period regardless.
+    if (why == StopWhy::kBudget && rt.kill_deadline < 0) rt.kill_deadline = now + opts_.grace_s;
     return;
   }
   if (why == StopWhy::kDone) {

@@ -545,3 +545,56 @@ param_space:
   CHECK(ex.launches[0].argv == std::vector<std::string>{"prog", "--x=$(touch /tmp/tune-pwned)", "; rm -rf ~"});
   CHECK(ex.launches[1].argv[2] == "a b 'c' \"d\"");
 }
+
+TEST_CASE("the time budget stops a step-mode trial stuck in a step", "[controller][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+time_budget_s: 5
+)");
+  struct Stuck : FakeProcess {  // answers the first step, then never again
+    int steps = 0;
+    void on_stdin(FakeContext& c, const std::string& line) override {
+      if (json::parse(line)["op"] == "step" && ++steps == 1) c.print(R"({"loss": 1})");
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Stuck>(); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  CHECK(c.state().trials[0].status == trial::Status::kTerminated);
+  CHECK(c.state().trials[0].iteration == 1);
+  CHECK(ex.now() < 1000 + 5 + 2 + 1);  // budget + grace
+  REQUIRE(ex.stops.size() == 1);
+}
+
+TEST_CASE("retention deletes a checkpoint that became a symlink, never its target", "[controller][checkpoint]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: 1}
+checkpoint_config: {num_to_keep: 1, checkpoint_score_attribute: loss, checkpoint_score_order: min}
+)");
+  fs::create_directories(d.path / "outside");
+  std::ofstream(d.path / "outside" / "precious") << "keep me";
+  fs::path outside = d.path / "outside";
+  FakeExecutor ex([&](const exec::Launch&) {
+    return std::make_unique<Reporter>(3, 0, [&](int i, FakeContext& c) {
+      if (i == 2) {  // the trial swaps its first checkpoint for a link to somewhere else
+        fs::path first = c.launch.trial_dir / "checkpoint_000001";
+        fs::remove_all(first);
+        fs::create_directory_symlink(outside, first);
+      }
+      return json{{"loss", 10.0 - i}, {"checkpoint", c.make_dir("tmp" + std::to_string(i))}};
+    });
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  fs::path dir = e.dir() / c.state().trials[0].name;
+  CHECK_FALSE(fs::exists(fs::symlink_status(dir / "checkpoint_000001")));
+  CHECK(fs::exists(outside / "precious"));
+  CHECK(fs::exists(dir / "checkpoint_000003"));
+  CHECK(c.state().trials[0].checkpoints.size() == 1);
+}
