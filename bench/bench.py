@@ -3,6 +3,8 @@
 
 Each figure is printed as a ratio against a baseline measured in the same run:
   launch      N trials of `true` at concurrency 2: tune vs `xargs -P2` (and GNU parallel -j2 if installed)
+  checkpoints registering a 1 GiB checkpoint (a rename) vs copying it; retention cost per
+              checkpoint over 10,000 checkpoints of one trial, first 1,000 vs last 1,000
   results     one trial printing N small results as fast as `cat` can: results/s ingested by tune
               (result.json and progress.csv written), against the rate `cat` alone reaches into a file
 
@@ -121,6 +123,9 @@ def main():
             finally:
                 shutil.rmtree(shm, ignore_errors=True)
         results = bench_results(tmp, a.results, a.repeat)
+        ckpt_bin = os.path.join(os.path.dirname(TUNE), "bench", "tune_bench_checkpoints")
+        ckpt = json.loads(subprocess.run([ckpt_bin, os.path.join(tmp, "ckpt")], check=True,
+                                         capture_output=True, text=True).stdout)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%-44s %12s %12s %10s" % ("workload", "tune", "baseline", "ratio"))
@@ -137,9 +142,16 @@ def main():
     print("%-44s %11.3fs %11.3fs %9.2fx  -> %.0f results/s (target >= 100000/s)" % (
         "results: %d lines ingested vs cat to a file" % results["results"], results["tune_s"], results["cat_s"],
         results["tune_over_cat"], results["results_per_s"]))
+    print("%-44s %11.3fms %10.0fms %9.5fx  (target < 10 ms)" % (
+        "checkpoint: register 1 GiB (rename) vs copy", ckpt["adopt_1gib_ms"], ckpt["copy_1gib_ms"],
+        ckpt["adopt_1gib_ms"] / ckpt["copy_1gib_ms"]))
+    print("%-44s %11.3fus %10.3fus %9.2fx  (flat = independent of n)" % (
+        "retention: last 1000 of 10000 vs first 1000", ckpt["retention_last_1000_us_each"],
+        ckpt["retention_first_1000_us_each"],
+        ckpt["retention_last_1000_us_each"] / ckpt["retention_first_1000_us_each"]))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"launch": launch, "launch_tmpfs": launch_shm if shm else None, "results": results, "machine": os.uname().nodename,
+            json.dump({"checkpoints": ckpt, "launch": launch, "launch_tmpfs": launch_shm if shm else None, "results": results, "machine": os.uname().nodename,
                        "cpus": os.cpu_count()}, f, indent=2)
 
 
