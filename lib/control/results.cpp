@@ -170,14 +170,19 @@ void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, 
   t.checkpoints.push_back(std::move(c));
   rt.last_checkpoint_iteration = t.iteration;
   spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, t.checkpoints.back().dir_name(), t.iteration);
+  if (const auto& attr = exp_.checkpoint.score_attribute) {
+    auto it = t.checkpoints.back().metrics.find(*attr);
+    if (it == t.checkpoints.back().metrics.end() || !it->is_number() || std::isnan(it->get<double>()))
+      spdlog::warn("trial {}: {} has no numeric '{}' in its result: it ranks worst", t.name,
+                   t.checkpoints.back().dir_name(), *attr);
+  }
   apply_retention(t, true);
   mark_dirty();
 }
 
 void Controller::apply_retention(trial::Trial& t, bool can_run) {
-  std::vector<std::string> warnings;
-  auto doomed = checkpoint::select_for_deletion(t.checkpoints, policy_, can_run, &warnings);
-  for (const auto& w : warnings) spdlog::warn("trial {}: {}", t.name, w);
+  // (a missing score was warned about once, when the checkpoint was registered)
+  auto doomed = checkpoint::select_for_deletion(t.checkpoints, policy_, can_run);
   if (doomed.empty()) return;
   std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
     if (std::find(doomed.begin(), doomed.end(), c.seq) == doomed.end()) return false;
