@@ -140,9 +140,6 @@ int RunCommand::execute() {
   co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
   co.base_env = environment();
   co.python_helpers_dir = python_helpers_dir();
-  if (!resume) {
-    // A fresh run starts from the seed chosen above.
-  }
   control::Controller controller(exp, executor, co, &table);
   int code = controller.run(std::move(resume));
   std::cout << ui::final_summary(controller.state(), exp);

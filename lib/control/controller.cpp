@@ -381,7 +381,6 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   state_dirty_ = false;
   last_write_failed_ = false;
   if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);
-  last_write_cost_ = cost;
   // At most ~5% of wall time goes to state writes, unless a fixed period is set.
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
   next_state_write_ = now + period;

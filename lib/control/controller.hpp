@@ -86,7 +86,7 @@ class Controller {
   void on_line(trial::Trial& t, Runtime& rt, std::string_view line);
   void on_exit(const std::string& id, const exec::ExitInfo& info);
   void record_result(trial::Trial& t, Runtime& rt, nlohmann::json result);
-  bool should_stop(const trial::Trial& t, const nlohmann::json& result) const;
+  [[nodiscard]] bool should_stop(const nlohmann::json& result) const;
   void register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, const nlohmann::json& result);
   void apply_retention(trial::Trial& t, bool can_run);
   void step_next(trial::Trial& t, Runtime& rt, const nlohmann::json& result);
@@ -131,7 +131,6 @@ class Controller {
   bool state_dirty_ = true;
   bool last_write_failed_ = false;  // back off launches until a write succeeds
   double next_state_write_ = 0;
-  double last_write_cost_ = 0;
   double next_lease_ = 0;
   std::string host_name_;
 };

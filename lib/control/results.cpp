@@ -146,13 +146,12 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   t.last_result = std::move(result);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
-    if (should_stop(t, t.last_result)) request_stop(t, rt, StopWhy::kCriterion);
+    if (should_stop(t.last_result)) request_stop(t, rt, StopWhy::kCriterion);
     else if (done) request_stop(t, rt, StopWhy::kDone);
   }
 }
 
-bool Controller::should_stop(const trial::Trial& t, const json& result) const {
-  (void)t;
+bool Controller::should_stop(const json& result) const {
   for (const auto& [key, threshold] : exp_.stop) {
     auto it = result.find(key);
     if (it != result.end() && it->is_number() && it->get<double>() >= threshold) return true;
@@ -198,7 +197,7 @@ void Controller::step_next(trial::Trial& t, Runtime& rt, const json& result) {
     return;
   }
   bool done = result.value("done", false);
-  bool stop = done || should_stop(t, result);
+  bool stop = done || should_stop(result);
   bool wanted = result.contains("should_checkpoint") && result["should_checkpoint"].is_boolean() &&
                 result["should_checkpoint"].get<bool>();
   int freq = exp_.checkpoint.frequency;

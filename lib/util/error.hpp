@@ -46,11 +46,4 @@ class Fatal : public std::runtime_error {
   int code_;
 };
 
-// Unwraps a Result or throws Fatal with its message.
-template <typename T>
-T value_or_throw(Result<T> r, int code = kExitUsage) {
-  if (!r) throw Fatal(r.error(), code);
-  return std::move(*r);
-}
-
 }  // namespace tune

@@ -115,15 +115,6 @@ std::string format_short(double v, int digits) {
   return buf;
 }
 
-std::string join(std::span<const std::string> parts, std::string_view sep) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i) out.append(sep);
-    out.append(parts[i]);
-  }
-  return out;
-}
-
 std::string printable(std::string_view s, size_t max) {
   std::string out;
   for (char c : s.substr(0, max)) {

@@ -32,9 +32,6 @@ namespace tune::util {
 // A compact form for names and tables: up to `digits` significant digits ("0.0012", "2.5e-05").
 [[nodiscard]] std::string format_short(double v, int digits = 4);
 
-// Joins with a separator.
-[[nodiscard]] std::string join(std::span<const std::string> parts, std::string_view sep);
-
 // Replaces control characters so untrusted text can go on one log line; cuts at `max` bytes.
 [[nodiscard]] std::string printable(std::string_view s, size_t max = 200);
 

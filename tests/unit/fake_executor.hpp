@@ -74,7 +74,10 @@ class FakeExecutor final : public exec::Executor {
         if (p.ctx->alive) p.proc->on_tick(*p.ctx, clock_);
       for (auto it = interrupts_.begin(); it != interrupts_.end();) {
         if (*it <= clock_) {
-          queue_.insert(queue_.begin(), exec::InterruptEvent{2});
+          std::vector<exec::Event> first;  // interrupts go first, as the real executor returns them
+          first.emplace_back(std::in_place_type<exec::InterruptEvent>, exec::InterruptEvent{2});
+          for (auto& e : queue_) first.push_back(std::move(e));
+          queue_ = std::move(first);
           it = interrupts_.erase(it);
         } else {
           ++it;
@@ -91,7 +94,11 @@ class FakeExecutor final : public exec::Executor {
   void renew_lease() override { ++lease_renewals; }
 
   void interrupt_at(double t) { interrupts_.push_back(t); }
-  void push(exec::Event e) { queue_.push_back(std::move(e)); }
+  // Constructs the event in place (a by-value variant here trips a GCC 12 false warning).
+  template <typename E>
+  void push(E&& e) {
+    queue_.emplace_back(std::forward<E>(e));
+  }
 
   std::vector<exec::Launch> launches;
   std::vector<std::pair<std::string, bool>> stops;
