@@ -65,14 +65,17 @@ int main(int argc, char** argv) {
     c.metrics = {{"loss", static_cast<double>(rng() % 100000) / 1000.0}};
     kept.push_back(std::move(c));
     auto doomed = tune::checkpoint::select_for_deletion(kept, policy, true);
-    std::erase_if(kept, [&](const auto& k) { return std::binary_search(doomed.begin(), doomed.end(), k.seq); });
+    std::erase_if(kept, [&](const auto& k) {
+      return std::binary_search(doomed.begin(), doomed.end(), k.seq);
+    });
     deleted += doomed.size();
     double us = std::chrono::duration<double, std::micro>(Clock::now() - s).count();
     if (i <= 1000) first += us;
     if (i > n - 1000) last += us;
   }
-  std::printf("{\"adopt_1gib_ms\": %.3f, \"copy_1gib_ms\": %.1f, \"retention_first_1000_us_each\": %.3f, "
-              "\"retention_last_1000_us_each\": %.3f, \"retained\": %zu, \"deleted\": %zu}\n",
-              adopt_ms, copy_ms, first / 1000, last / 1000, kept.size(), deleted);
+  std::printf(
+      "{\"adopt_1gib_ms\": %.3f, \"copy_1gib_ms\": %.1f, \"retention_first_1000_us_each\": %.3f, "
+      "\"retention_last_1000_us_each\": %.3f, \"retained\": %zu, \"deleted\": %zu}\n",
+      adopt_ms, copy_ms, first / 1000, last / 1000, kept.size(), deleted);
   return 0;
 }

@@ -1,6 +1,7 @@
 // tune-supervisor: runs one trial attempt so that it outlives the driver (SPEC §6).
 //
-//   tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD STDIN -- PROGRAM ARGS...
+//   tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD STDIN -- PROGRAM
+//   ARGS...
 //
 // Started by the driver in a new session. With STDIN=fifo it makes TRIAL_DIR/stdin.fifo and
 // keeps it open (a step-mode trial reads its commands there and never sees EOF); with
@@ -43,12 +44,14 @@ void diag(const std::string& msg) {
 std::string json_escape(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
     else if (c < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -81,7 +84,7 @@ double monotonic_s() {
 
 // Age in seconds of the lease file; a missing lease counts from `since`.
 double lease_age(const std::string& lease, double since) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(lease.c_str(), &st) != 0) return now_s() - since;
   double m = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
   return now_s() - m;
@@ -93,7 +96,8 @@ int main(int argc, char** argv) {
   if (argc < 10 || std::strcmp(argv[8], "--") != 0 ||
       (std::strcmp(argv[7], "fifo") != 0 && std::strcmp(argv[7], "null") != 0)) {
     std::fprintf(stderr,
-                 "usage: tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD fifo|null -- "
+                 "usage: tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD "
+                 "fifo|null -- "
                  "PROGRAM ARGS...\n");
     return 2;
   }
@@ -127,8 +131,10 @@ int main(int argc, char** argv) {
   } else {
     in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   }
-  int out = ::open((g_dir + "/stdout.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  int err = ::open((g_dir + "/stderr.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int out =
+      ::open((g_dir + "/stdout.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int err =
+      ::open((g_dir + "/stderr.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (in < 0 || out < 0 || err < 0) {
     diag(std::string("cannot open the trial's files: ") + std::strerror(errno));
     return 3;
@@ -209,8 +215,8 @@ int main(int argc, char** argv) {
       kill_at = -1;
     }
     if (!stopping && lease_age(lease, started) > orphan_timeout) {
-      diag("the driver's lease expired (no driver for " + std::to_string(static_cast<int>(orphan_timeout)) +
-           " s): stopping the orphaned trial");
+      diag("the driver's lease expired (no driver for " +
+           std::to_string(static_cast<int>(orphan_timeout)) + " s): stopping the orphaned trial");
       stop("orphaned", false);
     }
   }
@@ -218,8 +224,9 @@ int main(int argc, char** argv) {
   std::string code = "null", sig = "null";
   if (WIFEXITED(status)) code = std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) sig = std::to_string(WTERMSIG(status));
-  write_atomic("exit.json", "{\"attempt\":" + attempt + ",\"exit_code\":" + code + ",\"signal\":" +
-                                sig + ",\"reason\":\"" + reason + "\",\"error\":\"" +
-                                json_escape(error) + "\",\"ended\":" + std::to_string(now_s()) + "}\n");
+  write_atomic("exit.json", "{\"attempt\":" + attempt + ",\"exit_code\":" + code +
+                                ",\"signal\":" + sig + ",\"reason\":\"" + reason +
+                                "\",\"error\":\"" + json_escape(error) +
+                                "\",\"ended\":" + std::to_string(now_s()) + "}\n");
   return 0;
 }

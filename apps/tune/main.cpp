@@ -1,4 +1,6 @@
 // The `tune` command: everything lives in the library (lib/cli).
 #include "cli/cli.hpp"
 
-int main(int argc, char** argv) { return tune::cli::main(argc, argv); }
+int main(int argc, char** argv) {
+  return tune::cli::main(argc, argv);
+}

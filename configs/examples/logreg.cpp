@@ -53,7 +53,9 @@ void make_data(Data& train, Data& val) {
   fill(val, kVal);
 }
 
-double sigmoid(double z) { return 1 / (1 + std::exp(-z)); }
+double sigmoid(double z) {
+  return 1 / (1 + std::exp(-z));
+}
 
 void evaluate(const Data& d, const std::vector<double>& w, double& loss, double& acc) {
   loss = 0;
@@ -73,7 +75,8 @@ void evaluate(const Data& d, const std::vector<double>& w, double& loss, double&
 std::string flag(int argc, char** argv, const std::string& name) {
   std::string prefix = "--" + name + "=";
   for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]).rfind(prefix, 0) == 0) return std::string(argv[i]).substr(prefix.size());
+    if (std::string(argv[i]).rfind(prefix, 0) == 0)
+      return std::string(argv[i]).substr(prefix.size());
   return "";
 }
 
@@ -128,7 +131,9 @@ int main(int argc, char** argv) {
         grad[kDim] += err;
       }
       double scale = step / (end - b);
-      for (int j = 0; j < kDim; ++j) w[static_cast<size_t>(j)] -= scale * grad[static_cast<size_t>(j)] + step * l2 * w[static_cast<size_t>(j)];
+      for (int j = 0; j < kDim; ++j)
+        w[static_cast<size_t>(j)] -=
+            scale * grad[static_cast<size_t>(j)] + step * l2 * w[static_cast<size_t>(j)];
       w[kDim] -= scale * grad[kDim];
     }
     double train_loss, train_acc, val_loss, val_acc;

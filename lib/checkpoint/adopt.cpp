@@ -22,9 +22,10 @@ Result<void> adopt(const std::string& reported, const fs::path& cwd, const fs::p
   fs::path p = fs::path(reported).is_absolute() ? fs::path(reported) : cwd / reported;
   p = p.lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
-  struct stat st{};
+  struct stat st {};
   if (::lstat(p.c_str(), &st) != 0) return fail("checkpoint '", shown, "' does not exist");
-  if (S_ISLNK(st.st_mode)) return fail("checkpoint '", shown, "' is a symlink; report the directory itself");
+  if (S_ISLNK(st.st_mode))
+    return fail("checkpoint '", shown, "' is a symlink; report the directory itself");
   if (!S_ISDIR(st.st_mode)) return fail("checkpoint '", shown, "' is not a directory");
   std::error_code ec;
   fs::path real = fs::canonical(p, ec);

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   run.add_options(*run_cmd);
 
   ValidateCommand validate;
-  auto* validate_cmd = app.add_subcommand("validate", "check an experiment file and print the trials it would run");
+  auto* validate_cmd =
+      app.add_subcommand("validate", "check an experiment file and print the trials it would run");
   validate.add_options(*validate_cmd);
 
   StatusCommand status;
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
   CheckpointsLsCommand ckpt_ls;
   ckpt_ls.add_options(*ckpt_cmd->add_subcommand("ls", "retained checkpoints, best first"));
   CheckpointsBestCommand ckpt_best;
-  ckpt_best.add_options(*ckpt_cmd->add_subcommand("best", "print the best checkpoint's absolute path"));
+  ckpt_best.add_options(
+      *ckpt_cmd->add_subcommand("best", "print the best checkpoint's absolute path"));
 
   try {
     app.parse(argc, argv);

@@ -17,18 +17,21 @@
 namespace tune::cli {
 
 fs::path resolve_experiment(const std::string& arg, const std::optional<std::string>& storage) {
-  fs::path root = storage ? fs::absolute(util::expand_user(*storage)) : spec::default_storage_path();
+  fs::path root =
+      storage ? fs::absolute(util::expand_user(*storage)) : spec::default_storage_path();
   std::error_code ec;
   if (!arg.empty()) {
     fs::path p = util::expand_user(arg);
     if (fs::exists(p / state::kStateFile, ec)) return fs::absolute(p).lexically_normal();
-    if (p.is_relative() && p.has_filename() && fs::exists(root / p / state::kStateFile, ec)) return root / p;
+    if (p.is_relative() && p.has_filename() && fs::exists(root / p / state::kStateFile, ec))
+      return root / p;
     throw Fatal("no experiment '" + arg + "': neither a directory holding " + state::kStateFile +
                 " nor a name under '" + root.string() + "'");
   }
   fs::path newest;
   fs::file_time_type newest_t{};
-  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
     fs::path st = it->path() / state::kStateFile;
     auto t = fs::last_write_time(st, ec);
     if (ec) {
@@ -37,7 +40,8 @@ fs::path resolve_experiment(const std::string& arg, const std::optional<std::str
     }
     if (newest.empty() || t > newest_t) newest = it->path(), newest_t = t;
   }
-  if (newest.empty()) throw Fatal("no experiments under '" + root.string() + "' (name one, or pass --storage-path)");
+  if (newest.empty())
+    throw Fatal("no experiments under '" + root.string() + "' (name one, or pass --storage-path)");
   return newest;
 }
 
@@ -60,26 +64,32 @@ void acquire_lock(const fs::path& exp_dir) {
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     ::close(fd);
     std::string pid = holder.substr(0, holder.find(' '));
-    std::string host = holder.find(' ') == std::string::npos ? "?" : holder.substr(holder.find(' ') + 1);
-    throw Fatal("experiment '" + exp_dir.string() + "' is already being run by pid " + pid + " on host " +
-                host + " (one driver per experiment)");
+    std::string host =
+        holder.find(' ') == std::string::npos ? "?" : holder.substr(holder.find(' ') + 1);
+    throw Fatal("experiment '" + exp_dir.string() + "' is already being run by pid " + pid +
+                " on host " + host + " (one driver per experiment)");
   }
   std::string me = std::to_string(::getpid()) + " " + util::host_name() + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     spdlog::warn("cannot record the lock holder in '{}'", lock.string());
   // The descriptor stays open (and locked) until the process exits: a crashed driver's lock is
   // released by the kernel, so a stale lock can always be taken over.
 }
 
-void setup_logging(const fs::path& exp_dir, bool quiet, bool verbose, ui::LiveTable* table, bool color) {
+void setup_logging(const fs::path& exp_dir, bool quiet, bool verbose, ui::LiveTable* table,
+                   bool color) {
   std::vector<spdlog::sink_ptr> sinks;
   auto err_sink = ui::make_stderr_sink(table, color);
-  err_sink->set_level(verbose ? spdlog::level::debug : quiet ? spdlog::level::err : spdlog::level::warn);
+  err_sink->set_level(verbose ? spdlog::level::debug
+                      : quiet ? spdlog::level::err
+                              : spdlog::level::warn);
   err_sink->set_pattern(verbose ? "%H:%M:%S.%e [%P] %l: %v" : "tune: %l: %v");
   sinks.push_back(err_sink);
   if (!exp_dir.empty()) {
     try {
-      auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>((exp_dir / "tune.log").string(), false);
+      auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+          (exp_dir / "tune.log").string(), false);
       file_sink->set_level(verbose ? spdlog::level::debug : spdlog::level::info);
       file_sink->set_pattern("%Y-%m-%d %H:%M:%S.%e [%P] %l: %v");
       sinks.push_back(file_sink);

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 // EXPERIMENT argument: a directory path holding experiment_state.json, or a name under the
 // storage path; empty = the most recently updated experiment there.
-[[nodiscard]] fs::path resolve_experiment(const std::string& arg, const std::optional<std::string>& storage);
+[[nodiscard]] fs::path resolve_experiment(const std::string& arg,
+                                          const std::optional<std::string>& storage);
 
 // Loads an experiment's state or throws Fatal naming the problem.
 [[nodiscard]] state::ExperimentState load_state_or_throw(const fs::path& dir);
@@ -28,7 +29,8 @@ void acquire_lock(const fs::path& exp_dir);
 
 // Logging: DIR/tune.log gets info (debug with verbose); stderr gets warnings (info with
 // verbose, errors only with quiet), printed above the live table.
-void setup_logging(const fs::path& exp_dir, bool quiet, bool verbose, ui::LiveTable* table, bool color);
+void setup_logging(const fs::path& exp_dir, bool quiet, bool verbose, ui::LiveTable* table,
+                   bool color);
 
 // Where the Python helper module lives ($TUNE_HELPERS_DIR, the install, or the source tree).
 [[nodiscard]] std::string python_helpers_dir();

@@ -18,10 +18,18 @@ namespace {
 
 json trial_summary_json(const trial::Trial& t) {
   json metrics = state::metrics_to_json(t);
-  return {{"trial_id", t.id},       {"trial_name", t.name},      {"status", trial::status_name(t.status)},
-          {"host", t.host},         {"iteration", t.iteration},  {"attempt", t.attempt},
-          {"failures", t.failures}, {"error", t.error},          {"time_total_s", t.time_total_s},
-          {"metrics", metrics},     {"checkpoints", t.checkpoints.size()}, {"config", t.config}};
+  return {{"trial_id", t.id},
+          {"trial_name", t.name},
+          {"status", trial::status_name(t.status)},
+          {"host", t.host},
+          {"iteration", t.iteration},
+          {"attempt", t.attempt},
+          {"failures", t.failures},
+          {"error", t.error},
+          {"time_total_s", t.time_total_s},
+          {"metrics", metrics},
+          {"checkpoints", t.checkpoints.size()},
+          {"config", t.config}};
 }
 
 struct Row {
@@ -31,7 +39,8 @@ struct Row {
 };
 
 // Every retained checkpoint, best first by metric/order (missing scores last, older first).
-std::vector<Row> ranked_checkpoints(const state::ExperimentState& s, const std::optional<std::string>& trial_id,
+std::vector<Row> ranked_checkpoints(const state::ExperimentState& s,
+                                    const std::optional<std::string>& trial_id,
                                     const std::optional<std::string>& metric, spec::Order order) {
   std::vector<Row> rows;
   for (const auto& t : s.trials) {
@@ -40,7 +49,8 @@ std::vector<Row> ranked_checkpoints(const state::ExperimentState& s, const std::
       std::optional<double> score;
       if (metric) {
         auto it = c.metrics.find(*metric);
-        if (it != c.metrics.end() && it->is_number() && !std::isnan(it->get<double>())) score = it->get<double>();
+        if (it != c.metrics.end() && it->is_number() && !std::isnan(it->get<double>()))
+          score = it->get<double>();
       }
       rows.push_back({&t, &c, score});
     }
@@ -48,7 +58,8 @@ std::vector<Row> ranked_checkpoints(const state::ExperimentState& s, const std::
   std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
     if (metric) {
       if (a.score.has_value() != b.score.has_value()) return a.score.has_value();
-      if (a.score && *a.score != *b.score) return order == spec::Order::kMin ? *a.score < *b.score : *a.score > *b.score;
+      if (a.score && *a.score != *b.score)
+        return order == spec::Order::kMin ? *a.score < *b.score : *a.score > *b.score;
     } else if (a.ckpt->iteration != b.ckpt->iteration) {
       return a.ckpt->iteration > b.ckpt->iteration;  // no metric: most recent first
     }
@@ -71,7 +82,8 @@ void check_trial_exists(const state::ExperimentState& s, const std::optional<std
 }
 
 // The EXPERIMENT argument and --storage-path, shared by the read-only commands.
-void add_experiment_options(CLI::App& app, std::string& experiment, std::optional<std::string>& storage) {
+void add_experiment_options(CLI::App& app, std::string& experiment,
+                            std::optional<std::string>& storage) {
   app.add_option("experiment", experiment, "experiment dir or name (default: the latest)");
   app.add_option("--storage-path", storage, "root of experiment dirs");
 }
@@ -94,9 +106,10 @@ int StatusCommand::execute() {
   fs::path dir = resolve_experiment(experiment_, storage_);
   auto s = load_state_or_throw(dir);
   if (format_ == "json") {
-    json out = {{"name", s.name}, {"dir", dir.string()}, {"phase", s.phase}, {"total_trials", s.total_trials},
+    json out = {{"name", s.name},           {"dir", dir.string()},
+                {"phase", s.phase},         {"total_trials", s.total_trials},
                 {"elapsed_s", s.elapsed_s}, {"metric", s.metric ? json(*s.metric) : json(nullptr)},
-                {"mode", s.mode}, {"trials", json::array()}};
+                {"mode", s.mode},           {"trials", json::array()}};
     for (const auto& t : s.trials) out["trials"].push_back(trial_summary_json(t));
     std::cout << out.dump(2) << "\n";
     return kExitOk;
@@ -113,32 +126,41 @@ void LsCommand::add_options(CLI::App& app) {
 }
 
 int LsCommand::execute() {
-  fs::path root = storage_ ? fs::absolute(util::expand_user(*storage_)) : spec::default_storage_path();
+  fs::path root =
+      storage_ ? fs::absolute(util::expand_user(*storage_)) : spec::default_storage_path();
   std::vector<std::pair<std::string, state::ExperimentState>> found;
   std::vector<std::string> unreadable;
   std::error_code ec;
   std::vector<fs::path> dirs;
-  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec))
     if (fs::exists(it->path() / state::kStateFile)) dirs.push_back(it->path());
   std::sort(dirs.begin(), dirs.end());
   for (const auto& d : dirs) {
     auto s = state::load(d);
-    if (s) found.emplace_back(d.filename().string(), std::move(*s));
-    else unreadable.push_back(s.error().message);
+    if (s)
+      found.emplace_back(d.filename().string(), std::move(*s));
+    else
+      unreadable.push_back(s.error().message);
   }
   if (format_ == "json") {
     json out = json::array();
     for (const auto& [name, s] : found) {
       json counts = json::object();
-      for (const auto& t : s.trials) counts[trial::status_name(t.status)] = counts.value(trial::status_name(t.status), 0) + 1;
-      out.push_back({{"name", name}, {"dir", (root / name).string()}, {"phase", s.phase},
-                     {"total_trials", s.total_trials}, {"counts", counts}});
+      for (const auto& t : s.trials)
+        counts[trial::status_name(t.status)] = counts.value(trial::status_name(t.status), 0) + 1;
+      out.push_back({{"name", name},
+                     {"dir", (root / name).string()},
+                     {"phase", s.phase},
+                     {"total_trials", s.total_trials},
+                     {"counts", counts}});
     }
     std::cout << out.dump(2) << "\n";
   } else {
     if (found.empty()) std::cout << "no experiments under " << root.string() << "\n";
     for (const auto& [name, s] : found)
-      std::cout << name << "  (" << s.phase << ", " << s.total_trials << " trials)  " << ui::status_counts(s) << "\n";
+      std::cout << name << "  (" << s.phase << ", " << s.total_trials << " trials)  "
+                << ui::status_counts(s) << "\n";
   }
   for (const auto& u : unreadable) std::cerr << "tune: warning: " << u << "\n";
   return kExitOk;
@@ -150,7 +172,8 @@ void CheckpointsLsCommand::add_options(CLI::App& app) {
   app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
   app.add_option("--top", top_, "only the K best")->check(CLI::PositiveNumber);
-  app.add_option("--format", format_, "table | json | csv")->check(CLI::IsMember({"table", "json", "csv"}));
+  app.add_option("--format", format_, "table | json | csv")
+      ->check(CLI::IsMember({"table", "json", "csv"}));
 }
 
 int CheckpointsLsCommand::execute() {
@@ -165,10 +188,15 @@ int CheckpointsLsCommand::execute() {
     json out = json::array();
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
-      out.push_back({{"rank", i + 1}, {"trial_id", r.trial->id}, {"trial_name", r.trial->name},
-                     {"checkpoint", r.ckpt->dir_name()}, {"path", path_of(r)}, {"iteration", r.ckpt->iteration},
+      out.push_back({{"rank", i + 1},
+                     {"trial_id", r.trial->id},
+                     {"trial_name", r.trial->name},
+                     {"checkpoint", r.ckpt->dir_name()},
+                     {"path", path_of(r)},
+                     {"iteration", r.ckpt->iteration},
                      {"metric", metric ? json(*metric) : json(nullptr)},
-                     {"score", r.score ? json(*r.score) : json(nullptr)}, {"metrics", r.ckpt->metrics},
+                     {"score", r.score ? json(*r.score) : json(nullptr)},
+                     {"metrics", r.ckpt->metrics},
                      {"config", r.trial->config}});
     }
     std::cout << out.dump(2) << "\n";
@@ -178,10 +206,11 @@ int CheckpointsLsCommand::execute() {
     std::cout << "rank,trial_id,trial_name,checkpoint,iteration,metric,score,path,config\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
-      std::cout << i + 1 << "," << r.trial->id << "," << csv_escape(r.trial->name) << "," << r.ckpt->dir_name() << ","
-                << r.ckpt->iteration << "," << csv_escape(metric.value_or("")) << ","
-                << (r.score ? util::format_double(*r.score) : "") << "," << csv_escape(path_of(r)) << ","
-                << csv_escape(r.trial->config.dump()) << "\n";
+      std::cout << i + 1 << "," << r.trial->id << "," << csv_escape(r.trial->name) << ","
+                << r.ckpt->dir_name() << "," << r.ckpt->iteration << ","
+                << csv_escape(metric.value_or("")) << ","
+                << (r.score ? util::format_double(*r.score) : "") << "," << csv_escape(path_of(r))
+                << "," << csv_escape(r.trial->config.dump()) << "\n";
     }
     return kExitOk;
   }
@@ -189,13 +218,19 @@ int CheckpointsLsCommand::execute() {
     std::cout << "no checkpoints in " << dir.string() << "\n";
     return kExitOk;
   }
-  std::cout << "checkpoints of '" << s.name << "', best first" << (metric ? " by " + *metric + " (" + (mode_of(mode_, s) == spec::Order::kMin ? "min" : "max") + ")" : " (most recent first)") << ":\n";
-  std::cout << "rank  trial                           checkpoint          iter    score       config\n";
+  std::cout << "checkpoints of '" << s.name << "', best first"
+            << (metric ? " by " + *metric + " (" +
+                             (mode_of(mode_, s) == spec::Order::kMin ? "min" : "max") + ")"
+                       : " (most recent first)")
+            << ":\n";
+  std::cout
+      << "rank  trial                           checkpoint          iter    score       config\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     char line[512];
-    std::snprintf(line, sizeof line, "%-4zu  %-30.30s  %-18s  %-6lld  %-10s  ", i + 1, r.trial->name.c_str(),
-                  r.ckpt->dir_name().c_str(), static_cast<long long>(r.ckpt->iteration),
+    std::snprintf(line, sizeof line, "%-4zu  %-30.30s  %-18s  %-6lld  %-10s  ", i + 1,
+                  r.trial->name.c_str(), r.ckpt->dir_name().c_str(),
+                  static_cast<long long>(r.ckpt->iteration),
                   r.score ? util::format_short(*r.score, 5).c_str() : "-");
     std::cout << line << util::printable(r.trial->config.dump(), 80) << "\n";
   }
@@ -216,7 +251,8 @@ int CheckpointsBestCommand::execute() {
   auto rows = ranked_checkpoints(s, std::nullopt, metric, mode_of(mode_, s));
   if (rows.empty()) throw Fatal("experiment '" + s.name + "' has no checkpoints", kExitTrialError);
   if (metric && !rows.front().score)
-    throw Fatal("no checkpoint of '" + s.name + "' has a score for '" + *metric + "'", kExitTrialError);
+    throw Fatal("no checkpoint of '" + s.name + "' has a score for '" + *metric + "'",
+                kExitTrialError);
   std::cout << (dir / rows.front().trial->name / rows.front().ckpt->dir_name()).string() << "\n";
   return kExitOk;
 }

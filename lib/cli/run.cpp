@@ -45,7 +45,8 @@ std::optional<double> env_seconds(const char* name) {
   if (!v || !*v) return std::nullopt;
   char* end = nullptr;
   double d = std::strtod(v, &end);
-  if (end == v || *end || !(d >= 0)) throw Fatal(std::string(name) + ": expected seconds, got '" + v + "'");
+  if (end == v || *end || !(d >= 0))
+    throw Fatal(std::string(name) + ": expected seconds, got '" + v + "'");
   return d;
 }
 
@@ -85,10 +86,12 @@ int RunCommand::execute() {
   bool has_state = fs::exists(dir / state::kStateFile, ec);
   bool errored = resume_ == "errored" || resume_ == "auto+errored";
   if (resume_ == "never" && has_state)
-    throw Fatal("experiment dir '" + dir.string() + "' already holds an experiment; resume it with "
+    throw Fatal("experiment dir '" + dir.string() +
+                "' already holds an experiment; resume it with "
                 "--resume=auto, or start a new one with --name NAME or --storage-path DIR");
   if ((resume_ == "must" || resume_ == "errored") && !has_state)
-    throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() + "' to resume");
+    throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
+                "' to resume");
 
   fs::create_directories(dir, ec);
   if (ec) throw Fatal("cannot create experiment dir '" + dir.string() + "': " + ec.message());
@@ -100,7 +103,8 @@ int RunCommand::execute() {
     if (!s) throw Fatal(s.error().message + " (the experiment cannot be resumed from it)");
     if (s->total_trials != search::trial_count(exp.space, exp.num_samples) ||
         (exp.seed && s->seed != *exp.seed))
-      throw Fatal("experiment '" + exp.name + "': the search space or seed differs from the run being "
+      throw Fatal("experiment '" + exp.name +
+                  "': the search space or seed differs from the run being "
                   "resumed; start a new experiment with --name NAME");
     if (errored) {
       for (auto& t : s->trials)
@@ -110,10 +114,13 @@ int RunCommand::execute() {
   }
   if (!exp.seed) {
     // No seed: draw one, and keep it in the state so a resume continues the same sequence.
-    exp.seed = resume ? resume->seed : (static_cast<uint64_t>(::getpid()) << 32) ^ static_cast<uint64_t>(::time(nullptr)) ^
-                                           static_cast<uint64_t>(std::random_device{}());
+    exp.seed = resume ? resume->seed
+                      : (static_cast<uint64_t>(::getpid()) << 32) ^
+                            static_cast<uint64_t>(::time(nullptr)) ^
+                            static_cast<uint64_t>(std::random_device{}());
   }
-  if (auto r = util::write_file_atomic(dir / "experiment.yaml", snapshot_text(exp, sets_), true); !r)
+  if (auto r = util::write_file_atomic(dir / "experiment.yaml", snapshot_text(exp, sets_), true);
+      !r)
     throw Fatal(r.error());
 
   auto table_opts = ui::detect_table_options(quiet_);
@@ -124,7 +131,8 @@ int RunCommand::execute() {
     for (const auto& w : exp.trial.command) argv_text += " " + util::shell_quote(w);
     spdlog::debug("trial command:{}", argv_text);
   }
-  spdlog::info("tune run {} -> {}{}", exp.source_file.string(), dir.string(), resume ? " (resuming)" : "");
+  spdlog::info("tune run {} -> {}{}", exp.source_file.string(), dir.string(),
+               resume ? " (resuming)" : "");
 
   auto supervisor = exec::find_supervisor();
   if (!supervisor) throw Fatal(supervisor.error());
@@ -144,7 +152,8 @@ int RunCommand::execute() {
   int code = controller.run(std::move(resume));
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
-    std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_) << " --resume=auto\n";
+    std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_)
+              << " --resume=auto\n";
   return code;
 }
 
@@ -163,26 +172,33 @@ int ValidateCommand::execute() {
   uint64_t seed = exp.seed.value_or(0);
   constexpr uint64_t kMaxListed = 10000;
   if (format_ == "json") {
-    nlohmann::json out = {{"name", exp.name}, {"dir", exp.dir().string()}, {"total_trials", total},
-                          {"seeded", exp.seed.has_value()}, {"trials", nlohmann::json::array()}};
+    nlohmann::json out = {{"name", exp.name},
+                          {"dir", exp.dir().string()},
+                          {"total_trials", total},
+                          {"seeded", exp.seed.has_value()},
+                          {"trials", nlohmann::json::array()}};
     for (uint64_t i = 0; i < total && i < kMaxListed; ++i) {
       auto t = search::generate(exp.space, seed, i);
       char id[32];
       std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
-      out["trials"].push_back({{"trial_id", id}, {"trial_name", trial::make_trial_name(id, t.varying)}, {"config", t.config}});
+      out["trials"].push_back({{"trial_id", id},
+                               {"trial_name", trial::make_trial_name(id, t.varying)},
+                               {"config", t.config}});
     }
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
   std::cout << "experiment '" << exp.name << "' is valid: " << total << " trial(s) ("
-            << exp.num_samples << " sample(s) x " << total / exp.num_samples << " grid point(s)) -> "
-            << exp.dir().string() << "\n";
-  if (!exp.seed) std::cout << "no seed: sampled values will differ on each run (shown with seed 0)\n";
+            << exp.num_samples << " sample(s) x " << total / exp.num_samples
+            << " grid point(s)) -> " << exp.dir().string() << "\n";
+  if (!exp.seed)
+    std::cout << "no seed: sampled values will differ on each run (shown with seed 0)\n";
   for (uint64_t i = 0; i < total && i < kMaxListed; ++i) {
     auto t = search::generate(exp.space, seed, i);
     char id[32];
     std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
-    std::cout << id << "  " << trial::make_trial_name(id, t.varying) << "  " << t.config.dump() << "\n";
+    std::cout << id << "  " << trial::make_trial_name(id, t.varying) << "  " << t.config.dump()
+              << "\n";
   }
   if (total > kMaxListed) std::cout << "... " << total - kMaxListed << " more\n";
   return kExitOk;

@@ -46,7 +46,8 @@ std::string stderr_tail(const fs::path& dir) {
   size_t n = std::fread(buf.data(), 1, buf.size(), f);
   std::fclose(f);
   buf.resize(n);
-  while (!buf.empty() && (buf.back() == '\n' || buf.back() == '\r' || buf.back() == ' ')) buf.pop_back();
+  while (!buf.empty() && (buf.back() == '\n' || buf.back() == '\r' || buf.back() == ' '))
+    buf.pop_back();
   auto nl = buf.rfind('\n');
   return util::printable(nl == std::string::npos ? buf : buf.substr(nl + 1), 300);
 }
@@ -55,7 +56,8 @@ std::string describe_exit(const exec::ExitInfo& info) {
   if (!info.error.empty()) return info.error;
   if (info.signal) {
     const char* name = sigabbrev_np(*info.signal);
-    return "killed by signal " + std::to_string(*info.signal) + (name ? std::string(" (SIG") + name + ")" : "");
+    return "killed by signal " + std::to_string(*info.signal) +
+           (name ? std::string(" (SIG") + name + ")" : "");
   }
   if (info.exit_code) return "exit code " + std::to_string(*info.exit_code);
   return info.reason;
@@ -101,7 +103,8 @@ std::vector<std::string> Controller::trial_argv(const trial::Trial& t) const {
         ++i;
       } else if (c == '{') {
         size_t close = word.find('}', i);
-        const json* v = search::lookup(t.config, std::string_view(word).substr(i + 1, close - i - 1));
+        const json* v =
+            search::lookup(t.config, std::string_view(word).substr(i + 1, close - i - 1));
         out += v ? search::value_text(*v) : "";
         i = close;
       } else {
@@ -126,12 +129,14 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
   env["TUNE_CONFIG_FILE"] = (dir / "params.json").string();
   env["TUNE_TRIAL_MODE"] = exp_.trial.mode == spec::TrialMode::kStep ? "step" : "function";
   env["CUDA_VISIBLE_DEVICES"] = p.cuda_visible_devices();
-  if (restore.empty()) env.erase("TUNE_RESTORE_CHECKPOINT");
-  else env["TUNE_RESTORE_CHECKPOINT"] = restore;
+  if (restore.empty())
+    env.erase("TUNE_RESTORE_CHECKPOINT");
+  else
+    env["TUNE_RESTORE_CHECKPOINT"] = restore;
   if (!opts_.python_helpers_dir.empty()) {
     auto it = env.find("PYTHONPATH");
-    env["PYTHONPATH"] = opts_.python_helpers_dir +
-                        (it != env.end() && !it->second.empty() ? ":" + it->second : "");
+    env["PYTHONPATH"] =
+        opts_.python_helpers_dir + (it != env.end() && !it->second.empty() ? ":" + it->second : "");
   }
   return env;
 }
@@ -195,7 +200,8 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
 void Controller::launch_ready() {
   if (stopping_) return;
   if (last_write_failed_ && ex_.now() < next_state_write_) return;
-  size_t limit = exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
+  size_t limit =
+      exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
   while (running_.size() < limit) {
     if (pending_.empty() && state_.next_index >= state_.total_trials) break;
@@ -214,7 +220,8 @@ void Controller::launch_ready() {
     next->status = Status::kRunning;
     next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
     if (auto r = journal_.record_launch(*next); !r) {
-      spdlog::error("cannot record the launch of {}: {} (not started)", next->name, r.error().message);
+      spdlog::error("cannot record the launch of {}: {} (not started)", next->name,
+                    r.error().message);
       next->attempt -= 1;
       set_pending(*next);
       pool_.release(*placement);
@@ -238,7 +245,8 @@ void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
   if (rt.stop_why == StopWhy::kNone || why == StopWhy::kUser || why == StopWhy::kFailFast)
     rt.stop_why = why;
   double now = ex_.now();
-  if (exp_.trial.mode == spec::TrialMode::kStep && why != StopWhy::kUser && why != StopWhy::kFailFast) {
+  if (exp_.trial.mode == spec::TrialMode::kStep && why != StopWhy::kUser &&
+      why != StopWhy::kFailFast) {
     // Asked over stdin once the command in flight is answered (and the final checkpoint is
     // saved); the grace period starts when {"op":"stop"} is sent. The time budget is a hard
     // limit: a trial stuck in a step is stopped after the grace period regardless.
@@ -273,7 +281,8 @@ void Controller::on_interrupt() {
   interrupted_ = true;
   stopping_ = true;
   if (interrupts_ == 1) {
-    spdlog::warn("interrupted: stopping {} running trial(s) (Ctrl-C again to stop at once)", running_.size());
+    spdlog::warn("interrupted: stopping {} running trial(s) (Ctrl-C again to stop at once)",
+                 running_.size());
     stop_all(StopWhy::kUser, false);
   } else {
     spdlog::warn("interrupted again: killing running trials now");
@@ -302,8 +311,10 @@ void Controller::check_deadlines(double now) {
 void Controller::finish(trial::Trial& t, Status status, const std::string& error) {
   t.status = status;
   t.error = error;
-  if (status == Status::kError) spdlog::error("trial {} failed: {}", t.name, error);
-  else spdlog::info("trial {} {}", t.name, trial::status_name(status));
+  if (status == Status::kError)
+    spdlog::error("trial {} failed: {}", t.name, error);
+  else
+    spdlog::info("trial {} {}", t.name, trial::status_name(status));
   if (t.finished()) apply_retention(t, false);
   mark_dirty();
 }
@@ -328,8 +339,10 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
   if (why == StopWhy::kUser || why == StopWhy::kFailFast) {
     // Stopped by us before it finished: it resumes later from its latest checkpoint.
-    if (clean) t.status = Status::kTerminated;
-    else set_pending(t);
+    if (clean)
+      t.status = Status::kTerminated;
+    else
+      set_pending(t);
     if (clean) apply_retention(t, false);
     mark_dirty();
     return;
@@ -341,7 +354,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   std::string why_text = describe_exit(info);
   if (info.reason != "exec_failed") {
     std::string tail = stderr_tail(trial_dir(t));
-    if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos) why_text += ": " + tail;
+    if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos)
+      why_text += ": " + tail;
   }
   t.failures += 1;
   int max = exp_.failure.max_failures;
@@ -373,7 +387,8 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   auto r = state::save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
   if (!r) {
-    spdlog::error("cannot save experiment state: {} (the previous state is intact)", r.error().message);
+    spdlog::error("cannot save experiment state: {} (the previous state is intact)",
+                  r.error().message);
     next_state_write_ = now + 1;
     last_write_failed_ = true;
     return false;
@@ -421,13 +436,16 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     for (size_t i = 0; i < state_.trials.size(); ++i)
       if (state_.trials[i].index != i || state_.next_index < state_.trials.size() ||
           state_.next_index > state_.total_trials)
-        throw Fatal("experiment state of '" + exp_.name + "' is inconsistent (trial indexes are not 0.." +
+        throw Fatal("experiment state of '" + exp_.name +
+                    "' is inconsistent (trial indexes are not 0.." +
                     std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
     for (size_t i = 0; i < state_.trials.size(); ++i) {
       auto& t = state_.trials[i];
       index_[t.id] = i;
       // Trials that did not end go back to the queue; they restart from their latest checkpoint.
-      if (t.status == Status::kRunning || t.status == Status::kPaused || t.status == Status::kPending) set_pending(t);
+      if (t.status == Status::kRunning || t.status == Status::kPaused ||
+          t.status == Status::kPending)
+        set_pending(t);
     }
   } else {
     state_.name = exp_.name;
@@ -443,10 +461,12 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                 util::format_double(exp_.trial.resources.gpu) + ") fit on no host");
   std::error_code ec;
   fs::create_directories(exp_.dir(), ec);
-  if (ec) throw Fatal("cannot create experiment dir '" + exp_.dir().string() + "': " + ec.message());
+  if (ec)
+    throw Fatal("cannot create experiment dir '" + exp_.dir().string() + "': " + ec.message());
   if (auto j = journal_.open(exp_.dir()); !j) throw Fatal(j.error());
   if (!maybe_save_state(true, true))
-    throw Fatal("cannot write the experiment state in '" + exp_.dir().string() + "': nothing was started");
+    throw Fatal("cannot write the experiment state in '" + exp_.dir().string() +
+                "': nothing was started");
 
   double lease_period = std::clamp(exp_.orphan_timeout_s / 4, 0.5, 10.0);
   while (true) {
@@ -462,7 +482,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     for (const auto& [id, rt] : running_)
       if (rt.kill_deadline >= 0) timeout = std::min(timeout, std::max(0.0, rt.kill_deadline - now));
     if (exp_.time_budget_s && !budget_spent_)
-      timeout = std::min(timeout, std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
+      timeout = std::min(
+          timeout, std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
     if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
     for (auto& ev : ex_.wait(timeout)) {
       if (std::holds_alternative<exec::InterruptEvent>(ev)) {
@@ -474,7 +495,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       }
     }
     for (auto& [id, rt] : running_)
-      if (auto r = rt.log.flush(); !r) spdlog::warn("trial {}: {}", trial(id).name, r.error().message);
+      if (auto r = rt.log.flush(); !r)
+        spdlog::warn("trial {}: {}", trial(id).name, r.error().message);
     now = ex_.now();
     if (now >= next_lease_) {
       ex_.renew_lease();

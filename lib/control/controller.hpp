@@ -30,11 +30,11 @@ namespace tune::control {
 namespace fs = std::filesystem;
 
 struct ControllerOptions {
-  double grace_s = 10;                      // SIGTERM -> SIGKILL
-  std::optional<double> state_period_s;     // TUNE_GLOBAL_CHECKPOINT_S: fixed write period
+  double grace_s = 10;                          // SIGTERM -> SIGKILL
+  std::optional<double> state_period_s;         // TUNE_GLOBAL_CHECKPOINT_S: fixed write period
   std::map<std::string, std::string> base_env;  // inherited by every trial
-  std::string python_helpers_dir;           // prepended to the trials' PYTHONPATH
-  std::vector<ResourcePool::Host> hosts;    // capacity; empty = derive from the spec
+  std::string python_helpers_dir;               // prepended to the trials' PYTHONPATH
+  std::vector<ResourcePool::Host> hosts;        // capacity; empty = derive from the spec
 };
 
 class Controller {
@@ -58,12 +58,12 @@ class Controller {
     trial::LineSplitter splitter;
     trial::ResultLog log;
     Placement placement;
-    double started = 0;           // monotonic
-    double last_result_at = 0;    // monotonic
+    double started = 0;         // monotonic
+    double last_result_at = 0;  // monotonic
     int64_t iterations_since_restore = 0;
-    double time_base = 0;         // time_total_s carried over from a restore
+    double time_base = 0;  // time_total_s carried over from a restore
     StopWhy stop_why = StopWhy::kNone;
-    double kill_deadline = -1;    // when to escalate a requested stop
+    double kill_deadline = -1;  // when to escalate a requested stop
     bool term_sent = false;
     std::optional<int> pid;
     StepOp pending = StepOp::kNone;
@@ -122,7 +122,7 @@ class Controller {
   std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first
   std::vector<std::pair<fs::path, std::string>> pending_deletions_;  // (trial dir, name)
 
-  bool stopping_ = false;      // no more launches
+  bool stopping_ = false;  // no more launches
   bool interrupted_ = false;
   int interrupts_ = 0;
   bool budget_spent_ = false;

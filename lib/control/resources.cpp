@@ -58,7 +58,8 @@ void ResourcePool::release(const Placement& p) {
 
 bool ResourcePool::fits_somewhere(const spec::Resources& req) const {
   for (const auto& h : hosts_)
-    if (h.cpus + kEps >= req.cpu && static_cast<double>(h.gpu_free.size()) + kEps >= std::ceil(req.gpu))
+    if (h.cpus + kEps >= req.cpu &&
+        static_cast<double>(h.gpu_free.size()) + kEps >= std::ceil(req.gpu))
       return true;
   return false;
 }

@@ -78,8 +78,11 @@ void Controller::on_line(trial::Trial& t, Runtime& rt, std::string_view line) {
       break;
     }
     case StepOp::kSave:
-      if (obj.contains("saved")) step_saved(t, rt, obj);
-      else spdlog::warn("trial {}: expected {{\"saved\": ...}} after a save, got another line", t.name);
+      if (obj.contains("saved"))
+        step_saved(t, rt, obj);
+      else
+        spdlog::warn("trial {}: expected {{\"saved\": ...}} after a save, got another line",
+                     t.name);
       break;
     case StepOp::kStop:
     case StepOp::kNone:
@@ -93,8 +96,10 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   if (!rt.pid) rt.pid = ex_.pid(t.id);
   std::optional<std::string> reported_checkpoint;
   if (auto it = result.find("checkpoint"); it != result.end()) {
-    if (it->is_string()) reported_checkpoint = it->get<std::string>();
-    else if (!it->is_null()) spdlog::warn("trial {}: \"checkpoint\" must be a directory path string", t.name);
+    if (it->is_string())
+      reported_checkpoint = it->get<std::string>();
+    else if (!it->is_null())
+      spdlog::warn("trial {}: \"checkpoint\" must be a directory path string", t.name);
     result.erase(it);
   }
   bool done = false;
@@ -109,8 +114,10 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   result["date"] = ray_date(wall);
   result["trial_id"] = t.id;
   result["hostname"] = t.host;
-  if (rt.pid) result["pid"] = *rt.pid;
-  else result["pid"] = nullptr;
+  if (rt.pid)
+    result["pid"] = *rt.pid;
+  else
+    result["pid"] = nullptr;
   result["iterations_since_restore"] = rt.iterations_since_restore;
   result["done"] = done;
   rt.last_result_at = now;
@@ -120,7 +127,8 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     int64_t seq = t.checkpoint_seq + 1;
     trial::Checkpoint c;
     c.seq = seq;
-    auto r = checkpoint::adopt(*reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
+    auto r =
+        checkpoint::adopt(*reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
     if (r) {
       result["checkpoint_dir_name"] = c.dir_name();
       register_checkpoint(t, rt, seq, result);
@@ -129,8 +137,10 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     }
   }
 
-  if (!rt.log.is_open()) {  // opened at the first result: a trial that reports nothing gets no files
-    if (auto r = rt.log.open(trial_dir(t)); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+  if (!rt.log
+           .is_open()) {  // opened at the first result: a trial that reports nothing gets no files
+    if (auto r = rt.log.open(trial_dir(t)); !r)
+      spdlog::warn("trial {}: {}", t.name, r.error().message);
   }
   rt.log.append(result);
   for (auto it = result.begin(); it != result.end(); ++it) {
@@ -146,8 +156,10 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   t.last_result = std::move(result);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
-    if (should_stop(t.last_result)) request_stop(t, rt, StopWhy::kCriterion);
-    else if (done) request_stop(t, rt, StopWhy::kDone);
+    if (should_stop(t.last_result))
+      request_stop(t, rt, StopWhy::kCriterion);
+    else if (done)
+      request_stop(t, rt, StopWhy::kDone);
   }
 }
 
@@ -159,7 +171,8 @@ bool Controller::should_stop(const json& result) const {
   return false;
 }
 
-void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, const json& result) {
+void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq,
+                                     const json& result) {
   trial::Checkpoint c;
   c.seq = seq;
   c.iteration = t.iteration;
@@ -168,10 +181,12 @@ void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, 
   t.checkpoint_seq = seq;
   t.checkpoints.push_back(std::move(c));
   rt.last_checkpoint_iteration = t.iteration;
-  spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, t.checkpoints.back().dir_name(), t.iteration);
+  spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, t.checkpoints.back().dir_name(),
+               t.iteration);
   if (const auto& attr = exp_.checkpoint.score_attribute) {
     auto it = t.checkpoints.back().metrics.find(*attr);
-    if (it == t.checkpoints.back().metrics.end() || !it->is_number() || std::isnan(it->get<double>()))
+    if (it == t.checkpoints.back().metrics.end() || !it->is_number() ||
+        std::isnan(it->get<double>()))
       spdlog::warn("trial {}: {} has no numeric '{}' in its result: it ranks worst", t.name,
                    t.checkpoints.back().dir_name(), *attr);
   }
@@ -223,8 +238,8 @@ void Controller::step_send(trial::Trial& t, Runtime& rt, StepOp op) {
 }
 
 void Controller::step_save(trial::Trial& t, Runtime& rt, bool then_stop) {
-  bool at_end_needed = exp_.checkpoint.at_end && rt.last_checkpoint_iteration != t.iteration &&
-                       t.iteration > 0;
+  bool at_end_needed =
+      exp_.checkpoint.at_end && rt.last_checkpoint_iteration != t.iteration && t.iteration > 0;
   bool needed = then_stop ? at_end_needed : rt.last_checkpoint_iteration != t.iteration;
   if (!needed) {
     step_send(t, rt, then_stop ? StepOp::kStop : StepOp::kStep);

@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 struct Launch {
   std::string trial_id;
   int attempt = 1;
-  fs::path trial_dir;   // absolute; holds stdout.log, stderr.log, the FIFO, exit.json
-  fs::path cwd;         // the trial's working directory
+  fs::path trial_dir;  // absolute; holds stdout.log, stderr.log, the FIFO, exit.json
+  fs::path cwd;        // the trial's working directory
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // the trial's complete environment
   uint64_t stdout_offset = 0;              // where unread output starts in stdout.log

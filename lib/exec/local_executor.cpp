@@ -83,11 +83,14 @@ struct LocalExecutor::Impl {
     size_t start = 0;
     while (start <= path.size()) {
       size_t colon = path.find(':', start);
-      std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
-      if (!dir.empty() && dir[0] == '/') {  // relative PATH entries depend on the cwd: leave to execvp
+      std::string dir =
+          path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      if (!dir.empty() &&
+          dir[0] == '/') {  // relative PATH entries depend on the cwd: leave to execvp
         std::string cand = dir + "/" + prog;
-        struct stat st{};
-        if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(cand.c_str(), X_OK) == 0) {
+        struct stat st {};
+        if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+            ::access(cand.c_str(), X_OK) == 0) {
           found = cand;
           break;
         }
@@ -114,7 +117,8 @@ struct LocalExecutor::Impl {
   // The trial's pid: the supervisor's only child (Linux: /proc/PID/task/PID/children).
   void load_child_pid(Run& r) {
     if (r.child_pid || r.spawned <= 0 || r.spawned_exited) return;
-    std::string p = "/proc/" + std::to_string(r.spawned) + "/task/" + std::to_string(r.spawned) + "/children";
+    std::string p =
+        "/proc/" + std::to_string(r.spawned) + "/task/" + std::to_string(r.spawned) + "/children";
     auto text = util::read_file(p, 4096);
     if (!text || text->empty()) return;
     int pid = std::atoi(text->c_str());
@@ -146,16 +150,18 @@ struct LocalExecutor::Impl {
       r.out_fd = ::open((r.dir / "stdout.log").c_str(), O_RDONLY | O_CLOEXEC);
       if (r.out_fd < 0) return data;
     }
-    struct stat st{};
+    struct stat st {};
     if (::fstat(r.out_fd, &st) != 0 || static_cast<uint64_t>(st.st_size) <= r.offset) {
       r.more = false;
       return data;
     }
-    size_t want = static_cast<size_t>(std::min<uint64_t>(kReadChunk, static_cast<uint64_t>(st.st_size) - r.offset));
+    size_t want = static_cast<size_t>(
+        std::min<uint64_t>(kReadChunk, static_cast<uint64_t>(st.st_size) - r.offset));
     data.resize(want);
     size_t got = 0;
     while (got < want) {
-      ssize_t n = ::pread(r.out_fd, data.data() + got, want - got, static_cast<off_t>(r.offset + got));
+      ssize_t n =
+          ::pread(r.out_fd, data.data() + got, want - got, static_cast<off_t>(r.offset + got));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       got += static_cast<size_t>(n);
@@ -239,16 +245,14 @@ Result<void> LocalExecutor::start(const Launch& l) {
   std::error_code ec;
   fs::create_directories(l.trial_dir, ec);
   if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
-  for (const char* stale : {"exit.json", "stdin.fifo"})
-    ::unlink((l.trial_dir / stale).c_str());
+  for (const char* stale : {"exit.json", "stdin.fifo"}) ::unlink((l.trial_dir / stale).c_str());
 
   Run r;
   r.id = l.trial_id;
   r.attempt = l.attempt;
   r.dir = l.trial_dir;
   r.offset = l.stdout_offset;
-  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(),
-                             IN_MODIFY | IN_MOVED_TO);
+  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY | IN_MOVED_TO);
   if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
 
   std::vector<std::string> argv_in = l.argv;
@@ -280,7 +284,8 @@ Result<void> LocalExecutor::start(const Launch& l) {
   for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&defaults, s);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -292,7 +297,8 @@ Result<void> LocalExecutor::start(const Launch& l) {
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     impl.close_run(r);
-    return fail("cannot start supervisor '", impl.opts.supervisor.string(), "': ", std::strerror(rc));
+    return fail("cannot start supervisor '", impl.opts.supervisor.string(),
+                "': ", std::strerror(rc));
   }
   r.spawned = pid;
   impl.runs.emplace(l.trial_id, std::move(r));
@@ -322,8 +328,9 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   for (auto& [id, r] : impl.runs) any_more |= r.more || r.dirty;
   if (any_more) timeout_s = 0;
   timeout_s = std::min(timeout_s, kRescanPeriod);
-  timespec ts{static_cast<time_t>(timeout_s),
-              static_cast<long>((timeout_s - static_cast<double>(static_cast<time_t>(timeout_s))) * 1e9)};
+  timespec ts{
+      static_cast<time_t>(timeout_s),
+      static_cast<long>((timeout_s - static_cast<double>(static_cast<time_t>(timeout_s))) * 1e9)};
   pollfd fds[2] = {{impl.sig_fd, POLLIN, 0}, {impl.ino_fd, POLLIN, 0}};
   int n = ::ppoll(fds, 2, &ts, nullptr);
   if (n > 0 && (fds[0].revents & POLLIN)) {
@@ -354,7 +361,8 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
                    name != "stdout.log" && name != "exit.json") {
           // other files of the trial dir (stderr.log, checkpoints, temp files) do not matter here
         } else if (auto it = impl.by_wd.find(ev->wd); it != impl.by_wd.end()) {
-          if (auto rit = impl.runs.find(it->second); rit != impl.runs.end()) rit->second.dirty = true;
+          if (auto rit = impl.runs.find(it->second); rit != impl.runs.end())
+            rit->second.dirty = true;
         }
         off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
       }
@@ -391,9 +399,15 @@ std::optional<int> LocalExecutor::pid(const std::string& trial_id) {
   return it->second.child_pid;
 }
 
-double LocalExecutor::now() { return clock_s(CLOCK_MONOTONIC); }
-double LocalExecutor::wall_time() { return clock_s(CLOCK_REALTIME); }
-std::string LocalExecutor::host_name() { return impl_->hostname; }
+double LocalExecutor::now() {
+  return clock_s(CLOCK_MONOTONIC);
+}
+double LocalExecutor::wall_time() {
+  return clock_s(CLOCK_REALTIME);
+}
+std::string LocalExecutor::host_name() {
+  return impl_->hostname;
+}
 
 void LocalExecutor::renew_lease() {
   const auto& p = impl_->opts.lease_file;

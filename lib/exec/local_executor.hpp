@@ -9,10 +9,10 @@
 namespace tune::exec {
 
 struct LocalOptions {
-  fs::path supervisor;      // the tune-supervisor binary
-  fs::path lease_file;      // touched by renew_lease(); supervisors watch its age
+  fs::path supervisor;  // the tune-supervisor binary
+  fs::path lease_file;  // touched by renew_lease(); supervisors watch its age
   double orphan_timeout_s = 600;
-  double grace_s = 10;      // SIGTERM -> SIGKILL delay
+  double grace_s = 10;  // SIGTERM -> SIGKILL delay
 };
 
 // Owns a signalfd (SIGINT, SIGTERM, SIGCHLD) and an inotify fd; wait() is one ppoll over both.

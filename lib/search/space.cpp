@@ -24,7 +24,9 @@ json* slot(json& config, const std::vector<std::string>& path) {
   return &(*cur)[path.back()];
 }
 
-double quantize(double v, double q) { return std::round(v / q) * q; }
+double quantize(double v, double q) {
+  return std::round(v / q) * q;
+}
 
 json sample(const Domain& d, Rng& rng) {
   using K = Domain::Kind;
@@ -75,7 +77,8 @@ TrialConfig generate(const Space& space, uint64_t seed, uint64_t index) {
   }
   for (size_t i = 0; i < space.params.size(); ++i) {
     const auto& p = space.params[i];
-    json v = p.domain.kind == Domain::Kind::kGrid ? p.domain.values[coord[i]] : sample(p.domain, rng);
+    json v =
+        p.domain.kind == Domain::Kind::kGrid ? p.domain.values[coord[i]] : sample(p.domain, rng);
     *slot(t.config, p.path) = v;
     std::string dotted;
     for (const auto& part : p.path) dotted += (dotted.empty() ? "" : ".") + part;
@@ -95,7 +98,8 @@ const json* lookup(const json& config, std::string_view dotted) {
   size_t start = 0;
   while (true) {
     size_t dot = dotted.find('.', start);
-    std::string key(dotted.substr(start, dot == std::string_view::npos ? dotted.npos : dot - start));
+    std::string key(
+        dotted.substr(start, dot == std::string_view::npos ? dotted.npos : dot - start));
     if (!cur->is_object()) return nullptr;
     auto it = cur->find(key);
     if (it == cur->end()) return nullptr;

@@ -14,7 +14,16 @@ using json = nlohmann::json;
 // (uniform/loguniform [lo, hi]; quniform/qloguniform [lo, hi, q]; randint [lo, hi) ;
 // randn [mean, sd]); `values` the choices or grid values.
 struct Domain {
-  enum class Kind { kUniform, kLogUniform, kQUniform, kQLogUniform, kRandInt, kRandN, kChoice, kGrid };
+  enum class Kind {
+    kUniform,
+    kLogUniform,
+    kQUniform,
+    kQLogUniform,
+    kRandInt,
+    kRandN,
+    kChoice,
+    kGrid
+  };
   Kind kind = Kind::kUniform;
   std::vector<double> args;
   json values = json::array();

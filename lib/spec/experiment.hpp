@@ -24,17 +24,17 @@ struct Resources {
 struct TrialSpec {
   std::vector<std::string> command;  // argv template with {placeholders}
   TrialMode mode = TrialMode::kFunction;
-  fs::path workdir;                  // absolute
+  fs::path workdir;  // absolute
   std::map<std::string, std::string> env;
   Resources resources;
 };
 
 struct CheckpointConfig {
-  std::optional<int> num_to_keep;                 // nullopt = keep all
-  std::optional<std::string> score_attribute;     // nullopt = recency
+  std::optional<int> num_to_keep;              // nullopt = keep all
+  std::optional<std::string> score_attribute;  // nullopt = recency
   Order score_order = Order::kMax;
-  int frequency = 0;                              // step mode only
-  bool at_end = false;                            // step mode only
+  int frequency = 0;    // step mode only
+  bool at_end = false;  // step mode only
 };
 
 struct FailureConfig {

@@ -21,11 +21,24 @@ struct ParseError {
   std::string message;
 };
 
-constexpr std::string_view kTopKeys[] = {
-    "name",           "storage_path",    "trial",          "param_space",     "num_samples",
-    "seed",           "metric",          "mode",           "stop",            "time_budget_s",
-    "max_concurrent_trials", "checkpoint_config", "failure_config", "sync_config", "hosts",
-    "orphan_timeout_s", "host_timeout_s", "scheduler"};
+constexpr std::string_view kTopKeys[] = {"name",
+                                         "storage_path",
+                                         "trial",
+                                         "param_space",
+                                         "num_samples",
+                                         "seed",
+                                         "metric",
+                                         "mode",
+                                         "stop",
+                                         "time_budget_s",
+                                         "max_concurrent_trials",
+                                         "checkpoint_config",
+                                         "failure_config",
+                                         "sync_config",
+                                         "hosts",
+                                         "orphan_timeout_s",
+                                         "host_timeout_s",
+                                         "scheduler"};
 constexpr std::string_view kTrialKeys[] = {"command", "mode", "workdir", "env", "resources"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
 constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score_attribute",
@@ -35,7 +48,7 @@ constexpr std::string_view kFailureKeys[] = {"max_failures", "fail_fast"};
 constexpr std::string_view kSyncKeys[] = {"syncer", "sync_period", "sync_on_checkpoint",
                                           "upload_dir"};
 constexpr std::string_view kLocalHostKeys[] = {"cpus", "gpus"};
-constexpr std::string_view kSshHostKeys[] = {"host", "user", "port", "identity_file",
+constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "identity_file",
                                              "storage_path", "cpus", "gpus", "known_hosts_file"};
 constexpr std::string_view kSchedulerKeys[] = {"type"};
 constexpr std::string_view kDomainKeys[] = {"uniform", "loguniform", "quniform", "qloguniform",
@@ -119,8 +132,8 @@ void Parser::check_keys(const YAML::Node& n, std::span<const std::string_view> a
   for (const auto& kv : n) {
     std::string key = kv.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    std::string msg = "unknown key '" + key + "'" +
-                      (section.empty() ? "" : " in " + std::string(section));
+    std::string msg =
+        "unknown key '" + key + "'" + (section.empty() ? "" : " in " + std::string(section));
     if (auto s = util::suggest(key, allowed)) msg += " (did you mean '" + *s + "'?)";
     error(kv.first, msg);
   }
@@ -165,14 +178,14 @@ Order Parser::order(const YAML::Node& n, std::string_view what) const {
 }
 
 Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
-  if (!root.IsMap()) error(root, "an experiment file must be a mapping of keys (see docs/EXPERIMENT.md)");
+  if (!root.IsMap())
+    error(root, "an experiment file must be a mapping of keys (see docs/EXPERIMENT.md)");
   check_keys(root, kTopKeys, "");
   Experiment e;
   e.source_file = fs::absolute(file_);
   fs::path yaml_dir = e.source_file.parent_path();
 
-  e.name = ov.name ? *ov.name
-                   : root["name"] ? string(root["name"], "name") : file_.stem().string();
+  e.name = ov.name ? *ov.name : root["name"] ? string(root["name"], "name") : file_.stem().string();
   if (e.name.empty() || e.name != util::safe_component(e.name) || e.name[0] == '.') {
     std::string msg = "name '" + util::printable(e.name, 60) +
                       "' must be a non-empty file name of letters, digits and ._=,+- "
@@ -208,8 +221,9 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     e.num_samples = static_cast<uint64_t>(v);
   }
   uint64_t total = search::trial_count(e.space, e.num_samples);
-  if (total > 10'000'000) error(ps, "the search space yields " + std::to_string(total) +
-                                        " trials; the limit is 10,000,000");
+  if (total > 10'000'000)
+    error(ps,
+          "the search space yields " + std::to_string(total) + " trials; the limit is 10,000,000");
   if (auto n = root["seed"]) {
     auto v = integer(n, "seed");
     if (v < 0) error(n, "seed must be >= 0");
@@ -221,7 +235,8 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     if (!n.IsNull()) {
       check_map(n, "stop");
       check_duplicates(n);
-      for (const auto& kv : n) e.stop[kv.first.Scalar()] = number(kv.second, "stop." + kv.first.Scalar());
+      for (const auto& kv : n)
+        e.stop[kv.first.Scalar()] = number(kv.second, "stop." + kv.first.Scalar());
     }
   }
   if (auto n = root["time_budget_s"]) {
@@ -297,9 +312,12 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
     error(cmd, "trial.command is empty: name the program to run");
   if (auto m = n["mode"]) {
     std::string s = string(m, "trial.mode");
-    if (s == "function") e.trial.mode = TrialMode::kFunction;
-    else if (s == "step") e.trial.mode = TrialMode::kStep;
-    else error(m, "trial.mode must be 'function' or 'step', got '" + util::printable(s, 40) + "'");
+    if (s == "function")
+      e.trial.mode = TrialMode::kFunction;
+    else if (s == "step")
+      e.trial.mode = TrialMode::kStep;
+    else
+      error(m, "trial.mode must be 'function' or 'step', got '" + util::printable(s, 40) + "'");
   }
   fs::path yaml_dir = e.source_file.parent_path();
   e.trial.workdir = yaml_dir;
@@ -335,7 +353,9 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
       double v = number(g, "trial.resources.gpu");
       if (v < 0) error(g, "trial.resources.gpu must be >= 0");
       if (v > 1 && v != std::floor(v))
-        error(g, "trial.resources.gpu: a fraction is only allowed below 1 (GPUs are shared, not split)");
+        error(
+            g,
+            "trial.resources.gpu: a fraction is only allowed below 1 (GPUs are shared, not split)");
       e.trial.resources.gpu = v;
     }
   }
@@ -351,19 +371,18 @@ Domain Parser::parse_domain(const std::string& kind, const YAML::Node& args) con
     return d;
   }
   static const std::map<std::string, std::pair<Kind, size_t>> kArity = {
-      {"uniform", {Kind::kUniform, 2}},         {"loguniform", {Kind::kLogUniform, 2}},
-      {"quniform", {Kind::kQUniform, 3}},       {"qloguniform", {Kind::kQLogUniform, 3}},
-      {"randint", {Kind::kRandInt, 2}},         {"randn", {Kind::kRandN, 2}}};
+      {"uniform", {Kind::kUniform, 2}},   {"loguniform", {Kind::kLogUniform, 2}},
+      {"quniform", {Kind::kQUniform, 3}}, {"qloguniform", {Kind::kQLogUniform, 3}},
+      {"randint", {Kind::kRandInt, 2}},   {"randn", {Kind::kRandN, 2}}};
   auto [k, arity] = kArity.at(kind);
   d.kind = k;
   static const std::map<std::string, std::string> kForm = {
-      {"uniform", "[lo, hi]"}, {"loguniform", "[lo, hi]"}, {"quniform", "[lo, hi, q]"},
-      {"qloguniform", "[lo, hi, q]"}, {"randint", "[lo, hi)"}, {"randn", "[mean, sd]"}};
-  if (!args.IsSequence() || args.size() != arity)
-    error(args, kind + " takes " + kForm.at(kind));
+      {"uniform", "[lo, hi]"},        {"loguniform", "[lo, hi]"}, {"quniform", "[lo, hi, q]"},
+      {"qloguniform", "[lo, hi, q]"}, {"randint", "[lo, hi)"},    {"randn", "[mean, sd]"}};
+  if (!args.IsSequence() || args.size() != arity) error(args, kind + " takes " + kForm.at(kind));
   for (size_t i = 0; i < arity; ++i) {
-    double v = k == Kind::kRandInt ? static_cast<double>(integer(args[i], kind))
-                                   : number(args[i], kind);
+    double v =
+        k == Kind::kRandInt ? static_cast<double>(integer(args[i], kind)) : number(args[i], kind);
     if (std::isinf(v)) error(args[i], kind + ": bounds must be finite");
     d.args.push_back(v);
   }
@@ -373,12 +392,14 @@ Domain Parser::parse_domain(const std::string& kind, const YAML::Node& args) con
     return d;
   }
   if (k == Kind::kRandInt) {
-    if (a[0] >= a[1]) error(args, "randint [lo, hi): lo must be < hi (hi is excluded), got lo=" +
-                                      util::format_double(a[0]) + " hi=" + util::format_double(a[1]));
+    if (a[0] >= a[1])
+      error(args, "randint [lo, hi): lo must be < hi (hi is excluded), got lo=" +
+                      util::format_double(a[0]) + " hi=" + util::format_double(a[1]));
     return d;
   }
   if (a[0] > a[1])
-    error(args, kind + ": lo > hi (" + util::format_double(a[0]) + " > " + util::format_double(a[1]) + ")");
+    error(args, kind + ": lo > hi (" + util::format_double(a[0]) + " > " +
+                    util::format_double(a[1]) + ")");
   if ((k == Kind::kLogUniform || k == Kind::kQLogUniform) && a[0] <= 0)
     error(args[0], kind + ": lo must be > 0 for a log scale, got " + util::format_double(a[0]));
   if ((k == Kind::kQUniform || k == Kind::kQLogUniform) && a[2] <= 0)
@@ -436,15 +457,17 @@ void Parser::parse_checkpoint(const YAML::Node& n, Experiment& e) const {
     auto v = integer(m, "checkpoint_config.checkpoint_frequency");
     if (v < 0) error(m, "checkpoint_config.checkpoint_frequency must be >= 0");
     if (v > 0 && e.trial.mode == TrialMode::kFunction)
-      error(m, "checkpoint_frequency applies to step mode only: in function mode the trial decides "
-               "when to checkpoint (report a \"checkpoint\" dir); set trial.mode: step or remove it");
+      error(m,
+            "checkpoint_frequency applies to step mode only: in function mode the trial decides "
+            "when to checkpoint (report a \"checkpoint\" dir); set trial.mode: step or remove it");
     c.frequency = static_cast<int>(std::min<int64_t>(v, 1'000'000'000));
   }
   if (auto m = n["checkpoint_at_end"]) {
     c.at_end = boolean(m, "checkpoint_config.checkpoint_at_end");
     if (c.at_end && e.trial.mode == TrialMode::kFunction)
-      error(m, "checkpoint_at_end applies to step mode only: in function mode the trial decides "
-               "when to checkpoint; set trial.mode: step or remove it");
+      error(m,
+            "checkpoint_at_end applies to step mode only: in function mode the trial decides "
+            "when to checkpoint; set trial.mode: step or remove it");
   }
 }
 
@@ -457,7 +480,9 @@ void Parser::parse_sync(const YAML::Node& n, Experiment& e) const {
     if (s.syncer != "rsync" && s.syncer != "none" &&
         (s.syncer.find("{source}") == std::string::npos ||
          s.syncer.find("{target}") == std::string::npos))
-      error(m, "sync_config.syncer must be 'rsync', 'none', or a command containing {source} and {target}");
+      error(m,
+            "sync_config.syncer must be 'rsync', 'none', or a command containing {source} and "
+            "{target}");
     if (s.syncer != "rsync" && s.syncer != "none") {
       auto words = util::shell_split(s.syncer);
       if (!words) error(m, "sync_config.syncer: " + words.error().message);
@@ -467,7 +492,8 @@ void Parser::parse_sync(const YAML::Node& n, Experiment& e) const {
     s.sync_period = number(m, "sync_config.sync_period");
     if (s.sync_period <= 0) error(m, "sync_config.sync_period must be positive");
   }
-  if (auto m = n["sync_on_checkpoint"]) s.sync_on_checkpoint = boolean(m, "sync_config.sync_on_checkpoint");
+  if (auto m = n["sync_on_checkpoint"])
+    s.sync_on_checkpoint = boolean(m, "sync_config.sync_on_checkpoint");
   if (auto m = n["upload_dir"]; m && !m.IsNull()) {
     std::string u = string(m, "sync_config.upload_dir");
     if (!u.starts_with("s3://") && !u.starts_with("gs://") && !u.starts_with("file://"))
@@ -501,7 +527,8 @@ void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
       hs.host = string(body["host"], "hosts.ssh.host");
       if (hs.host.empty() || hs.host[0] == '-' ||
           hs.host.find_first_of(" \t\n;&|$`'\"\\<>(){}") != std::string::npos)
-        error(body["host"], "hosts.ssh.host: '" + util::printable(hs.host, 60) + "' is not a host name or address");
+        error(body["host"], "hosts.ssh.host: '" + util::printable(hs.host, 60) +
+                                "' is not a host name or address");
       if (auto m = body["user"]) hs.user = string(m, "hosts.ssh.user");
       if (auto m = body["port"]) {
         auto p = integer(m, "hosts.ssh.port");
@@ -511,7 +538,8 @@ void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
       if (auto m = body["identity_file"]) hs.identity_file = string(m, "hosts.ssh.identity_file");
       if (auto m = body["storage_path"]) hs.storage_path = string(m, "hosts.ssh.storage_path");
       hs.known_hosts_file = "~/.ssh/known_hosts";
-      if (auto m = body["known_hosts_file"]) hs.known_hosts_file = string(m, "hosts.ssh.known_hosts_file");
+      if (auto m = body["known_hosts_file"])
+        hs.known_hosts_file = string(m, "hosts.ssh.known_hosts_file");
     } else {
       std::string msg = "unknown host kind '" + util::printable(kind, 40) + "'";
       constexpr std::string_view kinds[] = {"local", "ssh"};
@@ -546,17 +574,19 @@ void Parser::check_placeholders(const YAML::Node& cmd_node, const Experiment& e)
         }
         size_t close = word.find('}', i);
         if (close == std::string::npos)
-          error(at, "trial.command: unclosed '{' in '" + util::printable(word, 60) + "' (write {{ for a literal brace)");
+          error(at, "trial.command: unclosed '{' in '" + util::printable(word, 60) +
+                        "' (write {{ for a literal brace)");
         std::string key = word.substr(i + 1, close - i - 1);
         if (!search::lookup(sample.config, key)) {
           std::vector<std::string> keys;
-          std::function<void(const nlohmann::json&, std::string)> walk = [&](const nlohmann::json& j, std::string prefix) {
-            for (auto it = j.begin(); it != j.end(); ++it) {
-              std::string k = prefix.empty() ? it.key() : prefix + "." + it.key();
-              keys.push_back(k);
-              if (it->is_object()) walk(*it, k);
-            }
-          };
+          std::function<void(const nlohmann::json&, std::string)> walk =
+              [&](const nlohmann::json& j, std::string prefix) {
+                for (auto it = j.begin(); it != j.end(); ++it) {
+                  std::string k = prefix.empty() ? it.key() : prefix + "." + it.key();
+                  keys.push_back(k);
+                  if (it->is_object()) walk(*it, k);
+                }
+              };
           walk(sample.config, "");
           std::vector<std::string_view> views(keys.begin(), keys.end());
           std::string msg = "trial.command: placeholder '{" + util::printable(key, 40) +
@@ -570,7 +600,8 @@ void Parser::check_placeholders(const YAML::Node& cmd_node, const Experiment& e)
           ++i;
           continue;
         }
-        error(at, "trial.command: stray '}' in '" + util::printable(word, 60) + "' (write }} for a literal brace)");
+        error(at, "trial.command: stray '}' in '" + util::printable(word, 60) +
+                      "' (write }} for a literal brace)");
       }
     }
   }
@@ -596,7 +627,8 @@ std::vector<std::pair<YAML::Node, std::string>> apply_sets(YAML::Node& root,
     std::vector<std::string> parts;
     for (size_t start = 0;;) {
       size_t dot = key.find('.', start);
-      parts.push_back(key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      parts.push_back(
+          key.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
       if (dot == std::string::npos) break;
       start = dot + 1;
     }

@@ -11,10 +11,10 @@ namespace tune::spec {
 
 // Command-line adjustments applied on top of the file, before validation.
 struct Overrides {
-  std::vector<std::string> set;            // "dotted.key=value" (value parsed as YAML)
-  std::optional<std::string> name;         // --name
-  std::optional<std::string> storage_path; // --storage-path (beats the file and TUNE_STORAGE_PATH)
-  std::optional<int> max_concurrent;       // --max-concurrent
+  std::vector<std::string> set;             // "dotted.key=value" (value parsed as YAML)
+  std::optional<std::string> name;          // --name
+  std::optional<std::string> storage_path;  // --storage-path (beats the file and TUNE_STORAGE_PATH)
+  std::optional<int> max_concurrent;        // --max-concurrent
 };
 
 // Parses and validates `path`. Every problem is reported as
@@ -23,8 +23,8 @@ struct Overrides {
 [[nodiscard]] Result<Experiment> load_experiment(const fs::path& path, const Overrides& ov = {});
 
 // Same, from YAML text (`path` is only used for messages and to resolve relative paths).
-[[nodiscard]] Result<Experiment> parse_experiment(const std::string& yaml_text, const fs::path& path,
-                                                  const Overrides& ov = {});
+[[nodiscard]] Result<Experiment> parse_experiment(const std::string& yaml_text,
+                                                  const fs::path& path, const Overrides& ov = {});
 
 // The default storage path: $TUNE_STORAGE_PATH, else ~/tune_results.
 [[nodiscard]] fs::path default_storage_path();

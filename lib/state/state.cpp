@@ -19,8 +19,11 @@ json trial_to_json(const trial::Trial& t) {
   json metrics = metrics_to_json(t);
   json ckpts = json::array();
   for (const auto& c : t.checkpoints)
-    ckpts.push_back({{"seq", c.seq}, {"dir", c.dir_name()}, {"iteration", c.iteration},
-                     {"time_total_s", c.time_total_s}, {"metrics", c.metrics}});
+    ckpts.push_back({{"seq", c.seq},
+                     {"dir", c.dir_name()},
+                     {"iteration", c.iteration},
+                     {"time_total_s", c.time_total_s},
+                     {"metrics", c.metrics}});
   return {{"trial_id", t.id},
           {"trial_name", t.name},
           {"index", t.index},
@@ -64,7 +67,8 @@ struct Reader {
 
 json metrics_to_json(const trial::Trial& t) {
   json metrics = json::object();
-  for (const auto& [k, m] : t.metrics) metrics[k] = {{"last", m.last}, {"min", m.min}, {"max", m.max}};
+  for (const auto& [k, m] : t.metrics)
+    metrics[k] = {{"last", m.last}, {"min", m.min}, {"max", m.max}};
   return metrics;
 }
 
@@ -73,7 +77,8 @@ json to_json(const ExperimentState& s) {
   for (const auto& t : s.trials) trials.push_back(trial_to_json(t));
   return {{"version", kStateVersion},
           {"name", s.name},
-          {"searcher", {{"seed", s.seed}, {"total_trials", s.total_trials}, {"next_index", s.next_index}}},
+          {"searcher",
+           {{"seed", s.seed}, {"total_trials", s.total_trials}, {"next_index", s.next_index}}},
           {"start_time", s.start_time},
           {"elapsed_s", s.elapsed_s},
           {"phase", s.phase},
@@ -88,8 +93,8 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     return fail(where, ": no version field; not a tune experiment state");
   int v = j["version"].get<int>();
   if (v != kStateVersion)
-    return fail(where, ": state version ", std::to_string(v), " is not supported by this tune (expects ",
-                std::to_string(kStateVersion), ")");
+    return fail(where, ": state version ", std::to_string(v),
+                " is not supported by this tune (expects ", std::to_string(kStateVersion), ")");
   Reader r{where, {}};
   ExperimentState s;
   s.name = r.get<std::string>(j, "name", "experiment");
@@ -138,7 +143,8 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     if (metrics.is_object()) {
       for (auto it = metrics.begin(); it != metrics.end(); ++it) {
         if (!it->is_object()) continue;
-        t.metrics[it.key()] = {it->value("last", 0.0), it->value("min", 0.0), it->value("max", 0.0)};
+        t.metrics[it.key()] = {it->value("last", 0.0), it->value("min", 0.0),
+                               it->value("max", 0.0)};
       }
     }
     if (!ckpts.is_array()) return fail(where, ": ", ctx, ": 'checkpoints' is not a list");
@@ -162,15 +168,17 @@ Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durabl
 }
 
 namespace {
-fs::path journal_path(const fs::path& exp_dir) { return exp_dir / ".tune" / "state.journal"; }
+fs::path journal_path(const fs::path& exp_dir) {
+  return exp_dir / ".tune" / "state.journal";
+}
 
 // Applies one journal line; unknown or malformed lines are ignored.
 void replay(ExperimentState& s, const json& j) {
   if (!j.is_object() || !j.contains("launch") || !j["launch"].is_object()) return;
   const json& l = j["launch"];
   if (!l.contains("trial_id") || !l["trial_id"].is_string() || !l.contains("attempt") ||
-      !l["attempt"].is_number_integer() || !l.contains("index") || !l["index"].is_number_unsigned() ||
-      !l.contains("trial_name") || !l["trial_name"].is_string())
+      !l["attempt"].is_number_integer() || !l.contains("index") ||
+      !l["index"].is_number_unsigned() || !l.contains("trial_name") || !l["trial_name"].is_string())
     return;
   std::string id = l["trial_id"].get<std::string>();
   std::string name = l["trial_name"].get<std::string>();
@@ -213,13 +221,22 @@ Result<void> Journal::open(const fs::path& exp_dir) {
 
 Result<void> Journal::record_launch(const trial::Trial& t) {
   if (fd_ < 0) return fail("internal: journal not open");
-  json line = {{"launch", {{"trial_id", t.id}, {"trial_name", t.name}, {"index", t.index}, {"config", t.config},
-                           {"attempt", t.attempt}, {"stdout_offset", t.stdout_offset}}}};
+  json line = {{"launch",
+                {{"trial_id", t.id},
+                 {"trial_name", t.name},
+                 {"index", t.index},
+                 {"config", t.config},
+                 {"attempt", t.attempt},
+                 {"stdout_offset", t.stdout_offset}}}};
   std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
-  ssize_t n = ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed
+  ssize_t n =
+      ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed
   if (n != static_cast<ssize_t>(text.size())) {
-    if (n > 0 && ::ftruncate(fd_, ::lseek(fd_, 0, SEEK_END) - n) != 0) { /* a torn line is dropped on load */ }
-    return fail("cannot append to '", path_.string(), "': ", n < 0 ? std::strerror(errno) : "short write");
+    if (n > 0 &&
+        ::ftruncate(fd_, ::lseek(fd_, 0, SEEK_END) - n) != 0) { /* a torn line is dropped on load */
+    }
+    return fail("cannot append to '", path_.string(),
+                "': ", n < 0 ? std::strerror(errno) : "short write");
   }
   return {};
 }

@@ -19,11 +19,11 @@ inline constexpr const char* kStateFile = "experiment_state.json";
 struct ExperimentState {
   std::string name;
   uint64_t seed = 0;
-  uint64_t total_trials = 0;     // the search space's size (num_samples x grid)
-  uint64_t next_index = 0;       // the searcher's position: trials [0, next_index) exist
-  double start_time = 0;         // wall clock, epoch seconds
-  double elapsed_s = 0;          // driver running time so far
-  std::string phase = "running"; // running | finished | interrupted
+  uint64_t total_trials = 0;      // the search space's size (num_samples x grid)
+  uint64_t next_index = 0;        // the searcher's position: trials [0, next_index) exist
+  double start_time = 0;          // wall clock, epoch seconds
+  double elapsed_s = 0;           // driver running time so far
+  std::string phase = "running";  // running | finished | interrupted
   std::optional<std::string> metric;
   std::string mode = "min";
   std::vector<trial::Trial> trials;

@@ -26,8 +26,10 @@ Result<void> write_all(int fd, std::string_view data, const fs::path& what) {
 void csv_cell(std::string& out, const json& v) {
   std::string text;
   if (v.is_null()) return;
-  if (v.is_string()) text = v.get_ref<const std::string&>();
-  else text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (v.is_string())
+    text = v.get_ref<const std::string&>();
+  else
+    text = v.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.find_first_of(",\"\n\r") == std::string::npos) {
     out += text;
     return;
@@ -76,9 +78,12 @@ std::vector<std::string> parse_csv_header(const std::string& line) {
   for (size_t i = 0; i < line.size(); ++i) {
     char c = line[i];
     if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur.push_back('"'), ++i;
-      else if (c == '"') quoted = false;
-      else cur.push_back(c);
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        cur.push_back('"'), ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        cur.push_back(c);
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
@@ -94,7 +99,9 @@ std::vector<std::string> parse_csv_header(const std::string& line) {
 
 }  // namespace
 
-ResultLog::~ResultLog() { close(); }
+ResultLog::~ResultLog() {
+  close();
+}
 
 Result<void> ResultLog::open(const fs::path& trial_dir) {
   close();
@@ -107,10 +114,14 @@ Result<void> ResultLog::open(const fs::path& trial_dir) {
     if (nl != std::string::npos) columns_ = parse_csv_header(text->substr(0, nl));
     for (const auto& c : columns_) known_.insert(c);
   }
-  json_fd_ = ::open((dir_ / "result.json").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (json_fd_ < 0) return fail("cannot open '", (dir_ / "result.json").string(), "': ", std::strerror(errno));
-  csv_fd_ = ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (csv_fd_ < 0) return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
+  json_fd_ =
+      ::open((dir_ / "result.json").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (json_fd_ < 0)
+    return fail("cannot open '", (dir_ / "result.json").string(), "': ", std::strerror(errno));
+  csv_fd_ =
+      ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (csv_fd_ < 0)
+    return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
   return {};
 }
 
@@ -171,7 +182,8 @@ Result<void> ResultLog::rewrite_csv() {
   if (auto r = util::write_file_atomic(dir_ / "progress.csv", out, false); !r) return r;
   if (csv_fd_ >= 0) ::close(csv_fd_);
   csv_fd_ = ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (csv_fd_ < 0) return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
+  if (csv_fd_ < 0)
+    return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
   return {};
 }
 
@@ -191,8 +203,10 @@ Result<std::vector<json>> ResultLog::read_results(const fs::path& trial_dir, siz
       break;
     }
     auto j = json::parse(std::string_view(*text).substr(start, nl - start), nullptr, false);
-    if (j.is_object()) rows.push_back(std::move(j));
-    else ++bad;
+    if (j.is_object())
+      rows.push_back(std::move(j));
+    else
+      ++bad;
     start = nl + 1;
   }
   if (bad_lines) *bad_lines = bad;

@@ -10,18 +10,23 @@ namespace tune::trial {
 
 const char* status_name(Status s) {
   switch (s) {
-    case Status::kPending: return "PENDING";
-    case Status::kRunning: return "RUNNING";
-    case Status::kPaused: return "PAUSED";
-    case Status::kTerminated: return "TERMINATED";
-    case Status::kError: return "ERROR";
+    case Status::kPending:
+      return "PENDING";
+    case Status::kRunning:
+      return "RUNNING";
+    case Status::kPaused:
+      return "PAUSED";
+    case Status::kTerminated:
+      return "TERMINATED";
+    case Status::kError:
+      return "ERROR";
   }
   return "?";
 }
 
 std::optional<Status> parse_status(std::string_view s) {
-  for (Status st : {Status::kPending, Status::kRunning, Status::kPaused, Status::kTerminated,
-                    Status::kError})
+  for (Status st :
+       {Status::kPending, Status::kRunning, Status::kPaused, Status::kTerminated, Status::kError})
     if (s == status_name(st)) return st;
   return std::nullopt;
 }
@@ -37,8 +42,8 @@ std::string make_trial_name(const std::string& id,
   std::string name = "trial_" + id;
   std::string params;
   for (const auto& [key, v] : varying) {
-    std::string text = v.is_number_float() ? util::format_short(v.get<double>())
-                                           : search::value_text(v);
+    std::string text =
+        v.is_number_float() ? util::format_short(v.get<double>()) : search::value_text(v);
     if (!params.empty()) params += ",";
     // the last path component keeps names short, as Ray Tune does
     auto dot = key.rfind('.');

@@ -26,8 +26,8 @@ struct MetricStats {
 
 // A retained checkpoint: checkpoint_NNNNNN in the trial dir, and the result it was taken at.
 struct Checkpoint {
-  int64_t seq = 0;         // N of checkpoint_N (1-based)
-  int64_t iteration = 0;   // training_iteration of its result
+  int64_t seq = 0;        // N of checkpoint_N (1-based)
+  int64_t iteration = 0;  // training_iteration of its result
   double time_total_s = 0;
   json metrics = json::object();  // the result's top-level numeric values
 
@@ -40,11 +40,11 @@ struct Trial {
   uint64_t index = 0;
   json config;
   Status status = Status::kPending;
-  int attempt = 0;   // attempts started so far
+  int attempt = 0;  // attempts started so far
   int failures = 0;
   std::string host;
-  std::string error;          // why it ended in ERROR
-  int64_t iteration = 0;      // training_iteration of the last recorded result
+  std::string error;      // why it ended in ERROR
+  int64_t iteration = 0;  // training_iteration of the last recorded result
   double time_total_s = 0;
   json last_result = json::object();
   std::map<std::string, MetricStats> metrics;

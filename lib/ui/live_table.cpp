@@ -21,11 +21,16 @@ namespace {
 
 const char* color_of(Status s) {
   switch (s) {
-    case Status::kRunning: return "\x1b[36m";
-    case Status::kTerminated: return "\x1b[32m";
-    case Status::kError: return "\x1b[31m";
-    case Status::kPaused: return "\x1b[33m";
-    case Status::kPending: return "\x1b[2m";
+    case Status::kRunning:
+      return "\x1b[36m";
+    case Status::kTerminated:
+      return "\x1b[32m";
+    case Status::kError:
+      return "\x1b[31m";
+    case Status::kPaused:
+      return "\x1b[33m";
+    case Status::kPending:
+      return "\x1b[2m";
   }
   return "";
 }
@@ -86,7 +91,8 @@ TableOptions detect_table_options(bool quiet) {
   const char* no_color = std::getenv("NO_COLOR");
   o.color = o.tty && !(no_color && *no_color);
   o.period_s = o.tty ? 0.5 : 10.0;
-  if (const char* p = std::getenv("TUNE_PROGRESS_PERIOD_S"); p && *p) o.period_s = std::max(0.05, std::atof(p));
+  if (const char* p = std::getenv("TUNE_PROGRESS_PERIOD_S"); p && *p)
+    o.period_s = std::max(0.05, std::atof(p));
   return o;
 }
 
@@ -96,7 +102,8 @@ std::string status_counts(const state::ExperimentState& s) {
   uint64_t not_created = s.total_trials > s.next_index ? s.total_trials - s.next_index : 0;
   n[static_cast<int>(Status::kPending)] += not_created;
   std::string out;
-  for (Status st : {Status::kRunning, Status::kPending, Status::kPaused, Status::kTerminated, Status::kError}) {
+  for (Status st :
+       {Status::kRunning, Status::kPending, Status::kPaused, Status::kTerminated, Status::kError}) {
     size_t c = n[static_cast<int>(st)];
     if (!c) continue;
     if (!out.empty()) out += ", ";
@@ -105,7 +112,8 @@ std::string status_counts(const state::ExperimentState& s) {
   return out.empty() ? "no trials" : out;
 }
 
-const trial::Trial* best_trial(const state::ExperimentState& s, const std::string& metric, bool max_mode) {
+const trial::Trial* best_trial(const state::ExperimentState& s, const std::string& metric,
+                               bool max_mode) {
   const trial::Trial* best = nullptr;
   double bv = 0;
   for (const auto& t : s.trials) {
@@ -124,18 +132,26 @@ std::string trial_table(const state::ExperimentState& s, const std::optional<std
   // Running first, then errors, then the rest by index.
   auto rank = [](Status st) {
     switch (st) {
-      case Status::kRunning: return 0;
-      case Status::kError: return 1;
-      case Status::kPaused: return 2;
-      case Status::kPending: return 3;
-      case Status::kTerminated: return 4;
+      case Status::kRunning:
+        return 0;
+      case Status::kError:
+        return 1;
+      case Status::kPaused:
+        return 2;
+      case Status::kPending:
+        return 3;
+      case Status::kTerminated:
+        return 4;
     }
     return 5;
   };
-  std::stable_sort(rows.begin(), rows.end(), [&](auto* a, auto* b) { return rank(a->status) < rank(b->status); });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](auto* a, auto* b) { return rank(a->status) < rank(b->status); });
   size_t name_w = 12;
-  for (size_t i = 0; i < rows.size() && i < max_rows; ++i) name_w = std::max(name_w, std::min<size_t>(rows[i]->name.size(), 48));
-  std::string out = pad("trial", name_w) + "  " + pad("status", 10) + "  " + pad("host", 12) + "  " + pad("iter", 6);
+  for (size_t i = 0; i < rows.size() && i < max_rows; ++i)
+    name_w = std::max(name_w, std::min<size_t>(rows[i]->name.size(), 48));
+  std::string out = pad("trial", name_w) + "  " + pad("status", 10) + "  " + pad("host", 12) +
+                    "  " + pad("iter", 6);
   if (metric) out += "  " + pad(*metric, 10) + "  " + pad("best", 10);
   out += "  " + pad("time(s)", 8) + "\n";
   size_t shown = 0;
@@ -143,25 +159,27 @@ std::string trial_table(const state::ExperimentState& s, const std::optional<std
     if (shown++ >= max_rows) break;
     std::string st = pad(trial::status_name(t->status), 10);
     if (color) st = std::string(color_of(t->status)) + st + "\x1b[0m";
-    out += pad(t->name, name_w) + "  " + st + "  " + pad(t->host.empty() ? "-" : t->host, 12) + "  " +
-           pad(std::to_string(t->iteration), 6);
+    out += pad(t->name, name_w) + "  " + st + "  " + pad(t->host.empty() ? "-" : t->host, 12) +
+           "  " + pad(std::to_string(t->iteration), 6);
     if (metric)
       out += "  " + pad(metric_text(*t, *metric, false, max_mode), 10) + "  " +
              pad(metric_text(*t, *metric, true, max_mode), 10);
     out += "  " + pad(util::format_short(t->time_total_s, 4), 8) + "\n";
   }
-  if (rows.size() > max_rows) out += "... " + std::to_string(rows.size() - max_rows) + " more trials\n";
+  if (rows.size() > max_rows)
+    out += "... " + std::to_string(rows.size() - max_rows) + " more trials\n";
   return out;
 }
 
 std::string final_summary(const state::ExperimentState& s, const spec::Experiment& exp) {
-  std::string out = "experiment '" + s.name + "': " + status_counts(s) + " in " + hms(s.elapsed_s) + "\n";
+  std::string out =
+      "experiment '" + s.name + "': " + status_counts(s) + " in " + hms(s.elapsed_s) + "\n";
   if (exp.metric) {
     bool max_mode = exp.mode == spec::Order::kMax;
     if (const auto* b = best_trial(s, *exp.metric, max_mode)) {
       out += "best trial: " + b->name + "  " + *exp.metric + "=" +
-             util::format_short(b->metrics.at(*exp.metric).last, 6) + " (" + (max_mode ? "max" : "min") +
-             ")\n  config: " + b->config.dump() + "\n";
+             util::format_short(b->metrics.at(*exp.metric).last, 6) + " (" +
+             (max_mode ? "max" : "min") + ")\n  config: " + b->config.dump() + "\n";
     } else {
       out += "best trial: none reported '" + *exp.metric + "'\n";
     }
@@ -183,15 +201,16 @@ void LiveTable::clear() {
   drawn_lines_ = 0;
 }
 
-void LiveTable::update(double now, const state::ExperimentState& s, const spec::Experiment& exp, bool force) {
+void LiveTable::update(double now, const state::ExperimentState& s, const spec::Experiment& exp,
+                       bool force) {
   if (opts_.quiet) return;
   if (!force && now - last_draw_ < opts_.period_s) return;
   last_draw_ = now;
   std::string text = "== " + s.name + " == " + status_counts(s) + " | elapsed " + hms(s.elapsed_s);
   if (exp.metric) {
     if (const auto* b = best_trial(s, *exp.metric, exp.mode == spec::Order::kMax))
-      text += " | best " + *exp.metric + "=" + util::format_short(b->metrics.at(*exp.metric).last, 5) + " (" +
-              b->id + ")";
+      text += " | best " + *exp.metric + "=" +
+              util::format_short(b->metrics.at(*exp.metric).last, 5) + " (" + b->id + ")";
   }
   text += "\n";
   size_t rows = opts_.tty ? opts_.max_rows : 8;

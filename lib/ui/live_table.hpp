@@ -52,6 +52,7 @@ class LiveTable {
 [[nodiscard]] const trial::Trial* best_trial(const state::ExperimentState& s,
                                              const std::string& metric, bool max_mode);
 // The closing summary printed after a run.
-[[nodiscard]] std::string final_summary(const state::ExperimentState& s, const spec::Experiment& exp);
+[[nodiscard]] std::string final_summary(const state::ExperimentState& s,
+                                        const spec::Experiment& exp);
 
 }  // namespace tune::ui

@@ -9,7 +9,9 @@
 namespace tune::util {
 
 namespace {
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 Result<void> fsync_dir(const std::filesystem::path& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -24,7 +26,9 @@ Result<void> fsync_dir(const std::filesystem::path& dir) {
 
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {}
 
-AtomicFile::~AtomicFile() { discard(); }
+AtomicFile::~AtomicFile() {
+  discard();
+}
 
 void AtomicFile::discard() {
   if (fd_ >= 0) ::close(fd_);

@@ -12,13 +12,15 @@
 namespace tune::util {
 
 namespace {
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 }  // namespace
 
 Result<std::string> read_file(const fs::path& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return fail("cannot read '", path.string(), "': ", errno_text());
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     return fail("cannot read '", path.string(), "': not a regular file");
@@ -95,7 +97,7 @@ Result<void> clear_dir_at(int dfd, const std::string& where) {
   while (struct dirent* e = ::readdir(d)) {
     std::string_view n = e->d_name;
     if (n == "." || n == "..") continue;
-    struct stat st{};
+    struct stat st {};
     if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISDIR(st.st_mode)) {
       int sub = ::openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -130,7 +132,7 @@ Result<void> remove_tree_nofollow(const fs::path& dir, std::string_view name) {
   if (dfd < 0) return fail("cannot open '", dir.string(), "': ", errno_text());
   std::string n(name);
   std::string where = (dir / n).string();
-  struct stat st{};
+  struct stat st {};
   Result<void> result;
   if (::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno != ENOENT) result = fail("cannot stat '", where, "': ", errno_text());
@@ -153,8 +155,9 @@ Result<void> remove_tree_nofollow(const fs::path& dir, std::string_view name) {
 
 namespace {
 Result<void> copy_tree(const fs::path& src, const fs::path& dst) {
-  struct stat st{};
-  if (::lstat(src.c_str(), &st) != 0) return fail("cannot stat '", src.string(), "': ", errno_text());
+  struct stat st {};
+  if (::lstat(src.c_str(), &st) != 0)
+    return fail("cannot stat '", src.string(), "': ", errno_text());
   if (S_ISLNK(st.st_mode)) {
     std::error_code ec;
     auto target = fs::read_symlink(src, ec);
@@ -211,7 +214,8 @@ Result<void> copy_tree(const fs::path& src, const fs::path& dst) {
 
 Result<void> move_dir(const fs::path& src, const fs::path& dst) {
   if (::rename(src.c_str(), dst.c_str()) == 0) return {};
-  if (errno != EXDEV) return fail("cannot move '", src.string(), "' to '", dst.string(), "': ", errno_text());
+  if (errno != EXDEV)
+    return fail("cannot move '", src.string(), "' to '", dst.string(), "': ", errno_text());
   fs::path staging = dst.string() + ".partial";
   (void)remove_tree_nofollow(staging.parent_path(), staging.filename().string());
   if (auto r = copy_tree(src, staging); !r) {
@@ -224,7 +228,7 @@ Result<void> move_dir(const fs::path& src, const fs::path& dst) {
 }
 
 uint64_t file_size_or_zero(const fs::path& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<uint64_t>(st.st_size);
 }

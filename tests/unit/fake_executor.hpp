@@ -22,8 +22,8 @@ struct FakeContext {
   FakeExecutor* ex;
   exec::Launch launch;
   bool alive = true;
-  void print(const std::string& line);               // one stdout line
-  void print_raw(const std::string& bytes);          // arbitrary stdout bytes
+  void print(const std::string& line);       // one stdout line
+  void print_raw(const std::string& bytes);  // arbitrary stdout bytes
   void exit(int code, const std::string& error = "", const std::string& reason = "exited");
   void killed(int signal);
   // A real directory inside the trial dir, e.g. for a function-mode checkpoint.
@@ -59,7 +59,8 @@ class FakeExecutor final : public exec::Executor {
   void send(const std::string& id, std::string_view line) override {
     stdin_log[id].push_back(std::string(line));
     auto it = procs_.find(id);
-    if (it != procs_.end() && it->second.ctx->alive) it->second.proc->on_stdin(*it->second.ctx, std::string(line));
+    if (it != procs_.end() && it->second.ctx->alive)
+      it->second.proc->on_stdin(*it->second.ctx, std::string(line));
   }
   void stop(const std::string& id, bool now) override {
     stops.push_back({id, now});
@@ -118,7 +119,9 @@ class FakeExecutor final : public exec::Executor {
   double clock_ = 1000;
 };
 
-inline void FakeContext::print(const std::string& line) { print_raw(line + "\n"); }
+inline void FakeContext::print(const std::string& line) {
+  print_raw(line + "\n");
+}
 inline void FakeContext::print_raw(const std::string& bytes) {
   if (alive) ex->push(exec::OutputEvent{launch.trial_id, bytes});
 }

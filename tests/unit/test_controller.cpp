@@ -92,8 +92,8 @@ TEST_CASE("function-mode trials run to TERMINATED with driver-filled fields", "[
     CHECK(t.status == trial::Status::kTerminated);
     auto rows = results_of(e, t);
     CHECK(iterations(rows) == std::vector<int64_t>{1, 2, 3});
-    for (const char* k : {"time_this_iter_s", "time_total_s", "timestamp", "date", "trial_id", "hostname", "pid",
-                          "iterations_since_restore", "done"})
+    for (const char* k : {"time_this_iter_s", "time_total_s", "timestamp", "date", "trial_id",
+                          "hostname", "pid", "iterations_since_restore", "done"})
       CHECK(rows[0].contains(k));
     CHECK(rows[2]["trial_id"] == t.id);
     CHECK(rows[2]["hostname"] == "fakehost");
@@ -133,7 +133,9 @@ TEST_CASE("a metric threshold in stop ends the trial when reached (>=)", "[contr
   ScratchDir d;
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "stop: {accuracy: 0.5}\n");
   FakeExecutor ex([](const exec::Launch&) {
-    return std::make_unique<Reporter>(100, 0, [](int i, FakeContext&) { return json{{"accuracy", i / 10.0}}; });
+    return std::make_unique<Reporter>(100, 0, [](int i, FakeContext&) {
+      return json{{"accuracy", i / 10.0}};
+    });
   });
   control::Controller c(e, ex, opts());
   REQUIRE(c.run() == kExitOk);
@@ -147,8 +149,10 @@ TEST_CASE("done:true ends the trial as TERMINATED", "[controller]") {
     int i = 0;
     void on_tick(FakeContext& c, double) override {
       ++i;
-      if (i <= 3) c.print(json{{"loss", 1.0}, {"done", i == 3}}.dump());
-      else if (i == 4) c.print(json{{"loss", 0.0}}.dump());  // after done: not recorded
+      if (i <= 3)
+        c.print(json{{"loss", 1.0}, {"done", i == 3}}.dump());
+      else if (i == 4)
+        c.print(json{{"loss", 0.0}}.dump());  // after done: not recorded
     }
   };
   FakeExecutor ex([](const exec::Launch&) { return std::make_unique<DoneThenLinger>(); });
@@ -190,11 +194,14 @@ TEST_CASE("a trial that keeps failing ends in ERROR with the reason, exit code 1
   }
 }
 
-TEST_CASE("a command that cannot be executed is an ERROR at once, and the others go on", "[controller]") {
+TEST_CASE("a command that cannot be executed is an ERROR at once, and the others go on",
+          "[controller]") {
   ScratchDir d;
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 5}\n");
   struct Missing : FakeProcess {
-    void on_start(FakeContext& c) override { c.exit(127, "command not found: train", "exec_failed"); }
+    void on_start(FakeContext& c) override {
+      c.exit(127, "command not found: train", "exec_failed");
+    }
   };
   FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
     if (l.trial_id == "00001") return std::make_unique<Missing>();
@@ -212,7 +219,8 @@ TEST_CASE("a command that cannot be executed is an ERROR at once, and the others
 
 TEST_CASE("fail_fast stops the experiment at the first error", "[controller]") {
   ScratchDir d;
-  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {fail_fast: true}\nmax_concurrent_trials: 2\n");
+  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo +
+                           "failure_config: {fail_fast: true}\nmax_concurrent_trials: 2\n");
   FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
     if (l.trial_id == "00000") return std::make_unique<Reporter>(1, 1);
     return std::make_unique<Reporter>(1000, 0);
@@ -221,11 +229,12 @@ TEST_CASE("fail_fast stops the experiment at the first error", "[controller]") {
   REQUIRE(c.run() == kExitTrialError);
   const auto& ts = c.state().trials;
   CHECK(ts[0].status == trial::Status::kError);
-  CHECK(ts.size() == 2);  // trials 2 and 3 were never started
+  CHECK(ts.size() == 2);                           // trials 2 and 3 were never started
   CHECK(ts[1].status == trial::Status::kPending);  // stopped, resumable
 }
 
-TEST_CASE("function-mode checkpoints are adopted and a retry restores the latest", "[controller][checkpoint]") {
+TEST_CASE("function-mode checkpoints are adopted and a retry restores the latest",
+          "[controller][checkpoint]") {
   ScratchDir d;
   auto e = make_exp(d, R"(
 name: exp
@@ -265,7 +274,8 @@ failure_config: {max_failures: 1}
   CHECK(rows[4]["checkpoint_dir_name"] == "checkpoint_000001");
 }
 
-TEST_CASE("retention keeps the N best: Ray's example 2,4,1,3 keep 2 by min", "[controller][checkpoint]") {
+TEST_CASE("retention keeps the N best: Ray's example 2,4,1,3 keep 2 by min",
+          "[controller][checkpoint]") {
   ScratchDir d;
   auto e = make_exp(d, R"(
 name: exp
@@ -297,7 +307,8 @@ checkpoint_config: {num_to_keep: 2, checkpoint_score_attribute: loss, checkpoint
   for (const auto& ck : s->trials[0].checkpoints) CHECK(fs::exists(dir / ck.dir_name()));
 }
 
-TEST_CASE("a reported checkpoint outside the trial dir is refused and left alone", "[controller][checkpoint]") {
+TEST_CASE("a reported checkpoint outside the trial dir is refused and left alone",
+          "[controller][checkpoint]") {
   ScratchDir d;
   auto e = make_exp(d, R"(
 name: exp
@@ -322,8 +333,10 @@ param_space: {x: 1}
   });
   control::Controller c(e, ex, opts());
   int code = c.run();
-  if (old_tmp) ::setenv("TMPDIR", saved.c_str(), 1);
-  else ::unsetenv("TMPDIR");
+  if (old_tmp)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
   REQUIRE(code == kExitOk);
   CHECK(c.state().trials[0].checkpoints.empty());
   CHECK(fs::exists(d.path / "outside" / "precious"));
@@ -331,7 +344,8 @@ param_space: {x: 1}
   CHECK(c.state().trials[0].iteration == 4);  // the results themselves still count
 }
 
-TEST_CASE("step mode: checkpoints at frequency, should_checkpoint and at end, never twice", "[controller][step]") {
+TEST_CASE("step mode: checkpoints at frequency, should_checkpoint and at end, never twice",
+          "[controller][step]") {
   ScratchDir d;
   auto e = make_exp(d, R"(
 name: exp
@@ -414,7 +428,8 @@ TEST_CASE("Ctrl-C twice kills at once and still saves state", "[controller]") {
 
 TEST_CASE("time_budget_s stops running trials as TERMINATED and starts no more", "[controller]") {
   ScratchDir d;
-  auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "time_budget_s: 30\nmax_concurrent_trials: 1\n");
+  auto e = make_exp(
+      d, std::string(kBase) + kTrial + kTwo + "time_budget_s: 30\nmax_concurrent_trials: 1\n");
   FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(1000000, 0); });
   control::Controller c(e, ex, opts());
   REQUIRE(c.run() == kExitOk);
@@ -437,7 +452,8 @@ TEST_CASE("concurrency is bounded by max_concurrent_trials and by cpus", "[contr
   };
   int running = 0, peak = 0;
   SECTION("max_concurrent_trials") {
-    auto e = make_exp(d, std::string(kBase) + kTrial + "num_samples: 5\nmax_concurrent_trials: 3\n");
+    auto e =
+        make_exp(d, std::string(kBase) + kTrial + "num_samples: 5\nmax_concurrent_trials: 3\n");
     FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Count>(&running, &peak); });
     control::Controller c(e, ex, opts(64));
     REQUIRE(c.run() == kExitOk);
@@ -445,7 +461,8 @@ TEST_CASE("concurrency is bounded by max_concurrent_trials and by cpus", "[contr
     CHECK(peak == 3);
   }
   SECTION("cpus") {
-    auto e = make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 2}}\n");
+    auto e =
+        make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 2}}\n");
     FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Count>(&running, &peak); });
     control::Controller c(e, ex, opts(5));
     REQUIRE(c.run() == kExitOk);
@@ -466,7 +483,8 @@ TEST_CASE("GPUs are assigned exclusively unless fractions are asked for", "[cont
   };
   std::vector<std::string> seen;
   SECTION("whole GPUs") {
-    auto e = make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 1, gpu: 1}}\n");
+    auto e = make_exp(
+        d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 1, gpu: 1}}\n");
     FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Hold>(&seen); });
     control::Controller c(e, ex, opts(8, 2));
     REQUIRE(c.run() == kExitOk);
@@ -475,7 +493,8 @@ TEST_CASE("GPUs are assigned exclusively unless fractions are asked for", "[cont
     for (const auto& s : seen) CHECK((s == "0" || s == "1"));
   }
   SECTION("fractions share") {
-    auto e = make_exp(d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 1, gpu: 0.5}}\n");
+    auto e = make_exp(
+        d, std::string(kBase) + kTwo + "trial: {command: [x], resources: {cpu: 1, gpu: 0.5}}\n");
     FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Hold>(&seen); });
     control::Controller c(e, ex, opts(8, 1));
     REQUIRE(c.run() == kExitOk);
@@ -491,32 +510,46 @@ TEST_CASE("write-ahead: a trial is in the saved state before it starts", "[contr
   struct Peek : Reporter {
     std::vector<std::string>* out;
     fs::path exp_dir;
-    Peek(std::vector<std::string>* o, fs::path dir) : Reporter(1, 0), out(o), exp_dir(std::move(dir)) {}
+    Peek(std::vector<std::string>* o, fs::path dir)
+        : Reporter(1, 0), out(o), exp_dir(std::move(dir)) {}
     void on_start(FakeContext& c) override {
       auto s = state::load(exp_dir);
       if (!s) FAIL(s.error().message);
       for (const auto& t : s->trials)
-        if (t.id == c.launch.trial_id) out->push_back(std::string(trial::status_name(t.status)) + "/" + std::to_string(t.attempt));
+        if (t.id == c.launch.trial_id)
+          out->push_back(std::string(trial::status_name(t.status)) + "/" +
+                         std::to_string(t.attempt));
     }
   };
-  FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Peek>(&states_at_start, e.dir()); });
+  FakeExecutor ex(
+      [&](const exec::Launch&) { return std::make_unique<Peek>(&states_at_start, e.dir()); });
   control::Controller c(e, ex, opts());
   REQUIRE(c.run() == kExitOk);
   CHECK(states_at_start == std::vector<std::string>(4, "RUNNING/1"));
 }
 
-TEST_CASE("non-JSON output is ignored, a trial that reports nothing and exits 0 is TERMINATED", "[controller]") {
+TEST_CASE("non-JSON output is ignored, a trial that reports nothing and exits 0 is TERMINATED",
+          "[controller]") {
   ScratchDir d;
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo);
   struct Junk : FakeProcess {
     int i = 0;
     void on_tick(FakeContext& c, double) override {
       switch (i++) {
-        case 0: c.print_raw(std::string("\x00\xff\xfe binary\n", 12)); break;
-        case 1: c.print("[1, 2, 3]"); break;
-        case 2: c.print("{not json"); break;
-        case 3: c.print("Epoch 1: loss 0.3"); break;
-        default: c.exit(0);
+        case 0:
+          c.print_raw(std::string("\x00\xff\xfe binary\n", 12));
+          break;
+        case 1:
+          c.print("[1, 2, 3]");
+          break;
+        case 2:
+          c.print("{not json");
+          break;
+        case 3:
+          c.print("Epoch 1: loss 0.3");
+          break;
+        default:
+          c.exit(0);
       }
     }
   };
@@ -542,7 +575,8 @@ param_space:
   control::Controller c(e, ex, opts());
   REQUIRE(c.run() == kExitOk);
   REQUIRE(ex.launches.size() == 2);
-  CHECK(ex.launches[0].argv == std::vector<std::string>{"prog", "--x=$(touch /tmp/tune-pwned)", "; rm -rf ~"});
+  CHECK(ex.launches[0].argv ==
+        std::vector<std::string>{"prog", "--x=$(touch /tmp/tune-pwned)", "; rm -rf ~"});
   CHECK(ex.launches[1].argv[2] == "a b 'c' \"d\"");
 }
 
@@ -569,7 +603,8 @@ time_budget_s: 5
   REQUIRE(ex.stops.size() == 1);
 }
 
-TEST_CASE("retention deletes a checkpoint that became a symlink, never its target", "[controller][checkpoint]") {
+TEST_CASE("retention deletes a checkpoint that became a symlink, never its target",
+          "[controller][checkpoint]") {
   ScratchDir d;
   auto e = make_exp(d, R"(
 name: exp

@@ -23,7 +23,8 @@ struct CaptureOut {
 }  // namespace
 
 TEST_CASE("the C++ helper parses configs", "[helpers]") {
-  auto v = tune_trial::Value::parse(R"({"lr": 0.001, "name": "a\"b\u00e9", "opt": {"m": [1, 2]}, "ok": true, "n": null})");
+  auto v = tune_trial::Value::parse(
+      R"({"lr": 0.001, "name": "a\"b\u00e9", "opt": {"m": [1, 2]}, "ok": true, "n": null})");
   CHECK(v["lr"].number() == 0.001);
   CHECK(v["name"].string() == "a\"b\xc3\xa9");
   CHECK(v["opt"]["m"].items().size() == 2);
@@ -36,7 +37,8 @@ TEST_CASE("the C++ helper parses configs", "[helpers]") {
 
 TEST_CASE("the C++ helper reports valid JSON lines, NaN as null", "[helpers]") {
   CaptureOut cap;
-  tune_trial::report({{"loss", 0.25}, {"epoch", 3}, {"bad", std::nan("")}, {"tag", "x\"y\n"}}, "/tmp/ck");
+  tune_trial::report({{"loss", 0.25}, {"epoch", 3}, {"bad", std::nan("")}, {"tag", "x\"y\n"}},
+                     "/tmp/ck");
   auto l = cap.lines();
   REQUIRE(l.size() == 1);
   CHECK(l[0]["loss"] == 0.25);
@@ -57,8 +59,10 @@ TEST_CASE("the C++ Trainable serves step, save, restore, reset and stop", "[help
   } t;
   CaptureOut cap;
   std::istringstream in(
-      "{\"op\":\"step\"}\n\n garbage\n{\"op\":\"step\"}\n{\"op\":\"save\",\"path\":\"/tmp/tune-helper-test-save\"}\n"
-      "{\"op\":\"restore\",\"path\":\"/r\"}\n{\"op\":\"reset\",\"config\":{\"lr\":1}}\n{\"op\":\"stop\"}\n{\"op\":\"step\"}\n");
+      "{\"op\":\"step\"}\n\n "
+      "garbage\n{\"op\":\"step\"}\n{\"op\":\"save\",\"path\":\"/tmp/tune-helper-test-save\"}\n"
+      "{\"op\":\"restore\",\"path\":\"/"
+      "r\"}\n{\"op\":\"reset\",\"config\":{\"lr\":1}}\n{\"op\":\"stop\"}\n{\"op\":\"step\"}\n");
   CHECK(tune_trial::run_trainable(t, in) == 0);
   auto l = cap.lines();
   REQUIRE(l.size() == 5);

@@ -18,7 +18,9 @@ std::vector<trial::Checkpoint> ckpts(std::vector<double> losses) {
   }
   return out;
 }
-checkpoint::Policy by_loss(int n, spec::Order o = spec::Order::kMin) { return {n, std::string("loss"), o}; }
+checkpoint::Policy by_loss(int n, spec::Order o = spec::Order::kMin) {
+  return {n, std::string("loss"), o};
+}
 }  // namespace
 
 TEST_CASE("Ray Train's example: losses 2,4,1,3, keep 2 by min", "[retention]") {
@@ -32,8 +34,11 @@ TEST_CASE("Ray Train's example: losses 2,4,1,3, keep 2 by min", "[retention]") {
 
 TEST_CASE("default policy keeps the most recent, no num_to_keep keeps all", "[retention]") {
   auto c = ckpts({5, 1, 3});
-  CHECK(checkpoint::select_for_deletion(c, {1, std::nullopt, spec::Order::kMax}, false) == std::vector<int64_t>{1, 2});
-  CHECK(checkpoint::select_for_deletion(c, {std::nullopt, std::string("loss"), spec::Order::kMin}, false).empty());
+  CHECK(checkpoint::select_for_deletion(c, {1, std::nullopt, spec::Order::kMax}, false) ==
+        std::vector<int64_t>{1, 2});
+  CHECK(checkpoint::select_for_deletion(c, {std::nullopt, std::string("loss"), spec::Order::kMin},
+                                        false)
+            .empty());
 }
 
 TEST_CASE("ties keep the older, missing and NaN scores rank worst with a warning", "[retention]") {
@@ -41,6 +46,7 @@ TEST_CASE("ties keep the older, missing and NaN scores rank worst with a warning
   CHECK(checkpoint::select_for_deletion(c, by_loss(1), false) == std::vector<int64_t>{2, 3});
   auto m = ckpts({INFINITY, 5, NAN, 7});  // INFINITY here = attribute absent
   std::vector<std::string> warnings;
-  CHECK(checkpoint::select_for_deletion(m, by_loss(2, spec::Order::kMax), false, &warnings) == std::vector<int64_t>{1, 3});
+  CHECK(checkpoint::select_for_deletion(m, by_loss(2, spec::Order::kMax), false, &warnings) ==
+        std::vector<int64_t>{1, 3});
   CHECK(warnings.size() == 2);
 }

@@ -10,8 +10,9 @@ using namespace tune;
 
 namespace {
 spec::Experiment exp_of(const std::string& space, int samples = 1) {
-  auto r = spec::parse_experiment("trial: {command: [a]}\nnum_samples: " + std::to_string(samples) +
-                                      "\nparam_space:\n" + space, "/tmp/e.yaml");
+  auto r = spec::parse_experiment(
+      "trial: {command: [a]}\nnum_samples: " + std::to_string(samples) + "\nparam_space:\n" + space,
+      "/tmp/e.yaml");
   if (!r) FAIL(r.error().message);
   return *r;
 }
@@ -31,8 +32,10 @@ TEST_CASE("num_samples x the full grid, the last grid key varies fastest", "[sea
 
 TEST_CASE("sampled values stay in their domains", "[search]") {
   auto e = exp_of(
-      "  u: {uniform: [-1, 2]}\n  l: {loguniform: [1.0e-4, 1.0e-1]}\n  q: {quniform: [0, 10, 2.5]}\n"
-      "  r: {randint: [3, 7]}\n  c: {choice: [a, b]}\n  n: {randn: [10, 0.001]}\n  ql: {qloguniform: [1, 1000, 10]}\n");
+      "  u: {uniform: [-1, 2]}\n  l: {loguniform: [1.0e-4, 1.0e-1]}\n  q: {quniform: [0, 10, "
+      "2.5]}\n"
+      "  r: {randint: [3, 7]}\n  c: {choice: [a, b]}\n  n: {randn: [10, 0.001]}\n  ql: "
+      "{qloguniform: [1, 1000, 10]}\n");
   std::set<int64_t> ints;
   std::set<std::string> choices;
   for (uint64_t i = 0; i < 2000; ++i) {
@@ -51,8 +54,12 @@ TEST_CASE("sampled values stay in their domains", "[search]") {
 }
 
 TEST_CASE("a seed gives the same trial list every time, on every platform", "[search]") {
-  auto e = exp_of("  lr: {loguniform: [1.0e-4, 1.0e-1]}\n  m: {uniform: [0.8, 0.99]}\n  b: {choice: [32, 64, 128]}\n", 3);
-  for (uint64_t i = 0; i < 3; ++i) CHECK(search::generate(e.space, 42, i).config == search::generate(e.space, 42, i).config);
+  auto e = exp_of(
+      "  lr: {loguniform: [1.0e-4, 1.0e-1]}\n  m: {uniform: [0.8, 0.99]}\n  b: {choice: [32, 64, "
+      "128]}\n",
+      3);
+  for (uint64_t i = 0; i < 3; ++i)
+    CHECK(search::generate(e.space, 42, i).config == search::generate(e.space, 42, i).config);
   CHECK(search::generate(e.space, 42, 0).config != search::generate(e.space, 43, 0).config);
   // Pinned values: mt19937_64 is specified by the standard and the distributions are our own,
   // so these hold on any conforming platform. A change here changes users' experiments.

@@ -80,8 +80,11 @@ TEST_CASE("defaults: name from the file stem, one local host, workdir = the file
 }
 
 TEST_CASE("a command string is split like a shell would, without running one", "[spec]") {
-  auto e = ok("trial: {command: \"python3 'my script.py' --name=\\\"a b\\\" $HOME\"}\nparam_space: {x: 1}\n");
-  CHECK(e.trial.command == std::vector<std::string>{"python3", "my script.py", "--name=a b", "$HOME"});
+  auto e =
+      ok("trial: {command: \"python3 'my script.py' --name=\\\"a b\\\" $HOME\"}\nparam_space: {x: "
+         "1}\n");
+  CHECK(e.trial.command ==
+        std::vector<std::string>{"python3", "my script.py", "--name=a b", "$HOME"});
 }
 
 TEST_CASE("malformed YAML is reported with its position", "[spec][errors]") {
@@ -91,60 +94,88 @@ TEST_CASE("malformed YAML is reported with its position", "[spec][errors]") {
 }
 
 TEST_CASE("unknown keys are located and get a suggestion", "[spec][errors]") {
-  CHECK(error_of(kMin + "checkpoint_config:\n  num_to_kep: 2\n") ==
-        "exp.yaml:4:3: unknown key 'num_to_kep' in checkpoint_config (did you mean 'num_to_keep'?)");
-  CHECK(error_of(kMin + "num_sample: 3\n") == "exp.yaml:3:1: unknown key 'num_sample' (did you mean 'num_samples'?)");
+  CHECK(
+      error_of(kMin + "checkpoint_config:\n  num_to_kep: 2\n") ==
+      "exp.yaml:4:3: unknown key 'num_to_kep' in checkpoint_config (did you mean 'num_to_keep'?)");
+  CHECK(error_of(kMin + "num_sample: 3\n") ==
+        "exp.yaml:3:1: unknown key 'num_sample' (did you mean 'num_samples'?)");
   CHECK(error_of(kMin + "zzz: 3\n") == "exp.yaml:3:1: unknown key 'zzz'");
 }
 
 TEST_CASE("wrong types and impossible values are errors", "[spec][errors]") {
-  CHECK(error_of(kMin + "num_samples: many\n") == "exp.yaml:3:14: num_samples: expected an integer, got 'many'");
-  CHECK(error_of(kMin + "num_samples: -1\n").find("num_samples must be at least 1") != std::string::npos);
+  CHECK(error_of(kMin + "num_samples: many\n") ==
+        "exp.yaml:3:14: num_samples: expected an integer, got 'many'");
+  CHECK(error_of(kMin + "num_samples: -1\n").find("num_samples must be at least 1") !=
+        std::string::npos);
   CHECK(error_of(kMin + "mode: biggest\n").find("expected 'min' or 'max'") != std::string::npos);
   CHECK(error_of(kMin + "max_concurrent_trials: 0\n").find("at least 1") != std::string::npos);
-  CHECK(error_of(kMin + "failure_config: {max_failures: -2}\n").find("-1 (retry forever)") != std::string::npos);
-  CHECK(error_of(kMin + "stop: {loss: low}\n").find("stop.loss: expected a number") != std::string::npos);
-  CHECK(error_of("trial: {command: [a], resources: {gpu: 1.5}}\nparam_space: {x: 1}\n").find("fraction") != std::string::npos);
-  CHECK(error_of(kMin + "stop: {a: 1}\nstop: {b: 2}\n") == "exp.yaml:4:1: duplicate key 'stop' (first at line 3)");
-  CHECK(error_of("trial: {command: [a]}\nparam_space: {x: 1, x: 2}\n").find("duplicate key 'x'") != std::string::npos);
-  CHECK(error_of("trial: {command: []}\nparam_space: {x: 1}\n").find("trial.command is empty") != std::string::npos);
-  CHECK(error_of("param_space: {x: 1}\n").find("missing required key 'trial'") != std::string::npos);
+  CHECK(error_of(kMin + "failure_config: {max_failures: -2}\n").find("-1 (retry forever)") !=
+        std::string::npos);
+  CHECK(error_of(kMin + "stop: {loss: low}\n").find("stop.loss: expected a number") !=
+        std::string::npos);
+  CHECK(error_of("trial: {command: [a], resources: {gpu: 1.5}}\nparam_space: {x: 1}\n")
+            .find("fraction") != std::string::npos);
+  CHECK(error_of(kMin + "stop: {a: 1}\nstop: {b: 2}\n") ==
+        "exp.yaml:4:1: duplicate key 'stop' (first at line 3)");
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {x: 1, x: 2}\n").find("duplicate key 'x'") !=
+        std::string::npos);
+  CHECK(error_of("trial: {command: []}\nparam_space: {x: 1}\n").find("trial.command is empty") !=
+        std::string::npos);
+  CHECK(error_of("param_space: {x: 1}\n").find("missing required key 'trial'") !=
+        std::string::npos);
   CHECK(error_of("").find("empty") != std::string::npos);
 }
 
 TEST_CASE("search space errors", "[spec][errors]") {
-  auto with = [](const std::string& space) { return "trial: {command: [a]}\nparam_space:\n" + space; };
-  CHECK(error_of("trial: {command: [a]}\nparam_space: {}\n").find("param_space is empty") != std::string::npos);
-  CHECK(error_of("trial: {command: [a]}\nparam_space:\n").find("param_space is empty") != std::string::npos);
+  auto with = [](const std::string& space) {
+    return "trial: {command: [a]}\nparam_space:\n" + space;
+  };
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {}\n").find("param_space is empty") !=
+        std::string::npos);
+  CHECK(error_of("trial: {command: [a]}\nparam_space:\n").find("param_space is empty") !=
+        std::string::npos);
   CHECK(error_of(with("  lr: {uniform: [2, 1]}\n")) == "exp.yaml:3:17: uniform: lo > hi (2 > 1)");
-  CHECK(error_of(with("  lr: {loguniform: [0, 1]}\n")).find("lo must be > 0 for a log scale") != std::string::npos);
-  CHECK(error_of(with("  lr: {loguniform: [-1, 1]}\n")).find("lo must be > 0") != std::string::npos);
-  CHECK(error_of(with("  lr: {uniform: [1]}\n")).find("uniform takes [lo, hi]") != std::string::npos);
+  CHECK(error_of(with("  lr: {loguniform: [0, 1]}\n")).find("lo must be > 0 for a log scale") !=
+        std::string::npos);
+  CHECK(error_of(with("  lr: {loguniform: [-1, 1]}\n")).find("lo must be > 0") !=
+        std::string::npos);
+  CHECK(error_of(with("  lr: {uniform: [1]}\n")).find("uniform takes [lo, hi]") !=
+        std::string::npos);
   CHECK(error_of(with("  n: {randint: [5, 5]}\n")).find("lo must be < hi") != std::string::npos);
-  CHECK(error_of(with("  n: {randint: [0.5, 5]}\n")).find("expected an integer") != std::string::npos);
+  CHECK(error_of(with("  n: {randint: [0.5, 5]}\n")).find("expected an integer") !=
+        std::string::npos);
   CHECK(error_of(with("  q: {quniform: [0, 1, 0]}\n")).find("q must be > 0") != std::string::npos);
   CHECK(error_of(with("  c: {choice: []}\n")).find("non-empty list") != std::string::npos);
   CHECK(error_of(with("  g: {grid_search: 3}\n")).find("non-empty list") != std::string::npos);
-  CHECK(error_of(with("  lr: {logunifrom: [1, 2]}\n")).find("did you mean 'loguniform'") != std::string::npos);
+  CHECK(error_of(with("  lr: {logunifrom: [1, 2]}\n")).find("did you mean 'loguniform'") !=
+        std::string::npos);
   CHECK(error_of(with("  a.b: 1\n")).find("contain no '.'") != std::string::npos);
 }
 
 TEST_CASE("placeholders must name config keys", "[spec][errors]") {
   CHECK(error_of("trial: {command: [a, \"{lrr}\"]}\nparam_space: {lr: 1}\n") ==
-        "exp.yaml:1:22: trial.command: placeholder '{lrr}' names no key of param_space (did you mean '{lr}'?)");
-  CHECK(error_of("trial: {command: [a, \"{lr\"]}\nparam_space: {lr: 1}\n").find("unclosed '{'") != std::string::npos);
-  auto e = ok("trial: {command: [a, \"{{lit}}\", \"{opt.lr}\"]}\nparam_space: {opt: {lr: 1, m: 2}}\n");
+        "exp.yaml:1:22: trial.command: placeholder '{lrr}' names no key of param_space (did you "
+        "mean '{lr}'?)");
+  CHECK(error_of("trial: {command: [a, \"{lr\"]}\nparam_space: {lr: 1}\n").find("unclosed '{'") !=
+        std::string::npos);
+  auto e =
+      ok("trial: {command: [a, \"{{lit}}\", \"{opt.lr}\"]}\nparam_space: {opt: {lr: 1, m: 2}}\n");
   CHECK(e.trial.command[1] == "{{lit}}");
 }
 
 TEST_CASE("checkpoint_frequency / checkpoint_at_end in function mode say why", "[spec][errors]") {
-  CHECK(error_of(kMin + "checkpoint_config: {checkpoint_frequency: 5}\n").find("step mode only") != std::string::npos);
-  CHECK(error_of(kMin + "checkpoint_config: {checkpoint_at_end: true}\n").find("step mode only") != std::string::npos);
-  auto e = ok("trial: {command: [a], mode: step}\nparam_space: {x: 1}\ncheckpoint_config: {checkpoint_frequency: 5, checkpoint_at_end: true}\n");
+  CHECK(error_of(kMin + "checkpoint_config: {checkpoint_frequency: 5}\n").find("step mode only") !=
+        std::string::npos);
+  CHECK(error_of(kMin + "checkpoint_config: {checkpoint_at_end: true}\n").find("step mode only") !=
+        std::string::npos);
+  auto e =
+      ok("trial: {command: [a], mode: step}\nparam_space: {x: 1}\ncheckpoint_config: "
+         "{checkpoint_frequency: 5, checkpoint_at_end: true}\n");
   CHECK(e.checkpoint.frequency == 5);
 }
 
-TEST_CASE("set overrides (--set) replace any value by dotted path, with their own error location", "[spec]") {
+TEST_CASE("set overrides (--set) replace any value by dotted path, with their own error location",
+          "[spec]") {
   spec::Overrides ov;
   ov.set = {"checkpoint_config.num_to_keep=3", "num_samples=7", "param_space.lr={uniform: [0, 1]}"};
   auto e = ok(kMin, ov);
@@ -168,11 +199,16 @@ TEST_CASE("names must be safe directory names", "[spec][errors]") {
 }
 
 TEST_CASE("hosts are validated", "[spec][errors]") {
-  CHECK(error_of(kMin + "hosts: [{lokal: {}}]\n").find("did you mean 'local'") != std::string::npos);
-  CHECK(error_of(kMin + "hosts: [{ssh: {user: u}}]\n").find("missing required key 'host'") != std::string::npos);
-  CHECK(error_of(kMin + "hosts: [{ssh: {host: \"a;rm -rf /\"}}]\n").find("not a host name") != std::string::npos);
-  CHECK(error_of(kMin + "hosts: [{ssh: {host: h, port: 70000}}]\n").find("1..65535") != std::string::npos);
-  auto e = ok(kMin + "hosts: [{local: {cpus: 2}}, {ssh: {host: 10.0.0.2, user: ubuntu, gpus: 2}}]\n");
+  CHECK(error_of(kMin + "hosts: [{lokal: {}}]\n").find("did you mean 'local'") !=
+        std::string::npos);
+  CHECK(error_of(kMin + "hosts: [{ssh: {user: u}}]\n").find("missing required key 'host'") !=
+        std::string::npos);
+  CHECK(error_of(kMin + "hosts: [{ssh: {host: \"a;rm -rf /\"}}]\n").find("not a host name") !=
+        std::string::npos);
+  CHECK(error_of(kMin + "hosts: [{ssh: {host: h, port: 70000}}]\n").find("1..65535") !=
+        std::string::npos);
+  auto e =
+      ok(kMin + "hosts: [{local: {cpus: 2}}, {ssh: {host: 10.0.0.2, user: ubuntu, gpus: 2}}]\n");
   CHECK(e.hosts.size() == 2);
   CHECK(e.hosts[1].known_hosts_file == "~/.ssh/known_hosts");
 }

@@ -55,8 +55,10 @@ TEST_CASE("a state file cut at any byte is refused with a message, not a crash",
   for (size_t n = 0; n + 1 < full.size(); ++n) {
     REQUIRE(util::write_file_atomic(d.path / state::kStateFile, full.substr(0, n), false));
     auto s = state::load(d.path);
-    if (s) ++accepted;
-    else CHECK(s.error().message.find(state::kStateFile) != std::string::npos);
+    if (s)
+      ++accepted;
+    else
+      CHECK(s.error().message.find(state::kStateFile) != std::string::npos);
   }
   CHECK(accepted == 0);
 }

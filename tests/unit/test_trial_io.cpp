@@ -49,7 +49,8 @@ TEST_CASE("progress.csv widens its header when new keys appear, losing nothing",
   CHECK(rows->size() == 3);
 }
 
-TEST_CASE("truncate_after keeps each iteration up to the checkpoint, a torn line is dropped", "[trial]") {
+TEST_CASE("truncate_after keeps each iteration up to the checkpoint, a torn line is dropped",
+          "[trial]") {
   testing::ScratchDir d;
   {
     trial::ResultLog log;

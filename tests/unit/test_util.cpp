@@ -41,7 +41,8 @@ TEST_CASE("suggest finds near misses only", "[util]") {
 }
 
 TEST_CASE("trial names are filesystem-safe and at most 200 bytes", "[util]") {
-  std::vector<std::pair<std::string, nlohmann::json>> v = {{"path", "../../etc/passwd"}, {"x", std::string(1000, 'y')}};
+  std::vector<std::pair<std::string, nlohmann::json>> v = {{"path", "../../etc/passwd"},
+                                                           {"x", std::string(1000, 'y')}};
   auto name = trial::make_trial_name("00001", v);
   CHECK(name.size() <= 200);
   CHECK(name.find('/') == std::string::npos);
@@ -75,7 +76,8 @@ TEST_CASE("remove_tree_nofollow deletes a symlink, never its target", "[util]") 
   std::ofstream(d.path / "outside" / "precious") << "x";
   fs::create_directories(d.path / "trial" / "checkpoint_000002" / "sub");
   fs::create_directory_symlink(d.path / "outside", d.path / "trial" / "checkpoint_000001");
-  fs::create_directory_symlink(d.path / "outside", d.path / "trial" / "checkpoint_000002" / "sub" / "link");
+  fs::create_directory_symlink(d.path / "outside",
+                               d.path / "trial" / "checkpoint_000002" / "sub" / "link");
   REQUIRE(util::remove_tree_nofollow(d.path / "trial", "checkpoint_000001"));
   REQUIRE(util::remove_tree_nofollow(d.path / "trial", "checkpoint_000002"));
   CHECK_FALSE(fs::exists(d.path / "trial" / "checkpoint_000001"));
@@ -91,7 +93,9 @@ TEST_CASE("move_dir copies across filesystems keeping symlinks as links", "[util
   std::ofstream(d.path / "src" / "sub" / "w.bin") << "weights";
   fs::create_symlink("sub/w.bin", d.path / "src" / "link");
   // /dev/shm is usually another filesystem; fall back to same-fs rename otherwise.
-  fs::path dst = fs::exists("/dev/shm") ? fs::path("/dev/shm") / ("tune-move-" + std::to_string(::getpid())) : d.path / "dst";
+  fs::path dst = fs::exists("/dev/shm")
+                     ? fs::path("/dev/shm") / ("tune-move-" + std::to_string(::getpid()))
+                     : d.path / "dst";
   REQUIRE(util::move_dir(d.path / "src", dst));
   CHECK(fs::is_symlink(dst / "link"));
   CHECK(*util::read_file(dst / "sub" / "w.bin") == "weights");

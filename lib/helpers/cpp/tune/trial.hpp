@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <sys/stat.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +26,6 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
-#include <sys/stat.h>
 #include <utility>
 #include <vector>
 
@@ -41,7 +41,9 @@ class Value {
   double number(double fallback = 0) const { return type_ == Type::kNumber ? num_ : fallback; }
   bool boolean(bool fallback = false) const { return type_ == Type::kBool ? b_ : fallback; }
   const std::string& str() const { return str_; }
-  std::string string(const std::string& fallback = "") const { return type_ == Type::kString ? str_ : fallback; }
+  std::string string(const std::string& fallback = "") const {
+    return type_ == Type::kString ? str_ : fallback;
+  }
   const std::vector<Value>& items() const { return arr_; }
   const std::map<std::string, Value>& members() const { return obj_; }
   // Member lookup; a missing key gives a null value.
@@ -78,13 +80,17 @@ class Value {
       for (;;) {
         skip_ws(s, i);
         Value key = parse_at(s, i);
-        if (key.type_ != Type::kString) throw std::runtime_error("tune_trial: object key must be a string");
+        if (key.type_ != Type::kString)
+          throw std::runtime_error("tune_trial: object key must be a string");
         skip_ws(s, i);
         if (i >= s.size() || s[i] != ':') throw std::runtime_error("tune_trial: expected ':'");
         ++i;
         v.obj_[key.str_] = parse_at(s, i);
         skip_ws(s, i);
-        if (i < s.size() && s[i] == ',') { ++i; continue; }
+        if (i < s.size() && s[i] == ',') {
+          ++i;
+          continue;
+        }
         if (i < s.size() && s[i] == '}') return ++i, v;
         throw std::runtime_error("tune_trial: expected ',' or '}'");
       }
@@ -97,7 +103,10 @@ class Value {
       for (;;) {
         v.arr_.push_back(parse_at(s, i));
         skip_ws(s, i);
-        if (i < s.size() && s[i] == ',') { ++i; continue; }
+        if (i < s.size() && s[i] == ',') {
+          ++i;
+          continue;
+        }
         if (i < s.size() && s[i] == ']') return ++i, v;
         throw std::runtime_error("tune_trial: expected ',' or ']'");
       }
@@ -109,20 +118,37 @@ class Value {
         if (s[i] == '\\' && i + 1 < s.size()) {
           char e = s[++i];
           switch (e) {
-            case 'n': v.str_ += '\n'; break;
-            case 't': v.str_ += '\t'; break;
-            case 'r': v.str_ += '\r'; break;
-            case 'b': v.str_ += '\b'; break;
-            case 'f': v.str_ += '\f'; break;
+            case 'n':
+              v.str_ += '\n';
+              break;
+            case 't':
+              v.str_ += '\t';
+              break;
+            case 'r':
+              v.str_ += '\r';
+              break;
+            case 'b':
+              v.str_ += '\b';
+              break;
+            case 'f':
+              v.str_ += '\f';
+              break;
             case 'u': {
               unsigned cp = static_cast<unsigned>(std::stoul(s.substr(i + 1, 4), nullptr, 16));
               i += 4;
-              if (cp < 0x80) v.str_ += static_cast<char>(cp);
-              else if (cp < 0x800) v.str_ += static_cast<char>(0xC0 | (cp >> 6)), v.str_ += static_cast<char>(0x80 | (cp & 0x3F));
-              else v.str_ += static_cast<char>(0xE0 | (cp >> 12)), v.str_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)), v.str_ += static_cast<char>(0x80 | (cp & 0x3F));
+              if (cp < 0x80)
+                v.str_ += static_cast<char>(cp);
+              else if (cp < 0x800)
+                v.str_ += static_cast<char>(0xC0 | (cp >> 6)),
+                    v.str_ += static_cast<char>(0x80 | (cp & 0x3F));
+              else
+                v.str_ += static_cast<char>(0xE0 | (cp >> 12)),
+                    v.str_ += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                    v.str_ += static_cast<char>(0x80 | (cp & 0x3F));
               break;
             }
-            default: v.str_ += e;
+            default:
+              v.str_ += e;
           }
           ++i;
         } else {
@@ -133,9 +159,22 @@ class Value {
       ++i;
       return v;
     }
-    if (s.compare(i, 4, "true") == 0) { v.type_ = Type::kBool; v.b_ = true; i += 4; return v; }
-    if (s.compare(i, 5, "false") == 0) { v.type_ = Type::kBool; v.b_ = false; i += 5; return v; }
-    if (s.compare(i, 4, "null") == 0) { i += 4; return v; }
+    if (s.compare(i, 4, "true") == 0) {
+      v.type_ = Type::kBool;
+      v.b_ = true;
+      i += 4;
+      return v;
+    }
+    if (s.compare(i, 5, "false") == 0) {
+      v.type_ = Type::kBool;
+      v.b_ = false;
+      i += 5;
+      return v;
+    }
+    if (s.compare(i, 4, "null") == 0) {
+      i += 4;
+      return v;
+    }
     const char* start = s.c_str() + i;
     char* end = nullptr;
     double d = std::strtod(start, &end);
@@ -182,7 +221,8 @@ inline std::optional<std::string> get_checkpoint() {
 // A fresh, empty directory inside the trial dir to write a checkpoint into.
 inline std::string make_checkpoint_dir() {
   static int counter = 0;
-  std::string dir = trial_dir() + "/.checkpoint_tmp_" + std::to_string(getpid()) + "_" + std::to_string(++counter);
+  std::string dir = trial_dir() + "/.checkpoint_tmp_" + std::to_string(getpid()) + "_" +
+                    std::to_string(++counter);
   if (mkdir(dir.c_str(), 0755) != 0) throw std::runtime_error("tune_trial: cannot create " + dir);
   return dir;
 }
@@ -190,12 +230,14 @@ inline std::string make_checkpoint_dir() {
 inline std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
     else if (c < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out + "\"";
 }
@@ -238,7 +280,9 @@ inline void report(const std::vector<Metric>& metrics, const std::string& checkp
     if (i) line += ",";
     line += json_string(metrics[i].key) + ":" + metrics[i].json;
   }
-  if (!checkpoint_dir.empty()) line += std::string(metrics.empty() ? "" : ",") + "\"checkpoint\":" + json_string(checkpoint_dir);
+  if (!checkpoint_dir.empty())
+    line +=
+        std::string(metrics.empty() ? "" : ",") + "\"checkpoint\":" + json_string(checkpoint_dir);
   line += "}";
   detail::write_line(line);
 }
@@ -250,7 +294,10 @@ class Trainable {
   virtual std::vector<Metric> step() = 0;
   virtual void save_checkpoint(const std::string& dir) { (void)dir; }
   virtual void load_checkpoint(const std::string& dir) { (void)dir; }
-  virtual bool reset_config(const Value& config) { (void)config; return false; }
+  virtual bool reset_config(const Value& config) {
+    (void)config;
+    return false;
+  }
   virtual void cleanup() {}
 };
 
