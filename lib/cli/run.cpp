@@ -97,6 +97,26 @@ int RunCommand::execute() {
   if (ec) throw Fatal("cannot create experiment dir '" + dir.string() + "': " + ec.message());
   acquire_lock(dir);
 
+  // The spec as run, to refuse a resume under a different one (SPEC §4).
+  fs::path spec_file = dir / ".tune" / "spec.json";
+  std::vector<std::string> changed;
+  if (has_state) {
+    if (auto text = util::read_file(spec_file, 64u << 20)) {
+      auto before = nlohmann::json::parse(*text, nullptr, false);
+      if (before.is_discarded())
+        throw Fatal(spec_file.string() +
+                    ": not valid JSON (torn or corrupt); cannot check the experiment file");
+      if (auto key = spec::forbidden_change(before, exp.effective))
+        throw Fatal(
+            "experiment '" + exp.name + "' was started with a different '" + *key +
+            "'; on resume only stop, time_budget_s, max_concurrent_trials, checkpoint retention, "
+            "sync_config and timeouts may change (start a new experiment with --name NAME)");
+      changed = spec::changed_keys(before, exp.effective);
+    } else if (fs::exists(spec_file, ec)) {
+      throw Fatal(text.error());
+    }
+  }
+
   std::optional<state::ExperimentState> resume;
   if (has_state) {
     auto s = state::load(dir);
@@ -122,6 +142,8 @@ int RunCommand::execute() {
   if (auto r = util::write_file_atomic(dir / "experiment.yaml", snapshot_text(exp, sets_), true);
       !r)
     throw Fatal(r.error());
+  if (auto r = util::write_file_atomic(spec_file, exp.effective.dump(1) + "\n", true); !r)
+    throw Fatal(r.error());
 
   auto table_opts = ui::detect_table_options(quiet_);
   ui::LiveTable table(table_opts);
@@ -133,6 +155,8 @@ int RunCommand::execute() {
   }
   spdlog::info("tune run {} -> {}{}", exp.source_file.string(), dir.string(),
                resume ? " (resuming)" : "");
+  for (const auto& key : changed)
+    spdlog::warn("resuming with a changed '{}' (the new value applies)", key);
 
   auto supervisor = exec::find_supervisor();
   if (!supervisor) throw Fatal(supervisor.error());

@@ -79,6 +79,8 @@ struct Experiment {
   double orphan_timeout_s = 600;
   double host_timeout_s = 120;
   std::string scheduler = "fifo";
+  // The whole document as run (after --set), as JSON: what a resume compares against.
+  nlohmann::json effective = nlohmann::json::object();
 
   [[nodiscard]] fs::path dir() const { return storage_path / name; }
 };

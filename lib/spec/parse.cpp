@@ -654,6 +654,71 @@ std::vector<std::pair<YAML::Node, std::string>> apply_sets(YAML::Node& root,
 
 }  // namespace
 
+namespace {
+constexpr std::string_view kMutableTop[] = {
+    "stop",        "time_budget_s",    "max_concurrent_trials",
+    "sync_config", "orphan_timeout_s", "host_timeout_s"};
+constexpr std::string_view kMutableCheckpoint[] = {"num_to_keep", "checkpoint_score_attribute",
+                                                   "checkpoint_score_order"};
+
+bool is_mutable(const std::string& top, const std::string& sub) {
+  if (std::find(std::begin(kMutableTop), std::end(kMutableTop), top) != std::end(kMutableTop))
+    return true;
+  return top == "checkpoint_config" &&
+         std::find(std::begin(kMutableCheckpoint), std::end(kMutableCheckpoint), sub) !=
+             std::end(kMutableCheckpoint);
+}
+
+// Calls fn(top, sub, dotted) for every key whose value differs (sub = "" below the top level,
+// or the checkpoint_config member).
+template <typename Fn>
+void each_difference(const nlohmann::json& a, const nlohmann::json& b, Fn fn) {
+  std::set<std::string> keys;
+  for (const auto* j : {&a, &b})
+    if (j->is_object())
+      for (auto it = j->begin(); it != j->end(); ++it) keys.insert(it.key());
+  for (const auto& k : keys) {
+    const nlohmann::json none;
+    const auto& va = a.contains(k) ? a[k] : none;
+    const auto& vb = b.contains(k) ? b[k] : none;
+    if (va == vb) continue;
+    if (k == "checkpoint_config" && (va.is_object() || va.is_null()) &&
+        (vb.is_object() || vb.is_null())) {
+      std::set<std::string> sub;
+      for (const auto* j : {&va, &vb})
+        if (j->is_object())
+          for (auto it = j->begin(); it != j->end(); ++it) sub.insert(it.key());
+      for (const auto& s : sub) {
+        const auto& sa = va.is_object() && va.contains(s) ? va[s] : none;
+        const auto& sb = vb.is_object() && vb.contains(s) ? vb[s] : none;
+        if (sa != sb) fn(k, s, k + "." + s);
+      }
+      continue;
+    }
+    fn(k, std::string(), k);
+  }
+}
+}  // namespace
+
+std::optional<std::string> forbidden_change(const nlohmann::json& before,
+                                            const nlohmann::json& after) {
+  std::optional<std::string> first;
+  each_difference(before, after,
+                  [&](const std::string& top, const std::string& sub, const std::string& dotted) {
+                    if (!first && !is_mutable(top, sub)) first = dotted;
+                  });
+  return first;
+}
+
+std::vector<std::string> changed_keys(const nlohmann::json& before, const nlohmann::json& after) {
+  std::vector<std::string> out;
+  each_difference(before, after,
+                  [&](const std::string&, const std::string&, const std::string& dotted) {
+                    out.push_back(dotted);
+                  });
+  return out;
+}
+
 fs::path default_storage_path() {
   if (const char* env = std::getenv("TUNE_STORAGE_PATH"); env && *env)
     return fs::absolute(util::expand_user(env)).lexically_normal();
@@ -674,7 +739,11 @@ Result<Experiment> parse_experiment(const std::string& yaml_text, const fs::path
       return fail(path.string(), ": the experiment file is empty");
     auto labels = apply_sets(root, ov.set);
     Parser p(path, std::move(labels));
-    return p.parse(root, ov);
+    Experiment e = p.parse(root, ov);
+    e.effective = yaml_to_json(root);
+    e.effective.erase("name");          // the directory already names it
+    e.effective.erase("storage_path");  // an experiment dir can move
+    return e;
   } catch (const ParseError& e) {
     return fail(e.message);
   } catch (const YAML::Exception& ex) {

@@ -26,6 +26,16 @@ struct Overrides {
 [[nodiscard]] Result<Experiment> parse_experiment(const std::string& yaml_text,
                                                   const fs::path& path, const Overrides& ov = {});
 
+// Compares the spec an experiment was started with (`before`, Experiment::effective) with the
+// one it is resumed with. Only stop rules, the time budget, concurrency, checkpoint retention,
+// sync settings and timeouts may change; returns the first other differing key (dotted), or
+// nullopt when the change is allowed.
+[[nodiscard]] std::optional<std::string> forbidden_change(const nlohmann::json& before,
+                                                          const nlohmann::json& after);
+// The keys forbidden_change() lets differ, for messages.
+[[nodiscard]] std::vector<std::string> changed_keys(const nlohmann::json& before,
+                                                    const nlohmann::json& after);
+
 // The default storage path: $TUNE_STORAGE_PATH, else ~/tune_results.
 [[nodiscard]] fs::path default_storage_path();
 

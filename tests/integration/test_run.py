@@ -215,3 +215,22 @@ class RunTest(TuneTest):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResumeSpecTest(TuneTest):
+    def test_resume_refuses_a_changed_search_space_but_takes_a_new_stop_rule(self):
+        self.write("exp.yaml", """
+            name: changed
+            trial: {command: ["true"]}
+            param_space: {x: {grid_search: [1, 2]}}
+            stop: {training_iteration: 3}
+        """)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        state_before = open(os.path.join(self.exp_dir("changed"), "experiment_state.json")).read()
+        p = self.tune("run", "exp.yaml", "--resume=auto", "--set", "trial.command=[false]", check=2)
+        self.assertIn("different 'trial'", p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1)
+        self.assertEqual(open(os.path.join(self.exp_dir("changed"), "experiment_state.json")).read(), state_before)
+        self.tune("run", "exp.yaml", "--resume=auto", "--set", "stop={training_iteration: 9}", "--quiet", check=0)
+        with open(os.path.join(self.exp_dir("changed"), "tune.log")) as f:
+            self.assertIn("resuming with a changed 'stop'", f.read())

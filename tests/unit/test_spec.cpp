@@ -212,3 +212,32 @@ TEST_CASE("hosts are validated", "[spec][errors]") {
   CHECK(e.hosts.size() == 2);
   CHECK(e.hosts[1].known_hosts_file == "~/.ssh/known_hosts");
 }
+
+TEST_CASE("a resume may change only stop, budget, concurrency, retention, sync and timeouts",
+          "[spec]") {
+  auto eff = [](const std::string& extra) {
+    auto r = spec::parse_experiment(kMin + extra, "/tmp/exp.yaml");
+    if (!r) FAIL(r.error().message);
+    return r->effective;
+  };
+  auto base = eff("stop: {training_iteration: 5}\ncheckpoint_config: {num_to_keep: 2}\n");
+  CHECK(!spec::forbidden_change(
+      base, eff("stop: {training_iteration: 50}\ncheckpoint_config: {num_to_keep: 3}\n"
+                "time_budget_s: 60\nmax_concurrent_trials: 2\norphan_timeout_s: 5\n")));
+  CHECK(spec::changed_keys(
+            base, eff("stop: {training_iteration: 50}\ncheckpoint_config: {num_to_keep: 2}\n")) ==
+        std::vector<std::string>{"stop"});
+  CHECK(spec::forbidden_change(base, eff("stop: {training_iteration: 5}\ncheckpoint_config: "
+                                         "{num_to_keep: 2}\nnum_samples: 3\n")) == "num_samples");
+  auto other = spec::parse_experiment(
+      "trial: {command: [python3, other.py]}\nparam_space: {lr: 0.1}\n"
+      "stop: {training_iteration: 5}\ncheckpoint_config: {num_to_keep: 2}\n",
+      "/tmp/e.yaml");
+  REQUIRE(other);
+  CHECK(spec::forbidden_change(base, other->effective) == "trial");
+  CHECK(
+      spec::forbidden_change(
+          base,
+          eff("stop: {training_iteration: 5}\ncheckpoint_config: {num_to_keep: 2}\nname: moved\n"))
+          .has_value() == false);
+}
