@@ -67,6 +67,27 @@ class SignalTest(TuneTest):
             self.assertEqual(self.iterations("ctrlc", t), list(range(1, 13)))
             self.assertEqual([r["i"] for r in self.results("ctrlc", t)], list(range(1, 13)))
 
+    def test_an_interrupted_experiment_resumes_after_being_moved(self):
+        import shutil
+        self.exp("moved")
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_running("moved")
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 130)
+        new_storage = os.path.join(self.dir, "elsewhere")
+        os.makedirs(new_storage)
+        shutil.move(self.exp_dir("moved"), os.path.join(new_storage, "moved"))
+        self.tune("run", "exp.yaml", "--resume=must", "--storage-path", new_storage,
+                  "--set", "stop={training_iteration: 10}", "--quiet", check=0)
+        self.storage = new_storage
+        for t in self.trials("moved"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(self.iterations("moved", t), list(range(1, 11)))
+            d = os.path.join(new_storage, "moved", t["trial_name"])
+            for c in t["checkpoints"]:
+                self.assertTrue(os.path.isdir(os.path.join(d, c["dir"])))
+
     def test_ctrl_c_twice_stops_at_once(self):
         self.exp("twice", arg="stubborn")
         env = dict(self.env, TUNE_STOP_GRACE_S="60")
