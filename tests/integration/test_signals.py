@@ -114,7 +114,7 @@ class SignalTest(TuneTest):
         self.assertEqual(p.returncode, 130)
 
     def test_trials_outlive_a_killed_driver_then_stop_as_orphans(self):
-        self.exp("orphan", extra="orphan_timeout_s: 2")
+        self.exp("orphan", extra="orphan_timeout_s: 3")
         p = self.start_tune("run", "exp.yaml")
         self.wait_running("orphan", 2)
         p.kill()
