@@ -494,10 +494,14 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         on_exit(x->trial_id, x->info);
       }
     }
-    for (auto& [id, rt] : running_)
-      if (auto r = rt.log.flush(); !r)
-        spdlog::warn("trial {}: {}", trial(id).name, r.error().message);
     now = ex_.now();
+    for (auto& [id, rt] : running_) {
+      if (auto r = rt.log.flush(); !r && now >= rt.next_write_warning) {
+        spdlog::warn("trial {}: {} (retrying; logged at most every 30 s)", trial(id).name,
+                     r.error().message);
+        rt.next_write_warning = now + 30;
+      }
+    }
     if (now >= next_lease_) {
       ex_.renew_lease();
       next_lease_ = now + lease_period;

@@ -70,6 +70,7 @@ class Controller {
     bool stop_after_save = false;
     int64_t last_checkpoint_iteration = -1;
     int64_t pending_seq = 0;
+    double next_write_warning = 0;  // write errors (disk full) are logged at most every 30 s
   };
 
   trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }

@@ -104,7 +104,18 @@ struct LocalExecutor::Impl {
     return found;
   }
 
+  std::vector<pid_t> unreaped;  // supervisors of finished runs that have not exited yet
+
+  void reap() {
+    std::erase_if(unreaped, [](pid_t pid) {
+      int status = 0;
+      return ::waitpid(pid, &status, WNOHANG) != 0;  // reaped, or not our child any more
+    });
+  }
+
   void close_run(Run& r) {
+    if (r.spawned > 0 && !r.spawned_exited) unreaped.push_back(r.spawned);
+    r.spawned = -1;
     if (r.out_fd >= 0) ::close(r.out_fd);
     if (r.fifo_fd >= 0) ::close(r.fifo_fd);
     if (r.wd >= 0) {
@@ -341,12 +352,12 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
     }
   }
   // Reap supervisors we spawned (they are our children until they exit).
-  for (;;) {
+  // (by pid: other children of the driver, e.g. sync processes, are not ours to reap)
+  impl.reap();
+  for (auto& [id, r] : impl.runs) {
     int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) break;
-    for (auto& [id, r] : impl.runs)
-      if (r.spawned == pid) r.spawned_exited = true, r.dirty = true;
+    if (r.spawned > 0 && !r.spawned_exited && ::waitpid(r.spawned, &status, WNOHANG) == r.spawned)
+      r.spawned_exited = true, r.dirty = true;
   }
   if (n > 0 && (fds[1].revents & POLLIN)) {
     alignas(inotify_event) char buf[16384];

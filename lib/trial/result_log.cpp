@@ -157,9 +157,22 @@ void ResultLog::append(const json& result) {
 Result<void> ResultLog::flush() {
   if (json_fd_ < 0) return {};
   if (!json_buf_.empty()) {
+    off_t before = ::lseek(json_fd_, 0, SEEK_END);
     auto r = write_all(json_fd_, json_buf_, dir_ / "result.json");
+    if (!r) {
+      // Disk full or similar: take back any partial write and keep the rows for the next
+      // flush, so result.json never holds a torn row and loses none (up to kMaxPending).
+      if (before >= 0 && ::ftruncate(json_fd_, before) != 0) { /* a torn row is dropped on read */
+      }
+      csv_rewrite_ = true;  // progress.csv is derived: regenerate it once writes work again
+      if (json_buf_.size() > kMaxPending) {
+        json_buf_.clear();
+        return fail(r.error().message,
+                    " (more than 64 MiB of results waiting: dropped; they remain in stdout.log)");
+      }
+      return r;
+    }
     json_buf_.clear();
-    if (!r) return r;
   }
   if (csv_rewrite_) {
     csv_rewrite_ = false;

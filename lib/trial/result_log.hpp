@@ -46,6 +46,8 @@ class ResultLog {
   [[nodiscard]] Result<void> rewrite_csv();
   void add_columns(const json& obj, const std::string& prefix, bool& added);
 
+  static constexpr size_t kMaxPending = 64u << 20;  // result rows held while writes fail
+
   fs::path dir_;
   int json_fd_ = -1;
   int csv_fd_ = -1;

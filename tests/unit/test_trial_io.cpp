@@ -75,3 +75,18 @@ TEST_CASE("truncate_after keeps each iteration up to the checkpoint, a torn line
   REQUIRE(trial::ResultLog::truncate_after(d.path, 0));
   CHECK(trial::ResultLog::read_results(d.path)->empty());
 }
+
+TEST_CASE("a failed result write (disk full) is reported and the rows are kept for a retry",
+          "[trial]") {
+  testing::ScratchDir d;
+  std::filesystem::create_symlink("/dev/full", d.path / "result.json");  // every write: ENOSPC
+  trial::ResultLog log;
+  REQUIRE(log.open(d.path));
+  log.append(json{{"training_iteration", 1}, {"loss", 0.5}});
+  auto r = log.flush();
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("No space left") != std::string::npos);
+  auto again = log.flush();  // still pending, still failing: not silently dropped
+  REQUIRE_FALSE(again);
+  CHECK(again.error().message.find("result.json") != std::string::npos);
+}
