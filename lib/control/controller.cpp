@@ -141,6 +141,67 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
   return env;
 }
 
+void Controller::prepare_restart(trial::Trial& t) {
+  fs::path dir = trial_dir(t);
+  const trial::Checkpoint* c = t.latest_checkpoint();
+  int64_t keep = c ? c->iteration : 0;
+  auto rows = trial::ResultLog::truncate_after(dir, keep);
+  if (!rows) spdlog::warn("trial {}: {}", t.name, rows.error().message);
+  t.iteration = t.restore_iteration = keep;
+  t.time_total_s = t.time_base = c ? c->time_total_s : 0;
+  // last/min/max cover the results kept, not the dropped ones.
+  if (rows) {
+    t.metrics.clear();
+    t.last_result = json::object();
+    for (auto& row : *rows) {
+      for (auto it = row.begin(); it != row.end(); ++it) {
+        if (!it->is_number()) continue;
+        double v = it->get<double>();
+        auto [m, fresh] = t.metrics.try_emplace(it.key(), trial::MetricStats{v, v, v});
+        if (!fresh) m->second = {v, std::min(m->second.min, v), std::max(m->second.max, v)};
+      }
+      t.last_result = std::move(row);
+    }
+  }
+  reconcile_checkpoints(t, false, nullptr);
+}
+
+void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {
+  fs::path dir = trial_dir(t);
+  std::set<std::string> named;
+  std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
+    std::error_code ec;
+    if (fs::symlink_status(dir / c.dir_name(), ec).type() == fs::file_type::directory) {
+      named.insert(c.dir_name());
+      return false;
+    }
+    spdlog::warn("trial {}: {} is named in the state but missing on disk: forgotten", t.name,
+                 c.dir_name());
+    mark_dirty();
+    return true;
+  });
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    bool staging =
+        name.starts_with(".pending_checkpoint_") || name.starts_with(".staged_checkpoint_");
+    if (!staging && (!name.starts_with("checkpoint_") || named.count(name))) continue;
+    if (!staging) {
+      char* end_ptr = nullptr;
+      long long seq = std::strtoll(name.c_str() + 11, &end_ptr, 10);
+      if (end_ptr == name.c_str() + 11 || *end_ptr != '\0') continue;  // not one of ours
+      if (keep_newer && seq > t.checkpoint_seq) {
+        if (rt) rt->adopted_before.insert(name);
+        continue;
+      }
+    }
+    if (auto r = util::remove_tree_nofollow(dir, name); !r)
+      spdlog::warn("trial {}: {}", t.name, r.error().message);
+    else
+      spdlog::debug("trial {}: removed stray {}", t.name, name);
+  }
+}
+
 bool Controller::launch(trial::Trial& t, const Placement& p) {
   fs::path dir = trial_dir(t);
   std::error_code ec;
@@ -155,21 +216,13 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   }
   Runtime& rt = running_[t.id];  // a fresh runtime for this attempt
   rt.placement = p;
+  rt.time_base = t.time_base;
+  // A retried or resumed trial starts from its latest checkpoint (prepare_restart dropped the
+  // results after it).
   std::string restore;
-  // A retried or resumed trial starts from its latest checkpoint; its results after that
-  // checkpoint are dropped so that each training_iteration is recorded once.
-  if (t.attempt > 1) {
-    const trial::Checkpoint* c = t.latest_checkpoint();
-    int64_t keep = c ? c->iteration : 0;
-    if (auto r = trial::ResultLog::truncate_after(dir, keep); !r)
-      spdlog::warn("trial {}: {}", t.name, r.error().message);
-    t.iteration = keep;
-    t.time_total_s = c ? c->time_total_s : 0;
-    if (c) {
-      restore = (dir / c->dir_name()).string();
-      rt.time_base = c->time_total_s;
-      rt.last_checkpoint_iteration = c->iteration;
-    }
+  if (const trial::Checkpoint* c = t.latest_checkpoint(); c && t.attempt > 1) {
+    restore = (dir / c->dir_name()).string();
+    rt.last_checkpoint_iteration = c->iteration;
   }
   t.status = Status::kRunning;
   t.host = pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
@@ -202,8 +255,11 @@ void Controller::launch_ready() {
   if (last_write_failed_ && ex_.now() < next_state_write_) return;
   size_t limit =
       exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
+  // Restarts (retries, resumed trials) are prepared first and started after one full state
+  // write: their truncated results and restore point must be on disk before they run.
+  std::vector<std::pair<trial::Trial*, Placement>> restarts;
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
-  while (running_.size() < limit) {
+  while (running_.size() + restarts.size() < limit) {
     if (pending_.empty() && state_.next_index >= state_.total_trials) break;
     auto placement = pool_.acquire(exp_.trial.resources);
     if (!placement) break;
@@ -214,15 +270,27 @@ void Controller::launch_ready() {
     } else {
       next = &new_trial();
     }
-    // Write-ahead: the launch is on disk before the process starts (SPEC §4), as one journal
-    // line rather than a rewrite of the whole state. If it cannot be written, nothing starts.
-    next->attempt += 1;
+    next->gpu_ids = placement->gpu_ids;
+    next->attempt_started = ex_.wall_time();
+    if (next->attempt > 0) {
+      prepare_restart(*next);
+      next->attempt += 1;
+      next->status = Status::kRunning;
+      next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
+      restarts.emplace_back(next, *placement);
+      continue;
+    }
+    // Write-ahead for a first attempt: one journal line rather than a rewrite of the whole
+    // state (SPEC §4). If it cannot be written, nothing starts.
+    next->attempt = 1;
     next->status = Status::kRunning;
+    next->iteration = next->restore_iteration = 0;
+    next->time_total_s = next->time_base = 0;
     next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
     if (auto r = journal_.record_launch(*next); !r) {
       spdlog::error("cannot record the launch of {}: {} (not started)", next->name,
                     r.error().message);
-      next->attempt -= 1;
+      next->attempt = 0;
       set_pending(*next);
       pool_.release(*placement);
       last_write_failed_ = true;
@@ -232,6 +300,67 @@ void Controller::launch_ready() {
     launch(*next, *placement);
     mark_dirty();
   }
+  if (restarts.empty()) return;
+  mark_dirty();
+  if (!maybe_save_state(true, false)) {
+    for (auto& [t, p] : restarts) {
+      spdlog::error("trial {} not restarted: its state could not be saved", t->name);
+      t->attempt -= 1;
+      set_pending(*t);
+      pool_.release(p);
+    }
+    return;
+  }
+  for (auto& [t, p] : restarts) launch(*t, p);
+  mark_dirty();
+}
+
+void Controller::resume_running(trial::Trial& t) {
+  fs::path dir = trial_dir(t);
+  bool step = exp_.trial.mode == spec::TrialMode::kStep;
+  exec::Launch l;
+  l.trial_id = t.id;
+  l.attempt = t.attempt;
+  l.trial_dir = dir;
+  l.cwd = exp_.trial.workdir;
+  l.stdout_offset = t.stdout_offset;
+  l.stdin_fifo = step;
+  auto found = ex_.attach(l);
+  if (!found) spdlog::warn("trial {}: {}", t.name, found.error().message);
+  if (!found || *found == exec::Attached::kGone) {
+    spdlog::info("trial {} attempt {}: not running any more; it restarts", t.name, t.attempt);
+    set_pending(t);
+    return;
+  }
+  // Its placement: the GPUs it holds, else the first that fits (it runs regardless).
+  auto placement = pool_.acquire_exact(exp_.trial.resources, t.gpu_ids);
+  Runtime& rt = running_[t.id];
+  rt.placement = placement;
+  double now = ex_.now();
+  rt.started = now - std::max(0.0, ex_.wall_time() - t.attempt_started);
+  rt.last_result_at = now;
+  rt.time_base = t.time_base;
+  rt.iterations_since_restore = t.iteration - t.restore_iteration;
+  if (const auto* c = t.latest_checkpoint()) rt.last_checkpoint_iteration = c->iteration;
+  if (step) {
+    // Which command it was answering is unknown: stop it, then restart from its checkpoint.
+    spdlog::info("trial {} attempt {}: found {}; step mode: stopping it to restart it", t.name,
+                 t.attempt, *found == exec::Attached::kRunning ? "running" : "ended");
+    rt.stop_why = StopWhy::kResync;
+    if (*found == exec::Attached::kRunning) {
+      ex_.stop(t.id, false);
+      rt.term_sent = true;
+    }
+    return;
+  }
+  // Results recorded after the last state write are read again from the saved offset: drop
+  // them from result.json first so that none is recorded twice.
+  if (auto r = trial::ResultLog::truncate_after(dir, t.iteration); !r)
+    spdlog::warn("trial {}: {}", t.name, r.error().message);
+  reconcile_checkpoints(t, true, &rt);
+  if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+  spdlog::info("trial {} attempt {}: re-attached ({}), reading from byte {}", t.name, t.attempt,
+               *found == exec::Attached::kRunning ? "running" : "ended meanwhile", t.stdout_offset);
 }
 
 void Controller::set_pending(trial::Trial& t) {
@@ -337,6 +466,10 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     finish(t, Status::kTerminated, "");
     return;
   }
+  if (why == StopWhy::kResync) {  // a step-mode attempt found after a crash: restart it
+    set_pending(t);
+    return;
+  }
   if (why == StopWhy::kUser || why == StopWhy::kFailFast) {
     // Stopped by us before it finished: it resumes later from its latest checkpoint.
     if (clean)
@@ -439,12 +572,13 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         throw Fatal("experiment state of '" + exp_.name +
                     "' is inconsistent (trial indexes are not 0.." +
                     std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
-    for (size_t i = 0; i < state_.trials.size(); ++i) {
-      auto& t = state_.trials[i];
-      index_[t.id] = i;
-      // Trials that did not end go back to the queue; they restart from their latest checkpoint.
-      if (t.status == Status::kRunning || t.status == Status::kPaused ||
-          t.status == Status::kPending)
+    for (size_t i = 0; i < state_.trials.size(); ++i) index_[state_.trials[i].id] = i;
+    for (auto& t : state_.trials) {
+      // Attempts that outlived the crashed driver are re-attached; other trials that did not
+      // end go back to the queue and restart from their latest checkpoint.
+      if (t.status == Status::kRunning)
+        resume_running(t);
+      else if (t.status == Status::kPaused || t.status == Status::kPending)
         set_pending(t);
     }
   } else {

@@ -50,7 +50,9 @@ class Controller {
   [[nodiscard]] const state::ExperimentState& state() const { return state_; }
 
  private:
-  enum class StopWhy { kNone, kCriterion, kDone, kBudget, kUser, kFailFast };
+  // kResync: a step-mode attempt found running after a driver crash is stopped and restarted
+  // from its latest checkpoint (which command it was answering is unknown).
+  enum class StopWhy { kNone, kCriterion, kDone, kBudget, kUser, kFailFast, kResync };
   enum class StepOp { kNone, kStep, kSave, kStop };
 
   // What the controller knows about a running attempt (not persisted).
@@ -71,6 +73,9 @@ class Controller {
     int64_t last_checkpoint_iteration = -1;
     int64_t pending_seq = 0;
     double next_write_warning = 0;  // write errors (disk full) are logged at most every 30 s
+    // Re-attached: checkpoint dirs the crashed driver adopted after its last state write; the
+    // output read again names them once more and they are registered then.
+    std::set<std::string> adopted_before;
   };
 
   trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }
@@ -78,6 +83,15 @@ class Controller {
 
   void launch_ready();
   bool launch(trial::Trial& t, const Placement& p);
+  // A retried or resumed attempt restarts from the latest checkpoint: later results are
+  // dropped (each training_iteration is recorded once) and stray checkpoint dirs removed.
+  void prepare_restart(trial::Trial& t);
+  // Resume: re-attaches to a RUNNING trial's attempt if it is still running (or ended
+  // meanwhile); otherwise queues it for a restart.
+  void resume_running(trial::Trial& t);
+  // Removes checkpoint_* dirs the state does not name (pruned, or adopted after the last state
+  // write unless `keep_newer`), and staging leftovers; forgets state checkpoints that are gone.
+  void reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt);
   std::vector<std::string> trial_argv(const trial::Trial& t) const;
   std::map<std::string, std::string> trial_env(const trial::Trial& t, const Placement& p,
                                                const std::string& restore) const;

@@ -45,6 +45,21 @@ std::optional<Placement> ResourcePool::acquire(const spec::Resources& req) {
   return std::nullopt;
 }
 
+Placement ResourcePool::acquire_exact(const spec::Resources& req, const std::vector<int>& gpu_ids) {
+  Placement p{0, req.cpu, req.gpu, {}};
+  if (hosts_.empty()) return p;
+  Host& host = hosts_[0];
+  host.cpu_free -= req.cpu;  // may go below zero: nothing else starts until it is released
+  double each = req.gpu >= 1 ? 1.0 : req.gpu;
+  for (int g : gpu_ids) {
+    auto i = static_cast<size_t>(g);
+    if (g < 0 || i >= host.gpu_free.size()) continue;
+    host.gpu_free[i] -= each;
+    p.gpu_ids.push_back(g);
+  }
+  return p;
+}
+
 void ResourcePool::release(const Placement& p) {
   if (p.host >= hosts_.size()) return;
   Host& host = hosts_[p.host];

@@ -32,6 +32,10 @@ class ResourcePool {
 
   // A placement for `req` on the first host with room, or nullopt.
   [[nodiscard]] std::optional<Placement> acquire(const spec::Resources& req);
+  // The placement of a trial that is already running (re-attached after a driver crash): its
+  // CPUs and the GPUs it holds are taken on the first host even beyond capacity.
+  [[nodiscard]] Placement acquire_exact(const spec::Resources& req,
+                                        const std::vector<int>& gpu_ids);
   void release(const Placement& p);
   // True if `req` could ever fit on some host (else the trial can never run).
   [[nodiscard]] bool fits_somewhere(const spec::Resources& req) const;

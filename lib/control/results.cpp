@@ -127,8 +127,11 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     int64_t seq = t.checkpoint_seq + 1;
     trial::Checkpoint c;
     c.seq = seq;
-    auto r =
-        checkpoint::adopt(*reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
+    Result<void> r;
+    if (rt.adopted_before.erase(c.dir_name()))
+      r = {};  // moved in by the driver that crashed; this line is being read again
+    else
+      r = checkpoint::adopt(*reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
     if (r) {
       result["checkpoint_dir_name"] = c.dir_name();
       register_checkpoint(t, rt, seq, result);

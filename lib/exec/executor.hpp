@@ -52,12 +52,22 @@ struct ExitEvent {
 };
 using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent>;
 
+// What attach() found of an attempt that an earlier driver started.
+enum class Attached {
+  kRunning,  // its supervisor still runs: output and exit follow as for start()
+  kEnded,    // it ended meanwhile: its remaining output and its exit follow
+  kGone,     // no supervisor runs it and it left no exit record: nothing will be reported
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
   // Starts an attempt under a supervisor. Fails only if the supervisor cannot be started; a
   // program that cannot be executed is reported as an ExitEvent with reason exec_failed.
   [[nodiscard]] virtual Result<void> start(const Launch& launch) = 0;
+  // Re-attaches to `launch.attempt` of a trial started by an earlier driver (crash, kill -9):
+  // output is read again from launch.stdout_offset. argv/env/cwd are not used.
+  [[nodiscard]] virtual Result<Attached> attach(const Launch& launch) = 0;
   // Queues one line (newline added) for the trial's stdin; never blocks.
   virtual void send(const std::string& trial_id, std::string_view line) = 0;
   // Asks the attempt to stop: SIGTERM then SIGKILL after the grace period, or SIGKILL now.

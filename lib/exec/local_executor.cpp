@@ -47,7 +47,9 @@ struct Run {
   fs::path dir;
   uint64_t offset = 0;
   int out_fd = -1;
-  pid_t spawned = -1;
+  pid_t spawned = -1;        // the supervisor
+  bool child = true;         // spawned by this driver (else re-attached: not ours to reap)
+  uint64_t start_ticks = 0;  // re-attached: the supervisor's start time (guards pid reuse)
   bool spawned_exited = false;
   std::optional<int> child_pid;
   int wd = -1;
@@ -56,6 +58,26 @@ struct Run {
   bool dirty = true;
   bool more = false;  // unread output remains after a full chunk
 };
+
+// Field `n` (1-based, n >= 3) of /proc/PID/stat, or 0 if the process is gone.
+uint64_t stat_field(pid_t pid, int n) {
+  auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!text) return 0;
+  auto close = text->rfind(')');  // the command name may contain spaces and parentheses
+  if (close == std::string::npos) return 0;
+  size_t pos = close + 2;  // field 3 starts here
+  for (int field = 3; field < n; ++field) {
+    pos = text->find(' ', pos);
+    if (pos == std::string::npos) return 0;
+    ++pos;
+  }
+  return std::strtoull(text->c_str() + pos, nullptr, 10);
+}
+
+// The process's start time in clock ticks since boot (guards against pid reuse); 0 if gone.
+uint64_t start_ticks(pid_t pid) {
+  return stat_field(pid, 22);
+}
 
 }  // namespace
 
@@ -104,6 +126,34 @@ struct LocalExecutor::Impl {
     return found;
   }
 
+  // Live supervisors by "trial_dir\0attempt", from their command lines (built on demand for
+  // attach(), dropped at the next wait()).
+  std::optional<std::unordered_map<std::string, pid_t>> supervisors;
+
+  void scan_supervisors() {
+    supervisors.emplace();
+    std::error_code ec;
+    for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      auto cmd = util::read_file(it->path() / "cmdline", 1 << 20);
+      if (!cmd || cmd->empty()) continue;
+      std::vector<std::string_view> args;
+      for (size_t start = 0; start < cmd->size() && args.size() < 3;) {
+        size_t nul = cmd->find('\0', start);
+        if (nul == std::string::npos) nul = cmd->size();
+        args.emplace_back(cmd->data() + start, nul - start);
+        start = nul + 1;
+      }
+      if (args.size() < 3 || fs::path(args[0]).filename() != "tune-supervisor") continue;
+      // The supervisor leads its session; a child between fork and exec shows the same
+      // command line but not that.
+      pid_t pid = std::stoi(name);
+      if (stat_field(pid, 6) != static_cast<uint64_t>(pid)) continue;
+      (*supervisors)[std::string(args[1]) + '\0' + std::string(args[2])] = pid;
+    }
+  }
+
   std::vector<pid_t> unreaped;  // supervisors of finished runs that have not exited yet
 
   void reap() {
@@ -114,7 +164,7 @@ struct LocalExecutor::Impl {
   }
 
   void close_run(Run& r) {
-    if (r.spawned > 0 && !r.spawned_exited) unreaped.push_back(r.spawned);
+    if (r.spawned > 0 && r.child && !r.spawned_exited) unreaped.push_back(r.spawned);
     r.spawned = -1;
     if (r.out_fd >= 0) ::close(r.out_fd);
     if (r.fifo_fd >= 0) ::close(r.fifo_fd);
@@ -316,6 +366,41 @@ Result<void> LocalExecutor::start(const Launch& l) {
   return {};
 }
 
+Result<Attached> LocalExecutor::attach(const Launch& l) {
+  auto& impl = *impl_;
+  if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
+    impl.close_run(it->second);
+    impl.runs.erase(it);
+  }
+  Run r;
+  r.id = l.trial_id;
+  r.attempt = l.attempt;
+  r.dir = l.trial_dir;
+  r.offset = l.stdout_offset;
+  r.child = false;
+  // Look for the live supervisor first: one that is not running any more has already written
+  // its exit.json (it writes it, then exits).
+  if (!impl.supervisors) impl.scan_supervisors();
+  Attached found = Attached::kGone;
+  if (auto it = impl.supervisors->find(l.trial_dir.string() + '\0' + std::to_string(l.attempt));
+      it != impl.supervisors->end()) {
+    r.spawned = it->second;
+    r.start_ticks = start_ticks(r.spawned);
+    if (r.start_ticks != 0) found = Attached::kRunning;
+  }
+  if (found == Attached::kGone) {
+    auto exit_json = read_json_file(l.trial_dir / "exit.json");
+    if (!exit_json || exit_json->value("attempt", -1) != l.attempt) return Attached::kGone;
+    r.spawned = -1;
+    r.spawned_exited = true;
+    found = Attached::kEnded;
+  }
+  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY | IN_MOVED_TO);
+  if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
+  impl.runs.emplace(l.trial_id, std::move(r));
+  return found;
+}
+
 void LocalExecutor::send(const std::string& trial_id, std::string_view line) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return;
@@ -329,6 +414,7 @@ void LocalExecutor::stop(const std::string& trial_id, bool now) {
   if (it == impl_->runs.end()) return;
   Run& r = it->second;
   if (r.spawned <= 0 || r.spawned_exited) return;
+  if (!r.child && start_ticks(r.spawned) != r.start_ticks) return;  // gone; the pid is reused
   ::kill(r.spawned, now ? SIGUSR1 : SIGTERM);
 }
 
@@ -354,9 +440,11 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   // Reap supervisors we spawned (they are our children until they exit).
   // (by pid: other children of the driver, e.g. sync processes, are not ours to reap)
   impl.reap();
+  impl.supervisors.reset();
   for (auto& [id, r] : impl.runs) {
     int status = 0;
-    if (r.spawned > 0 && !r.spawned_exited && ::waitpid(r.spawned, &status, WNOHANG) == r.spawned)
+    if (r.spawned > 0 && r.child && !r.spawned_exited &&
+        ::waitpid(r.spawned, &status, WNOHANG) == r.spawned)
       r.spawned_exited = true, r.dirty = true;
   }
   if (n > 0 && (fds[1].revents & POLLIN)) {
@@ -382,7 +470,12 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   double t = now();
   if (t - impl.last_scan >= kRescanPeriod) {
     impl.last_scan = t;
-    for (auto& [id, r] : impl.runs) r.dirty = true;
+    for (auto& [id, r] : impl.runs) {
+      r.dirty = true;
+      // A re-attached supervisor is not our child: no SIGCHLD, so look whether it still runs.
+      if (!r.child && r.spawned > 0 && !r.spawned_exited && start_ticks(r.spawned) != r.start_ticks)
+        r.spawned_exited = true;
+    }
   }
   std::vector<std::string> finished;
   for (auto& [id, r] : impl.runs) {

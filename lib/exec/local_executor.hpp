@@ -23,6 +23,7 @@ class LocalExecutor final : public Executor {
   ~LocalExecutor() override;
 
   Result<void> start(const Launch& launch) override;
+  Result<Attached> attach(const Launch& launch) override;
   void send(const std::string& trial_id, std::string_view line) override;
   void stop(const std::string& trial_id, bool now) override;
   std::vector<Event> wait(double timeout_s) override;

@@ -39,7 +39,11 @@ json trial_to_json(const trial::Trial& t) {
           {"metrics", metrics},
           {"checkpoints", ckpts},
           {"checkpoint_seq", t.checkpoint_seq},
-          {"stdout_offset", t.stdout_offset}};
+          {"stdout_offset", t.stdout_offset},
+          {"attempt_started", t.attempt_started},
+          {"restore_iteration", t.restore_iteration},
+          {"time_base", t.time_base},
+          {"gpu_ids", t.gpu_ids}};
 }
 
 struct Reader {
@@ -132,6 +136,12 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     t.last_result = r.get<json>(tj, "last_result", ctx);
     t.checkpoint_seq = r.get<int64_t>(tj, "checkpoint_seq", ctx);
     t.stdout_offset = r.get<uint64_t>(tj, "stdout_offset", ctx);
+    if (tj.contains("attempt_started"))  // (absent in states written before re-attach existed)
+      t.attempt_started = r.get<double>(tj, "attempt_started", ctx);
+    if (tj.contains("restore_iteration"))
+      t.restore_iteration = r.get<int64_t>(tj, "restore_iteration", ctx);
+    if (tj.contains("time_base")) t.time_base = r.get<double>(tj, "time_base", ctx);
+    if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
     json metrics = r.get<json>(tj, "metrics", ctx);
     json ckpts = r.get<json>(tj, "checkpoints", ctx);
     if (!r.ok) return std::unexpected(r.err);
@@ -202,6 +212,15 @@ void replay(ExperimentState& s, const json& j) {
     t->status = trial::Status::kRunning;
     if (l.contains("stdout_offset") && l["stdout_offset"].is_number_unsigned())
       t->stdout_offset = l["stdout_offset"].get<uint64_t>();
+    if (l.contains("started") && l["started"].is_number()) t->attempt_started = l["started"];
+    t->gpu_ids.clear();
+    if (l.contains("gpu_ids") && l["gpu_ids"].is_array())
+      for (const auto& g : l["gpu_ids"])
+        if (g.is_number_integer()) t->gpu_ids.push_back(g.get<int>());
+    // Only first attempts are journalled (a restart writes the whole state first), so the
+    // attempt starts from scratch.
+    t->iteration = t->restore_iteration = 0;
+    t->time_total_s = t->time_base = 0;
   }
 }
 }  // namespace
@@ -227,7 +246,9 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
                  {"index", t.index},
                  {"config", t.config},
                  {"attempt", t.attempt},
-                 {"stdout_offset", t.stdout_offset}}}};
+                 {"stdout_offset", t.stdout_offset},
+                 {"started", t.attempt_started},
+                 {"gpu_ids", t.gpu_ids}}}};
   std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   ssize_t n =
       ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed

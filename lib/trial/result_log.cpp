@@ -226,11 +226,13 @@ Result<std::vector<json>> ResultLog::read_results(const fs::path& trial_dir, siz
   return rows;
 }
 
-Result<void> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iteration) {
-  auto rows = read_results(trial_dir);
+Result<std::vector<json>> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iteration) {
+  size_t bad = 0;
+  auto rows = read_results(trial_dir, &bad);
   if (!rows) return std::unexpected(rows.error());
   std::string out;
   std::vector<json> kept;
+  size_t total = rows->size();
   for (auto& row : *rows) {
     auto it = row.find("training_iteration");
     if (it == row.end() || !it->is_number_integer() || it->get<int64_t>() > iteration) continue;
@@ -238,7 +240,9 @@ Result<void> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iterat
     out.push_back('\n');
     kept.push_back(std::move(row));
   }
-  if (auto r = util::write_file_atomic(trial_dir / "result.json", out, false); !r) return r;
+  if (kept.size() == total && bad == 0) return kept;  // nothing to drop (or no file at all)
+  if (auto r = util::write_file_atomic(trial_dir / "result.json", out, false); !r)
+    return std::unexpected(r.error());
   // progress.csv: same rows, same header as before (or derived from the rows).
   ResultLog log;
   log.dir_ = trial_dir;
@@ -251,7 +255,9 @@ Result<void> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iterat
   for (const auto& row : kept) log.add_columns(row, "", added);
   std::string csv = log.columns_.empty() ? std::string() : csv_header(log.columns_);
   for (const auto& row : kept) csv_row(csv, log.columns_, row);
-  return util::write_file_atomic(trial_dir / "progress.csv", csv, false);
+  if (auto r = util::write_file_atomic(trial_dir / "progress.csv", csv, false); !r)
+    return std::unexpected(r.error());
+  return kept;
 }
 
 }  // namespace tune::trial

@@ -35,8 +35,10 @@ class ResultLog {
   [[nodiscard]] bool is_open() const { return json_fd_ >= 0; }
 
   // Keeps only rows whose training_iteration <= `iteration` (all rows dropped for 0), rewriting
-  // result.json and progress.csv atomically. A torn last line is dropped.
-  [[nodiscard]] static Result<void> truncate_after(const fs::path& trial_dir, int64_t iteration);
+  // result.json and progress.csv atomically (only if something is dropped). A torn last line is
+  // dropped. Returns the rows kept.
+  [[nodiscard]] static Result<std::vector<json>> truncate_after(const fs::path& trial_dir,
+                                                                int64_t iteration);
 
   // Reads result.json; a torn or unparsable line is skipped (counted in `bad_lines`).
   [[nodiscard]] static Result<std::vector<json>> read_results(const fs::path& trial_dir,

@@ -51,6 +51,11 @@ struct Trial {
   std::vector<Checkpoint> checkpoints;  // retained, in seq order
   int64_t checkpoint_seq = 0;           // highest seq ever taken
   uint64_t stdout_offset = 0;           // bytes of stdout.log consumed as whole lines
+  // The running attempt (re-attach after a driver crash continues its clocks and counters).
+  double attempt_started = 0;     // wall clock when it started
+  int64_t restore_iteration = 0;  // training_iteration it restored from (0 = from scratch)
+  double time_base = 0;           // time_total_s it restored from
+  std::vector<int> gpu_ids;       // the GPUs it holds (CUDA_VISIBLE_DEVICES)
 
   [[nodiscard]] const Checkpoint* latest_checkpoint() const {
     return checkpoints.empty() ? nullptr : &checkpoints.back();

@@ -40,6 +40,8 @@ class FakeProcess {
   // Default: SIGTERM ends the process (signal 15), kill-now with 9.
   virtual void on_stop(FakeContext& c, bool now) { c.killed(now ? 9 : 15); }
   virtual void on_tick(FakeContext&, double now) { (void)now; }
+  // Re-attached by a new driver (the process was created by the factory for `launch`).
+  virtual void on_attach(FakeContext&) {}
 };
 
 using ProcessFactory = std::function<std::unique_ptr<FakeProcess>(const exec::Launch&)>;
@@ -55,6 +57,19 @@ class FakeExecutor final : public exec::Executor {
     slot.proc = factory_(l);
     slot.proc->on_start(*slot.ctx);
     return {};
+  }
+  // What attach() finds; default: nothing (kGone).
+  std::function<exec::Attached(const exec::Launch&)> on_attach;
+  Result<exec::Attached> attach(const exec::Launch& l) override {
+    attaches.push_back(l);
+    auto found = on_attach ? on_attach(l) : exec::Attached::kGone;
+    if (found != exec::Attached::kGone) {
+      auto& slot = procs_[l.trial_id];
+      slot.ctx = std::make_unique<FakeContext>(FakeContext{this, l});
+      slot.proc = factory_(l);
+      slot.proc->on_attach(*slot.ctx);
+    }
+    return found;
   }
   void send(const std::string& id, std::string_view line) override {
     stdin_log[id].push_back(std::string(line));
@@ -102,6 +117,7 @@ class FakeExecutor final : public exec::Executor {
   }
 
   std::vector<exec::Launch> launches;
+  std::vector<exec::Launch> attaches;
   std::vector<std::pair<std::string, bool>> stops;
   std::map<std::string, std::vector<std::string>> stdin_log;
   int waits = 0;

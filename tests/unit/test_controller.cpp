@@ -633,3 +633,146 @@ checkpoint_config: {num_to_keep: 1, checkpoint_score_attribute: loss, checkpoint
   CHECK(fs::exists(dir / "checkpoint_000003"));
   CHECK(c.state().trials[0].checkpoints.size() == 1);
 }
+
+TEST_CASE(
+    "resume re-attaches to a live attempt: results since the last state write once, "
+    "checkpoints adopted meanwhile kept",
+    "[controller][resume]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: 1}
+)");
+  // First driver: two results, then the state is as a crashed driver left it (below).
+  FakeExecutor ex1([](const exec::Launch&) { return std::make_unique<Reporter>(2, 0); });
+  control::Controller c1(e, ex1, opts());
+  REQUIRE(c1.run() == kExitOk);
+  auto saved = c1.state();
+  auto& st = saved.trials.at(0);
+  fs::path dir = e.dir() / st.name;
+  // The crashed driver had recorded iterations 3 and 4 (the second with a checkpoint it moved
+  // to checkpoint_000001) after its last state write; the state still says RUNNING at 2.
+  st.status = trial::Status::kRunning;
+  {
+    trial::ResultLog log;
+    REQUIRE(log.open(dir));
+    log.append(json{{"training_iteration", 3}, {"loss", 0.3}});
+    log.append(json{{"training_iteration", 4}, {"loss", 0.25}});
+    REQUIRE(log.flush());
+  }
+  fs::create_directories(dir / "checkpoint_000001");
+  fs::create_directories(dir / "checkpoint_000007");  // not named by any line: removed later
+  REQUIRE(iterations(results_of(e, st)).size() == 4);
+
+  // The attempt is still running: it prints lines 3 and 4 again (read from the saved offset),
+  // then one more and exits.
+  struct Continues : FakeProcess {
+    int i = 0;
+    void on_attach(FakeContext& c) override {
+      c.print(json{{"loss", 0.3}}.dump());
+      c.print(json{{"loss", 0.25}, {"checkpoint", "/nonexistent/already/moved"}}.dump());
+    }
+    void on_tick(FakeContext& c, double) override {
+      if (i++ == 0) return c.print(json{{"loss", 0.2}}.dump());
+      c.exit(0);
+    }
+  };
+  FakeExecutor ex2([](const exec::Launch&) { return std::make_unique<Continues>(); });
+  ex2.on_attach = [](const exec::Launch&) { return exec::Attached::kRunning; };
+  control::Controller c2(e, ex2, opts());
+  REQUIRE(c2.run(saved) == kExitOk);
+  CHECK(ex2.launches.empty());  // nothing restarted
+  REQUIRE(ex2.attaches.size() == 1);
+  CHECK(ex2.attaches[0].attempt == 1);
+  const auto& t = c2.state().trials.at(0);
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.failures == 0);
+  auto rows = results_of(e, t);
+  CHECK(iterations(rows) == std::vector<int64_t>{1, 2, 3, 4, 5});
+  REQUIRE(t.checkpoints.size() == 1);
+  CHECK(t.checkpoints[0].iteration == 4);
+  CHECK(rows[3]["checkpoint_dir_name"] == "checkpoint_000001");
+  CHECK(fs::is_directory(dir / "checkpoint_000001"));
+  CHECK(t.metrics.at("loss").min == Approx(0.2));
+}
+
+TEST_CASE(
+    "resume restarts a trial whose attempt is gone from its latest checkpoint, dropping "
+    "later results and stray checkpoint dirs",
+    "[controller][resume]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: 1}
+)");
+  FakeExecutor ex1([](const exec::Launch&) {
+    return std::make_unique<Reporter>(4, 0, [](int i, FakeContext& c) {
+      json r = {{"loss", 1.0 / i}};
+      if (i == 2) r["checkpoint"] = c.make_dir("ck");
+      return r;
+    });
+  });
+  control::Controller c1(e, ex1, opts());
+  REQUIRE(c1.run() == kExitOk);
+  auto saved = c1.state();
+  auto& st = saved.trials.at(0);
+  st.status = trial::Status::kRunning;  // as if the driver died while it ran
+  fs::path dir = e.dir() / st.name;
+  fs::create_directories(dir / "checkpoint_000002");           // adopted after the last write
+  fs::create_directories(dir / ".pending_checkpoint_000003");  // a step-mode staging leftover
+  FakeExecutor ex2([](const exec::Launch& l) {
+    // restored from checkpoint_000001 (iteration 2): reports iterations 3..5
+    REQUIRE(l.env.count("TUNE_RESTORE_CHECKPOINT"));
+    return std::make_unique<Reporter>(3, 0);
+  });
+  control::Controller c2(e, ex2, opts());
+  REQUIRE(c2.run(saved) == kExitOk);
+  REQUIRE(ex2.attaches.size() == 1);
+  REQUIRE(ex2.launches.size() == 1);
+  CHECK(ex2.launches[0].attempt == 2);
+  const auto& t = c2.state().trials.at(0);
+  CHECK(t.failures == 0);
+  CHECK(iterations(results_of(e, t)) == std::vector<int64_t>{1, 2, 3, 4, 5});
+  CHECK_FALSE(fs::exists(dir / "checkpoint_000002"));
+  CHECK_FALSE(fs::exists(dir / ".pending_checkpoint_000003"));
+  CHECK(fs::is_directory(dir / "checkpoint_000001"));
+}
+
+TEST_CASE("resume stops a live step-mode attempt and restarts it without counting a failure",
+          "[controller][resume][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+stop: {training_iteration: 3}
+)");
+  struct Stepper : FakeProcess {
+    int iter = 0;
+    void on_stdin(FakeContext& c, const std::string& line) override {
+      auto cmd = json::parse(line);
+      if (cmd["op"] == "step") c.print(json{{"loss", 1.0 / ++iter}}.dump());
+      if (cmd["op"] == "stop") c.exit(0);
+    }
+  };
+  FakeExecutor ex1([](const exec::Launch&) { return std::make_unique<Stepper>(); });
+  control::Controller c1(e, ex1, opts());
+  REQUIRE(c1.run() == kExitOk);
+  auto saved = c1.state();
+  saved.trials.at(0).status = trial::Status::kRunning;
+  saved.trials.at(0).iteration = 1;
+  FakeExecutor ex2([](const exec::Launch&) { return std::make_unique<Stepper>(); });
+  ex2.on_attach = [](const exec::Launch&) { return exec::Attached::kRunning; };
+  control::Controller c2(e, ex2, opts());
+  REQUIRE(c2.run(saved) == kExitOk);
+  REQUIRE(ex2.stops.size() >= 1);
+  CHECK_FALSE(ex2.stops[0].second);  // SIGTERM, not kill-now
+  REQUIRE(ex2.launches.size() == 1);
+  CHECK(ex2.launches[0].attempt == 2);
+  const auto& t = c2.state().trials.at(0);
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.failures == 0);
+  CHECK(iterations(results_of(e, t)) == std::vector<int64_t>{1, 2, 3});
+}
