@@ -10,10 +10,12 @@ cd "$(dirname "$0")/.."
 want_tests=0
 [ "${1:-}" = "--test" ] && want_tests=1
 
-packages=(cmake g++ make ccache pkg-config python3
+packages=(cmake g++ make ccache pkg-config python3 rsync
           libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libssh-dev catch2)
 if [ "$want_tests" = 1 ]; then
-  packages+=(rsync openssh-client openssh-server iproute2 procps)
+  # awscli talks to the S3-compatible server (s3rver, from npm) that the upload tests start.
+  packages+=(openssh-client openssh-server iproute2 procps awscli)
+  command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "${TUNE_WITH_TORCH:-0}" = 1 ]; then
   packages+=(python3-torch python3-numpy)

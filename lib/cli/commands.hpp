@@ -3,11 +3,18 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
+namespace tune::spec {
+struct Experiment;
+}
+
 namespace tune::cli {
+
+namespace fs = std::filesystem;
 
 class RunCommand {
  public:
@@ -15,6 +22,10 @@ class RunCommand {
   [[nodiscard]] int execute();
 
  private:
+  // No local state and an upload_dir: refuses (never) or downloads (auto/must/errored) an
+  // experiment the mirror holds.
+  void find_mirrored_state(const spec::Experiment& exp, const fs::path& dir, bool& has_state) const;
+
   std::string file_;
   std::string resume_ = "never";
   std::optional<std::string> name_, storage_;

@@ -12,6 +12,7 @@
 #include "exec/local_executor.hpp"
 #include "search/space.hpp"
 #include "spec/parse.hpp"
+#include "sync/upload.hpp"
 #include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
@@ -74,6 +75,24 @@ void RunCommand::add_options(CLI::App& app) {
   app.add_flag("--verbose,-v", verbose_, "log more, with times and pids")->excludes(q);
 }
 
+void RunCommand::find_mirrored_state(const spec::Experiment& exp, const fs::path& dir,
+                                     bool& has_state) const {
+  std::error_code ec;
+  auto there = sync::Uploader::remote_has_state(dir, exp.name, exp.sync);
+  if (!there)
+    throw Fatal(there.error().message + " (nothing was started: a new run would overwrite it)");
+  std::string remote = *exp.sync.upload_dir + "/" + exp.name;
+  if (*there && resume_ == "never")
+    throw Fatal("upload_dir '" + remote +
+                "' already holds this experiment; resume it with --resume=auto, or start a "
+                "new one with --name NAME");
+  if (!*there) return;
+  std::cerr << "tune: downloading experiment '" << exp.name << "' from " << remote << "\n";
+  if (auto r = sync::Uploader::download(dir, exp.name, exp.sync); !r) throw Fatal(r.error());
+  has_state = fs::exists(dir / state::kStateFile, ec);
+  if (!has_state) throw Fatal("downloaded '" + remote + "' but it holds no " + state::kStateFile);
+}
+
 int RunCommand::execute() {
   spec::Overrides ov{sets_, name_, storage_, max_concurrent_};
   spec::Experiment exp = load_or_throw(file_, ov);
@@ -89,13 +108,27 @@ int RunCommand::execute() {
     throw Fatal("experiment dir '" + dir.string() +
                 "' already holds an experiment; resume it with "
                 "--resume=auto, or start a new one with --name NAME or --storage-path DIR");
-  if ((resume_ == "must" || resume_ == "errored") && !has_state)
+  bool mirrored = exp.sync.upload_dir.has_value();
+  if ((resume_ == "must" || resume_ == "errored") && !has_state && !mirrored)
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' to resume");
 
+  bool created = !fs::exists(dir, ec);
   fs::create_directories(dir, ec);
   if (ec) throw Fatal("cannot create experiment dir '" + dir.string() + "': " + ec.message());
   acquire_lock(dir);
+
+  // No local state but an upload_dir: the mirror may hold the experiment (SPEC §1, §7). A
+  // fresh start would mirror over it (with --delete), so it is never done blindly.
+  if (!has_state && mirrored) try {
+      find_mirrored_state(exp, dir, has_state);
+    } catch (const Fatal&) {
+      if (created) fs::remove_all(dir, ec);  // made a moment ago: leave nothing behind
+      throw;
+    }
+  if ((resume_ == "must" || resume_ == "errored") && !has_state)
+    throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
+                "' or its upload_dir to resume");
 
   // The spec as run, to refuse a resume under a different one (SPEC §4).
   fs::path spec_file = dir / ".tune" / "spec.json";
@@ -167,7 +200,11 @@ int RunCommand::execute() {
   lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);
   exec::LocalExecutor executor(lo);
 
+  std::optional<sync::Uploader> uploader;
+  if (mirrored) uploader.emplace(dir, exp.name, exp.sync);
+
   control::ControllerOptions co;
+  co.uploader = uploader ? &*uploader : nullptr;
   co.grace_s = lo.grace_s;
   co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
   co.base_env = environment();

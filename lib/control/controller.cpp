@@ -8,6 +8,7 @@
 #include <csignal>
 
 #include "search/space.hpp"
+#include "sync/upload.hpp"
 #include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
@@ -287,6 +288,13 @@ void Controller::launch_ready() {
     next->iteration = next->restore_iteration = 0;
     next->time_total_s = next->time_base = 0;
     next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
+    if (next->stdout_offset > 0) {
+      // Output of a launch the state does not know (its journal line was lost, e.g. a state
+      // downloaded from upload_dir): nothing of it counts.
+      next->checkpoint_seq = 0;
+      next->checkpoints.clear();
+      prepare_restart(*next);
+    }
     if (auto r = journal_.record_launch(*next); !r) {
       spdlog::error("cannot record the launch of {}: {} (not started)", next->name,
                     r.error().message);
@@ -533,6 +541,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
   next_state_write_ = now + period;
   run_deletions();
+  if (opts_.uploader) opts_.uploader->request(false);
   return true;
 }
 
@@ -545,6 +554,35 @@ void Controller::run_deletions() {
       spdlog::debug("deleted {}/{}", dir.filename().string(), name);
   }
   pending_deletions_.clear();
+}
+
+void Controller::final_upload() {
+  auto* up = opts_.uploader;
+  if (!up) return;
+  if (interrupts_ >= 2) {
+    up->cancel();
+    spdlog::warn("not mirrored to {} (interrupted twice); the next run mirrors it", up->target());
+    return;
+  }
+  // Whatever runs now may predate the last state: wait for it, then mirror once more.
+  spdlog::info("mirroring the experiment to {}", up->target());
+  bool asked = false;
+  while (true) {
+    bool busy = up->poll();
+    if (!busy && asked) break;
+    if (!busy) {
+      up->request(true);
+      asked = true;
+      continue;
+    }
+    for (auto& ev : ex_.wait(0.1)) {
+      if (std::holds_alternative<exec::InterruptEvent>(ev)) {
+        up->cancel();
+        spdlog::warn("mirror to {} cancelled; the next run mirrors it", up->target());
+        return;
+      }
+    }
+  }
 }
 
 void Controller::draw(bool force) {
@@ -641,6 +679,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       next_lease_ = now + lease_period;
     }
     maybe_save_state(false, false);
+    if (opts_.uploader) opts_.uploader->poll();
     draw(false);
   }
   // Ctrl-C twice: trials still running were killed; they resume from their latest checkpoint.
@@ -650,6 +689,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   }
   state_.phase = interrupted_ ? "interrupted" : "finished";
   maybe_save_state(true, true);
+  final_upload();
   draw(true);
   return exit_code();
 }

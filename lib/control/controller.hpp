@@ -24,6 +24,9 @@
 namespace tune::ui {
 class LiveTable;
 }
+namespace tune::sync {
+class Uploader;
+}
 
 namespace tune::control {
 
@@ -35,6 +38,7 @@ struct ControllerOptions {
   std::map<std::string, std::string> base_env;  // inherited by every trial
   std::string python_helpers_dir;               // prepended to the trials' PYTHONPATH
   std::vector<ResourcePool::Host> hosts;        // capacity; empty = derive from the spec
+  sync::Uploader* uploader = nullptr;           // upload_dir mirror, if any
 };
 
 class Controller {
@@ -122,6 +126,8 @@ class Controller {
   bool maybe_save_state(bool force, bool durable);
   void run_deletions();
   void draw(bool force);
+  // The last mirror to upload_dir at the end of a run (Ctrl-C cancels it).
+  void final_upload();
   [[nodiscard]] int exit_code() const;
 
   spec::Experiment exp_;

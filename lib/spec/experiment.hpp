@@ -46,7 +46,8 @@ struct SyncConfig {
   std::string syncer = "rsync";  // rsync | none | template
   double sync_period = 300;
   bool sync_on_checkpoint = true;
-  std::optional<std::string> upload_dir;
+  std::optional<std::string> upload_dir;     // the experiment is mirrored to upload_dir/<name>
+  std::optional<std::string> upload_syncer;  // "CMD {source} {target}" instead of the built-in
 };
 
 struct HostSpec {

@@ -46,7 +46,7 @@ constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score
                                                 "checkpoint_at_end"};
 constexpr std::string_view kFailureKeys[] = {"max_failures", "fail_fast"};
 constexpr std::string_view kSyncKeys[] = {"syncer", "sync_period", "sync_on_checkpoint",
-                                          "upload_dir"};
+                                          "upload_dir", "upload_syncer"};
 constexpr std::string_view kLocalHostKeys[] = {"cpus", "gpus"};
 constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "identity_file",
                                              "storage_path", "cpus", "gpus", "known_hosts_file"};
@@ -496,9 +496,25 @@ void Parser::parse_sync(const YAML::Node& n, Experiment& e) const {
     s.sync_on_checkpoint = boolean(m, "sync_config.sync_on_checkpoint");
   if (auto m = n["upload_dir"]; m && !m.IsNull()) {
     std::string u = string(m, "sync_config.upload_dir");
-    if (!u.starts_with("s3://") && !u.starts_with("gs://") && !u.starts_with("file://"))
+    bool cloud = u.starts_with("s3://") || u.starts_with("gs://");
+    if (!cloud && !u.starts_with("file://"))
       error(m, "sync_config.upload_dir must start with s3://, gs:// or file://");
+    if (cloud && (u.size() <= 5 || u[5] == '/'))
+      error(m, "sync_config.upload_dir '" + u + "' names no bucket");
+    if (u.starts_with("file://") && !u.starts_with("file:///"))
+      error(m, "sync_config.upload_dir: a file:// URL needs an absolute path (file:///path)");
+    for (char c : u)
+      if (static_cast<unsigned char>(c) < 0x20)
+        error(m, "sync_config.upload_dir contains a control character");
     s.upload_dir = u;
+  }
+  if (auto m = n["upload_syncer"]; m && !m.IsNull()) {
+    std::string t = string(m, "sync_config.upload_syncer");
+    if (t.find("{source}") == std::string::npos || t.find("{target}") == std::string::npos)
+      error(m, "sync_config.upload_syncer must be a command containing {source} and {target}");
+    auto words = util::shell_split(t);
+    if (!words) error(m, "sync_config.upload_syncer: " + words.error().message);
+    s.upload_syncer = t;
   }
 }
 

@@ -1,0 +1,297 @@
+#include "sync/upload.hpp"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include <cstdlib>
+
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+#include "util/process.hpp"
+#include "util/strings.hpp"
+
+namespace tune::sync {
+
+namespace {
+
+enum class Kind { kS3, kGs, kFile, kTemplate };
+
+double mono() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+Kind kind_of(const spec::SyncConfig& cfg) {
+  if (cfg.upload_syncer) return Kind::kTemplate;
+  const std::string& u = *cfg.upload_dir;
+  if (u.starts_with("s3://")) return Kind::kS3;
+  if (u.starts_with("gs://")) return Kind::kGs;
+  return Kind::kFile;
+}
+
+std::string remote_of(const spec::SyncConfig& cfg, const std::string& name) {
+  std::string u = *cfg.upload_dir;
+  while (u.size() > 8 && u.back() == '/') u.pop_back();
+  return u + "/" + name;
+}
+
+// file:///a/b -> /a/b
+std::string local_path(const std::string& url) {
+  return url.substr(7);
+}
+
+// What is never mirrored: the driver's lock, lease and journal, FIFOs, unfinished checkpoints,
+// atomic-write temp files, and the uploader's own files. rsync patterns (unanchored ones match
+// at any depth) and aws globs (where * crosses '/').
+const std::vector<std::string> kRsyncExcludes = {
+    "/.tune/lock",           "/.tune/lease",         "/.tune/state.journal",
+    "/.tune/upload/",        "/.tune/upload.log",    "stdin.fifo",
+    ".pending_checkpoint_*", ".staged_checkpoint_*", "*.tmp.*",
+    "/experiment_state.json"};
+const std::vector<std::string> kAwsExcludes = {
+    ".tune/lock",       ".tune/lease",          ".tune/state.journal",    ".tune/upload/*",
+    ".tune/upload.log", "*stdin.fifo",          "*.pending_checkpoint_*", "*.staged_checkpoint_*",
+    "*.tmp.*",          "experiment_state.json"};
+
+std::vector<std::string> aws_base() {
+  std::vector<std::string> cmd = {"aws"};
+  // awscli 2.9 ignores AWS_ENDPOINT_URL; pass it on (S3-compatible stores: MinIO, s3rver, ...).
+  if (const char* e = std::getenv("AWS_ENDPOINT_URL"); e && *e) {
+    cmd.push_back("--endpoint-url");
+    cmd.push_back(e);
+  }
+  return cmd;
+}
+
+std::vector<std::string> fill(const std::string& tmpl, const std::string& source,
+                              const std::string& target) {
+  std::vector<std::string> out;
+  auto words = util::shell_split(tmpl);  // validated when the experiment file was parsed
+  if (!words) return out;
+  for (auto word : *words) {
+    for (auto [key, value] : {std::pair{"{source}", &source}, std::pair{"{target}", &target}}) {
+      for (size_t at; (at = word.find(key)) != std::string::npos;)
+        word.replace(at, std::string_view(key).size(), *value);
+    }
+    out.push_back(std::move(word));
+  }
+  return out;
+}
+
+// The gsutil -x regex for the excludes.
+std::string gs_exclude_regex() {
+  return R"((^|.*/)(stdin\.fifo|\.pending_checkpoint_[^/]*|\.staged_checkpoint_[^/]*|[^/]*\.tmp\.[^/]*)(/.*)?$|^\.tune/(lock|lease|state\.journal|upload.*)$|^experiment_state\.json$)";
+}
+
+// Step 1 (the tree) and step 2 (the state snapshot) of a mirror.
+std::vector<std::string> upload_command(Kind kind, const fs::path& exp, const std::string& remote,
+                                        const spec::SyncConfig& cfg, int step) {
+  fs::path snapshot = exp / ".tune" / "upload" / "experiment_state.json";
+  std::vector<std::string> cmd;
+  switch (kind) {
+    case Kind::kFile:
+      if (step == 1) {
+        cmd = {"rsync", "-rlt", "--delete", "--mkpath"};
+        for (const auto& e : kRsyncExcludes) cmd.push_back("--exclude=" + e);
+        cmd.push_back(exp.string() + "/");
+        cmd.push_back(local_path(remote) + "/");
+      } else {
+        cmd = {"rsync", "-t", snapshot.string(), local_path(remote) + "/experiment_state.json"};
+      }
+      return cmd;
+    case Kind::kS3:
+      cmd = aws_base();
+      if (step == 1) {
+        for (const char* w : {"s3", "sync", "--delete", "--no-progress", "--only-show-errors"})
+          cmd.push_back(w);
+        for (const auto& e : kAwsExcludes) cmd.push_back("--exclude=" + e);
+        cmd.push_back(exp.string());
+        cmd.push_back(remote);
+      } else {
+        for (const char* w : {"s3", "cp", "--no-progress", "--only-show-errors"}) cmd.push_back(w);
+        cmd.push_back(snapshot.string());
+        cmd.push_back(remote + "/experiment_state.json");
+      }
+      return cmd;
+    case Kind::kGs:
+      if (step == 1)
+        return {"gsutil",           "-m",         "-q",  "rsync", "-r", "-d", "-x",
+                gs_exclude_regex(), exp.string(), remote};
+      return {"gsutil", "-q", "cp", snapshot.string(), remote + "/experiment_state.json"};
+    case Kind::kTemplate:
+      return fill(*cfg.upload_syncer, exp.string() + "/", remote);
+  }
+  return cmd;
+}
+
+// True if a failed mirror step only met files deleted while it ran (checkpoints pruned
+// meanwhile): the next mirror catches up, nothing to warn about.
+bool only_vanished(Kind kind, int status, const fs::path& log) {
+  if (kind == Kind::kFile) return status == 24;  // rsync: "some files vanished"
+  if (kind != Kind::kS3 || status != 1) return false;
+  auto text = util::read_file(log, 16u << 20);
+  if (!text || text->empty()) return false;
+  size_t start = 0;
+  while (start < text->size()) {
+    size_t nl = text->find('\n', start);
+    std::string_view line(text->data() + start,
+                          (nl == std::string::npos ? text->size() : nl) - start);
+    if (!line.empty() && line.find("No such file or directory") == std::string_view::npos)
+      return false;
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+Uploader::Uploader(fs::path exp_dir, const std::string& name, const spec::SyncConfig& cfg)
+    : exp_dir_(std::move(exp_dir)), remote_(remote_of(cfg, name)), cfg_(cfg) {}
+
+Uploader::~Uploader() {
+  cancel();
+}
+
+void Uploader::cancel() {
+  if (pid_ > 0) util::kill_and_reap(pid_);
+  pid_ = -1;
+  step_ = 0;
+  queued_ = false;
+}
+
+void Uploader::request(bool now) {
+  double t = mono();
+  // After a failure, wait a full period before trying again (unless asked at once).
+  if (!now && t - last_start_ < cfg_.sync_period) return;
+  queued_ = true;
+  poll();
+}
+
+bool Uploader::start_step() {
+  Kind kind = kind_of(cfg_);
+  if (step_ == 1) {
+    // The state as it is now is what step 2 uploads once the tree is there.
+    std::error_code ec;
+    fs::create_directories(exp_dir_ / ".tune" / "upload", ec);
+    auto text = util::read_file(exp_dir_ / "experiment_state.json");
+    if (!text || !util::write_file_atomic(exp_dir_ / ".tune" / "upload" / "experiment_state.json",
+                                          *text, false)) {
+      spdlog::warn("upload to {}: cannot snapshot the experiment state: skipped", remote_);
+      return false;
+    }
+  }
+  auto cmd = upload_command(kind, exp_dir_, remote_, cfg_, step_);
+  auto pid = util::spawn_process(cmd, exp_dir_ / ".tune" / "upload.log");
+  if (!pid) {
+    spdlog::warn("upload to {}: {}", remote_, pid.error().message);
+    return false;
+  }
+  spdlog::debug("upload to {}: step {}: {}", remote_, step_, cmd[0]);
+  pid_ = *pid;
+  return true;
+}
+
+bool Uploader::poll() {
+  if (pid_ > 0) {
+    auto status = util::try_wait(pid_);
+    if (!status) return true;
+    pid_ = -1;
+    fs::path log = exp_dir_ / ".tune" / "upload.log";
+    if (*status != 0 && only_vanished(kind_of(cfg_), *status, log)) {
+      spdlog::debug("upload to {}: files were deleted while it ran; mirroring again", remote_);
+      queued_ = true;
+      step_ = 0;
+    } else if (*status != 0) {
+      ++failures_;
+      spdlog::warn("upload to {} failed (exit {}): {}{}", remote_, *status,
+                   util::last_line(exp_dir_ / ".tune" / "upload.log"),
+                   failures_ > 1 ? " (" + std::to_string(failures_) + " failures in a row)" : "");
+      step_ = 0;
+    } else if (step_ == 1 && kind_of(cfg_) != Kind::kTemplate) {
+      step_ = 2;
+      if (start_step()) return true;
+      step_ = 0;
+    } else {
+      failures_ = 0;
+      spdlog::debug("upload to {}: done in {:.2f} s", remote_, mono() - started_);
+      step_ = 0;
+    }
+  }
+  if (queued_ && pid_ <= 0) {
+    queued_ = false;
+    step_ = 1;
+    last_start_ = started_ = mono();
+    if (!start_step()) step_ = 0;
+  }
+  return busy();
+}
+
+Result<bool> Uploader::remote_has_state(const fs::path& exp_dir, const std::string& name,
+                                        const spec::SyncConfig& cfg) {
+  std::string remote = remote_of(cfg, name);
+  fs::path log = exp_dir.parent_path() / ("." + name + ".tune-probe.log");
+  std::vector<std::string> cmd;
+  switch (kind_of(cfg)) {
+    case Kind::kTemplate:
+      return false;
+    case Kind::kFile: {
+      std::error_code ec;
+      return fs::exists(fs::path(local_path(remote)) / "experiment_state.json", ec);
+    }
+    case Kind::kS3:
+      cmd = aws_base();
+      for (const char* w : {"s3", "ls"}) cmd.push_back(w);
+      cmd.push_back(remote + "/experiment_state.json");
+      break;
+    case Kind::kGs:
+      cmd = {"gsutil", "-q", "stat", remote + "/experiment_state.json"};
+      break;
+  }
+  std::error_code ec;
+  fs::create_directories(log.parent_path(), ec);
+  auto rc = util::run_process(cmd, log);
+  std::string why = util::last_line(log);
+  fs::remove(log, ec);
+  if (!rc) return std::unexpected(rc.error());
+  if (*rc == 0) return true;
+  if (*rc == 1 && (why.empty() || kind_of(cfg) == Kind::kGs)) return false;  // not found
+  return fail("cannot look into upload_dir '", remote, "' (", cmd[0], " exit ", std::to_string(*rc),
+              "): ", why);
+}
+
+Result<void> Uploader::download(const fs::path& exp_dir, const std::string& name,
+                                const spec::SyncConfig& cfg) {
+  std::string remote = remote_of(cfg, name);
+  std::error_code ec;
+  fs::create_directories(exp_dir / ".tune", ec);
+  if (ec) return fail("cannot create '", exp_dir.string(), "': ", ec.message());
+  std::vector<std::string> cmd;
+  switch (kind_of(cfg)) {
+    case Kind::kFile:
+      cmd = {"rsync", "-rlt", local_path(remote) + "/", exp_dir.string() + "/"};
+      break;
+    case Kind::kS3:
+      cmd = aws_base();
+      for (const char* w : {"s3", "sync", "--no-progress", "--only-show-errors"}) cmd.push_back(w);
+      cmd.push_back(remote);
+      cmd.push_back(exp_dir.string());
+      break;
+    case Kind::kGs:
+      cmd = {"gsutil", "-m", "-q", "rsync", "-r", remote, exp_dir.string()};
+      break;
+    case Kind::kTemplate:
+      cmd = fill(*cfg.upload_syncer, remote + "/", exp_dir.string() + "/");
+      break;
+  }
+  fs::path log = exp_dir / ".tune" / "upload.log";
+  auto rc = util::run_process(cmd, log);
+  if (!rc) return std::unexpected(rc.error());
+  if (*rc != 0)
+    return fail("cannot download the experiment from '", remote, "' (", cmd[0], " exit ",
+                std::to_string(*rc), "): ", util::last_line(log));
+  return {};
+}
+
+}  // namespace tune::sync

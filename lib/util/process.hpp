@@ -1,0 +1,35 @@
+// Helper processes (rsync, aws, gsutil, custom syncers): started without a shell, in their own
+// process group, output to a log file, waited for without blocking.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace tune::util {
+
+namespace fs = std::filesystem;
+
+// Starts argv[0] (searched on PATH) with the driver's environment; stdin is /dev/null, stdout
+// and stderr go to `log` (truncated), or /dev/null if empty.
+[[nodiscard]] Result<pid_t> spawn_process(const std::vector<std::string>& argv,
+                                          const fs::path& log);
+
+// The exit status (128+signal if killed) once `pid` has ended, else nullopt. Never blocks.
+[[nodiscard]] std::optional<int> try_wait(pid_t pid);
+
+// Runs argv to completion (blocking); returns the exit status.
+[[nodiscard]] Result<int> run_process(const std::vector<std::string>& argv, const fs::path& log);
+
+// Kills the process group of `pid` and reaps it.
+void kill_and_reap(pid_t pid);
+
+// The last non-empty line of a log file (for one-line error messages).
+[[nodiscard]] std::string last_line(const fs::path& log);
+
+}  // namespace tune::util

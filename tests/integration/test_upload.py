@@ -1,0 +1,133 @@
+"""upload_dir (SPEC §7): the experiment mirrored to file:// and to a real S3-compatible server
+(s3rver, started by scripts/s3-server.sh, driven through Debian's awscli); a run interrupted,
+its local dir deleted, and `--resume=auto` restoring it from the mirror and finishing."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import PY, SOURCE, TuneTest
+
+TRIAL = os.path.join(SOURCE, "tests", "fixtures", "chaos_trial.py")
+S3_SCRIPT = os.path.join(SOURCE, "scripts", "s3-server.sh")
+AWS = shutil.which("aws", path="/usr/bin:/usr/local/bin") or "aws"
+
+
+class UploadTest(TuneTest):
+    def experiment(self, upload_dir):
+        return self.write("up.yaml", f"""
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{uniform: [0.1, 3.0]}}
+              steps: 24
+              sleep: 0.05
+            num_samples: 4
+            seed: 11
+            max_concurrent_trials: 2
+            checkpoint_config: {{num_to_keep: 1}}
+            sync_config: {{upload_dir: "{upload_dir}", sync_period: 0.5}}
+            """)
+
+    def interrupt_midway(self):
+        p = self.start_tune("run", "up.yaml")
+        self.wait_for(lambda: any(
+            os.path.exists(os.path.join(self.exp_dir("up"), t["trial_name"], "checkpoint_000002"))
+            for t in self.trials("up")), what="a second checkpoint")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 130, err)
+        with open(os.path.join(self.exp_dir("up"), "tune.log")) as f:
+            self.assertIn("mirroring the experiment to", f.read())
+
+    def finish_from_mirror(self, listing):
+        """Deletes the local experiment, resumes it from the mirror, and checks the result and
+        the mirror (`listing()` returns the mirror's relative file paths)."""
+        mirrored = json.loads(self.read_mirror_state())
+        self.assertEqual(mirrored["phase"], "interrupted")
+        shutil.rmtree(self.exp_dir("up"))
+        p = self.tune("run", "up.yaml", "--resume=auto", check=0, timeout=300)
+        self.assertIn("downloading experiment 'up'", p.stderr)
+        trials = self.trials("up")
+        self.assertEqual(len(trials), 4)
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(self.iterations("up", t), list(range(1, 25)), t["trial_name"])
+        self.assertEqual(json.loads(self.read_mirror_state())["phase"], "finished")
+        # The mirror holds what the experiment holds: pruned checkpoints are gone there too, and
+        # nothing of the driver's private files went up.
+        files = listing()
+        local = set()
+        for root, _, names in os.walk(self.exp_dir("up")):
+            for n in names:
+                local.add(os.path.relpath(os.path.join(root, n), self.exp_dir("up")))
+        ckpt = lambda paths: sorted(p for p in paths if "/checkpoint_" in p)
+        self.assertEqual(ckpt(files), ckpt(local))
+        self.assertEqual(len(ckpt(files)), 4)  # num_to_keep 1, one state.json each
+        for private in (".tune/lock", ".tune/lease", ".tune/state.journal"):
+            self.assertNotIn(private, files)
+        self.assertFalse([p for p in files if p.endswith("stdin.fifo") or ".tmp." in p])
+
+    def test_file_mirror_round_trip(self):
+        mirror = os.path.join(self.dir, "mirror")
+        self.experiment("file://" + mirror)
+        def read_state():
+            with open(os.path.join(mirror, "up", "experiment_state.json")) as f:
+                return f.read()
+        self.read_mirror_state = read_state
+        self.interrupt_midway()
+
+        def listing():
+            out = set()
+            for root, _, names in os.walk(os.path.join(mirror, "up")):
+                for n in names:
+                    out.add(os.path.relpath(os.path.join(root, n), os.path.join(mirror, "up")))
+            return out
+        self.finish_from_mirror(listing)
+
+    def test_never_refuses_an_experiment_that_only_the_mirror_holds(self):
+        mirror = os.path.join(self.dir, "mirror")
+        os.makedirs(os.path.join(mirror, "up"))
+        with open(os.path.join(mirror, "up", "experiment_state.json"), "w") as f:
+            f.write("{}")
+        self.experiment("file://" + mirror)
+        p = self.tune("run", "up.yaml", check=2)
+        self.assertIn("already holds this experiment", p.stderr)
+        self.assertIn("--resume=auto", p.stderr)
+        self.assertFalse(os.path.exists(self.exp_dir("up")), "a refused run left files behind")
+
+    def test_s3_round_trip(self):
+        s3dir = os.path.join(self.dir, "s3")
+        os.makedirs(s3dir)
+        start = subprocess.run([S3_SCRIPT, "start", s3dir], capture_output=True, text=True,
+                               timeout=300)
+        self.assertEqual(start.returncode, 0, start.stderr)
+        try:
+            self.s3_round_trip(start.stdout.strip())
+        finally:
+            subprocess.run([S3_SCRIPT, "stop", s3dir], timeout=30)
+
+    def s3_round_trip(self, endpoint):
+        self.env.update(AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER",
+                        AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+        aws = [AWS, "--endpoint-url", endpoint, "s3"]
+        self.experiment("s3://tune-bucket/runs")
+
+        def read_state():
+            return subprocess.run(aws + ["cp", "s3://tune-bucket/runs/up/experiment_state.json", "-"],
+                                  env=self.env, capture_output=True, text=True, check=True).stdout
+        self.read_mirror_state = read_state
+        self.interrupt_midway()
+
+        def listing():
+            out = subprocess.run(aws + ["ls", "--recursive", "s3://tune-bucket/runs/up/"],
+                                 env=self.env, capture_output=True, text=True, check=True).stdout
+            return {line.split(None, 3)[3][len("runs/up/"):] for line in out.splitlines() if line}
+        self.finish_from_mirror(listing)
+
+
+if __name__ == "__main__":
+    unittest.main()
