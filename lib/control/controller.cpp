@@ -528,12 +528,16 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   auto r = state::save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
   if (!r) {
-    spdlog::error("cannot save experiment state: {} (the previous state is intact)",
-                  r.error().message);
+    // Said at once, then at most every 30 s while it lasts (a full disk stays full for a while).
+    if (!last_write_failed_ || now >= next_write_error_ || force)
+      spdlog::error("cannot save experiment state: {} (the previous state is intact{})",
+                    r.error().message, last_write_failed_ ? "; still failing" : "");
+    if (!last_write_failed_ || now >= next_write_error_) next_write_error_ = now + 30;
     next_state_write_ = now + 1;
     last_write_failed_ = true;
     return false;
   }
+  if (last_write_failed_) spdlog::warn("experiment state saved again");
   state_dirty_ = false;
   last_write_failed_ = false;
   if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);

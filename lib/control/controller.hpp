@@ -152,6 +152,7 @@ class Controller {
   bool state_dirty_ = true;
   bool last_write_failed_ = false;  // back off launches until a write succeeds
   double next_state_write_ = 0;
+  double next_write_error_ = 0;  // write errors are logged at most every 30 s
   double next_lease_ = 0;
   std::string host_name_;
 };
