@@ -227,6 +227,7 @@ int main(int argc, char** argv) {
   write_atomic("exit.json", "{\"attempt\":" + attempt + ",\"exit_code\":" + code +
                                 ",\"signal\":" + sig + ",\"reason\":\"" + reason +
                                 "\",\"error\":\"" + json_escape(error) +
-                                "\",\"ended\":" + std::to_string(now_s()) + "}\n");
+                                "\",\"ended\":" + std::to_string(now_s()) +
+                                ",\"pid\":" + std::to_string(child) + "}\n");
   return 0;
 }

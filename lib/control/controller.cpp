@@ -184,8 +184,9 @@ void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
-    bool staging =
-        name.starts_with(".pending_checkpoint_") || name.starts_with(".staged_checkpoint_");
+    // Staged dirs are reported by lines not read yet when re-attaching: those stay.
+    bool staging = !keep_newer && (name.starts_with(".pending_checkpoint_") ||
+                                   name.starts_with(".staged_checkpoint_"));
     if (!staging && (!name.starts_with("checkpoint_") || named.count(name))) continue;
     if (!staging) {
       char* end_ptr = nullptr;

@@ -154,6 +154,7 @@ struct LocalExecutor::Impl {
     }
   }
 
+  std::unordered_map<std::string, int> last_pid;  // trial id -> pid of its last attempt
   std::vector<pid_t> unreaped;  // supervisors of finished runs that have not exited yet
 
   void reap() {
@@ -241,6 +242,7 @@ struct LocalExecutor::Impl {
     std::optional<nlohmann::json> exit_json = read_json_file(r.dir / "exit.json");
     if (exit_json && exit_json->is_object() && exit_json->value("attempt", -1) != r.attempt)
       exit_json.reset();  // a previous attempt's leftover
+    load_child_pid(r);    // while the supervisor still runs: results read now carry it
     std::string data = read_output(r);
     if (!data.empty()) outputs.push_back(OutputEvent{r.id, std::move(data)});
     if (r.more) return;
@@ -362,6 +364,7 @@ Result<void> LocalExecutor::start(const Launch& l) {
                 "': ", std::strerror(rc));
   }
   r.spawned = pid;
+  impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
   return {};
 }
@@ -393,10 +396,13 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
     if (!exit_json || exit_json->value("attempt", -1) != l.attempt) return Attached::kGone;
     r.spawned = -1;
     r.spawned_exited = true;
+    if (auto pid = exit_json->find("pid"); pid != exit_json->end() && pid->is_number_integer())
+      r.child_pid = pid->get<int>();  // for the `pid` field of results read now
     found = Attached::kEnded;
   }
   r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY | IN_MOVED_TO);
   if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
+  impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
   return found;
 }
@@ -487,6 +493,7 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
     if (done) finished.push_back(id);
   }
   for (const auto& id : finished) {
+    if (auto& r = impl.runs[id]; r.child_pid) impl.last_pid[id] = *r.child_pid;
     impl.close_run(impl.runs[id]);
     impl.runs.erase(id);
   }
@@ -498,7 +505,12 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
 
 std::optional<int> LocalExecutor::pid(const std::string& trial_id) {
   auto it = impl_->runs.find(trial_id);
-  if (it == impl_->runs.end()) return std::nullopt;
+  if (it == impl_->runs.end()) {
+    // Ended within this wait(): its output is still being handled.
+    auto last = impl_->last_pid.find(trial_id);
+    if (last == impl_->last_pid.end()) return std::nullopt;
+    return last->second;
+  }
   impl_->load_child_pid(it->second);
   return it->second.child_pid;
 }

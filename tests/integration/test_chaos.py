@@ -46,7 +46,9 @@ class ChaosTest(TuneTest):
                              if d.startswith("checkpoint_"))
             self.assertEqual(sorted(c["dir"] for c in t["checkpoints"]), on_disk, t["trial_name"])
             self.assertEqual(len(on_disk), 2, t["trial_name"])
-        return {t["trial_name"]: self.rows(name, t) for t in trials}
+        return {t["trial_name"]: (self.rows(name, t),
+                                  [(c["iteration"], c["metrics"]["acc"]) for c in t["checkpoints"]])
+                for t in trials}
 
     def test_sigkill_the_driver_ten_times(self):
         self.experiment("chaos")

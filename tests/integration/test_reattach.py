@@ -1,0 +1,72 @@
+"""A driver killed with SIGKILL while its trials run (SPEC §6): the next `--resume=auto`
+re-attaches to the trials still running (same process, same attempt) and finishes the ones that
+ended meanwhile from their output and exit status; no result is lost or recorded twice."""
+import json
+import os
+import time
+import unittest
+
+from harness import PY, SOURCE, TuneTest
+
+TRIAL = os.path.join(SOURCE, "tests", "fixtures", "chaos_trial.py")
+
+
+class ReattachTest(TuneTest):
+    def setUp(self):
+        super().setUp()
+        self.write("exp.yaml", f"""
+            name: re
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{grid_search: [0.5, 1.5]}}
+              steps: 30
+              sleep: 0.05
+            checkpoint_config: {{num_to_keep: 2}}
+            """)
+
+    def kill_driver_while_running(self):
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("re")) == 2 and all(
+            os.path.exists(os.path.join(self.exp_dir("re"), t["trial_name"], "result.json"))
+            for t in self.trials("re")), what="both trials reporting")
+        p.kill()
+        p.communicate()
+
+    def check_finished_once(self):
+        for t in self.trials("re"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(t["attempt"], 1, "the trial was restarted, not re-attached")
+            rows = self.results("re", t)
+            self.assertEqual([r["training_iteration"] for r in rows], list(range(1, 31)))
+            self.assertEqual([r["step"] for r in rows], list(range(1, 31)))
+            self.assertEqual(len({r["pid"] for r in rows}), 1, "one process did all the work")
+            self.assertIsNotNone(rows[-1]["pid"])
+            # Checkpoints every 3 iterations, the 2 latest kept: 27 and 30, on disk.
+            self.assertEqual([c["iteration"] for c in t["checkpoints"]], [27, 30])
+            for c in t["checkpoints"]:
+                self.assertTrue(os.path.isfile(os.path.join(
+                    self.exp_dir("re"), t["trial_name"], c["dir"], "state.json")))
+
+    def tune_log(self):
+        with open(os.path.join(self.exp_dir("re"), "tune.log")) as f:
+            return f.read()
+
+    def test_running_trials_are_reattached(self):
+        self.kill_driver_while_running()
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.assertEqual(self.tune_log().count("re-attached (running)"), 2)
+        self.check_finished_once()
+
+    def test_trials_that_ended_meanwhile_are_finished_from_their_files(self):
+        self.kill_driver_while_running()
+        dirs = [os.path.join(self.exp_dir("re"), t["trial_name"]) for t in self.trials("re")]
+        for d in dirs:
+            self.wait_for(lambda: os.path.exists(os.path.join(d, "exit.json")), what="trial end")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.assertEqual(self.tune_log().count("re-attached (ended meanwhile)"), 2)
+        self.check_finished_once()
+
+
+if __name__ == "__main__":
+    unittest.main()
