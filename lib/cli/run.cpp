@@ -1,5 +1,6 @@
 // `tune run` and `tune validate`.
 #include <spdlog/spdlog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -94,6 +95,8 @@ void RunCommand::find_mirrored_state(const spec::Experiment& exp, const fs::path
 }
 
 int RunCommand::execute() {
+  timespec started{};
+  ::clock_gettime(CLOCK_MONOTONIC, &started);
   spec::Overrides ov{sets_, name_, storage_, max_concurrent_};
   spec::Experiment exp = load_or_throw(file_, ov);
   for (const auto& h : exp.hosts)
@@ -206,6 +209,7 @@ int RunCommand::execute() {
   control::ControllerOptions co;
   co.uploader = uploader ? &*uploader : nullptr;
   co.grace_s = lo.grace_s;
+  co.process_started = static_cast<double>(started.tv_sec) + started.tv_nsec / 1e9;
   co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
   co.base_env = environment();
   co.python_helpers_dir = python_helpers_dir();

@@ -146,7 +146,8 @@ void Controller::prepare_restart(trial::Trial& t) {
   fs::path dir = trial_dir(t);
   const trial::Checkpoint* c = t.latest_checkpoint();
   int64_t keep = c ? c->iteration : 0;
-  auto rows = trial::ResultLog::truncate_after(dir, keep);
+  std::vector<json> kept;
+  auto rows = trial::ResultLog::truncate_after(dir, keep, &kept);
   if (!rows) spdlog::warn("trial {}: {}", t.name, rows.error().message);
   t.iteration = t.restore_iteration = keep;
   t.time_total_s = t.time_base = c ? c->time_total_s : 0;
@@ -154,13 +155,8 @@ void Controller::prepare_restart(trial::Trial& t) {
   if (rows) {
     t.metrics.clear();
     t.last_result = json::object();
-    for (auto& row : *rows) {
-      for (auto it = row.begin(); it != row.end(); ++it) {
-        if (!it->is_number()) continue;
-        double v = it->get<double>();
-        auto [m, fresh] = t.metrics.try_emplace(it.key(), trial::MetricStats{v, v, v});
-        if (!fresh) m->second = {v, std::min(m->second.min, v), std::max(m->second.max, v)};
-      }
+    for (auto& row : kept) {
+      t.track_metrics(row);
       t.last_result = std::move(row);
     }
   }
@@ -526,7 +522,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   // older state could name them.
   durable = durable || !pending_deletions_.empty();
   double t0 = ex_.now();
-  auto r = state::save(exp_.dir(), state_, durable);
+  auto r = writer_.save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
   if (!r) {
     // Said at once, then at most every 30 s while it lasts (a full disk stays full for a while).
@@ -604,6 +600,7 @@ int Controller::exit_code() const {
 
 int Controller::run(std::optional<state::ExperimentState> resume) {
   run_started_ = ex_.now();
+  bool resuming = resume.has_value();
   if (resume) {
     state_ = std::move(*resume);
     elapsed_before_ = state_.elapsed_s;
@@ -645,6 +642,9 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     throw Fatal("cannot write the experiment state in '" + exp_.dir().string() +
                 "': nothing was started");
 
+  if (resuming && opts_.process_started > 0)
+    spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",
+                 state_.trials.size(), running_.size(), ex_.now() - opts_.process_started);
   double lease_period = std::clamp(exp_.orphan_timeout_s / 4, 0.5, 10.0);
   while (true) {
     double now = ex_.now();

@@ -39,6 +39,7 @@ struct ControllerOptions {
   std::string python_helpers_dir;               // prepended to the trials' PYTHONPATH
   std::vector<ResourcePool::Host> hosts;        // capacity; empty = derive from the spec
   sync::Uploader* uploader = nullptr;           // upload_dir mirror, if any
+  double process_started = 0;  // monotonic time the process started (resume start-up log)
 };
 
 class Controller {
@@ -138,6 +139,7 @@ class Controller {
   checkpoint::Policy policy_;
   state::ExperimentState state_;
   state::Journal journal_;
+  state::StateWriter writer_;
   std::unordered_map<std::string, size_t> index_;
   std::unordered_map<std::string, Runtime> running_;
   std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first

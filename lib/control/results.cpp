@@ -146,16 +146,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
       spdlog::warn("trial {}: {}", t.name, r.error().message);
   }
   rt.log.append(result);
-  for (auto it = result.begin(); it != result.end(); ++it) {
-    if (!it->is_number()) continue;
-    double v = it->get<double>();
-    auto [m, fresh] = t.metrics.try_emplace(it.key(), trial::MetricStats{v, v, v});
-    if (!fresh) {
-      m->second.last = v;
-      if (v < m->second.min || std::isnan(m->second.min)) m->second.min = v;
-      if (v > m->second.max || std::isnan(m->second.max)) m->second.max = v;
-    }
-  }
+  t.track_metrics(result);
   t.last_result = std::move(result);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {

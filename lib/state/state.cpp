@@ -173,8 +173,63 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
   return s;
 }
 
+Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
+  // The header is to_json() without its trials; the trials follow, one per line.
+  ExperimentState head_only;
+  head_only.name = s.name;
+  head_only.seed = s.seed;
+  head_only.total_trials = s.total_trials;
+  head_only.next_index = s.next_index;
+  head_only.start_time = s.start_time;
+  head_only.elapsed_s = s.elapsed_s;
+  head_only.phase = s.phase;
+  head_only.metric = s.metric;
+  head_only.mode = s.mode;
+  json head = to_json(head_only);
+  head.erase("trials");
+  std::string out = head.dump(-1, ' ', false, json::error_handler_t::replace);
+  out.pop_back();  // '}'
+  out += ",\"trials\":[\n";
+
+  util::AtomicFile file(exp_dir / kStateFile);
+  if (auto r = file.open(); !r) return r;
+  cache_.resize(s.trials.size());
+  last_serialized_ = 0;
+  constexpr size_t kChunk = 1u << 20;
+  for (size_t i = 0; i < s.trials.size(); ++i) {
+    const auto& t = s.trials[i];
+    Key key{static_cast<int>(t.status),
+            t.attempt,
+            t.failures,
+            t.iteration,
+            t.checkpoint_seq,
+            t.checkpoints.size(),
+            t.stdout_offset,
+            t.time_total_s,
+            t.attempt_started,
+            t.host,
+            t.error};
+    Entry& e = cache_[i];
+    if (e.text.empty() || !(e.key == key)) {
+      e.key = std::move(key);
+      e.text = trial_to_json(t).dump(-1, ' ', false, json::error_handler_t::replace);
+      ++last_serialized_;
+    }
+    out += e.text;
+    out += i + 1 < s.trials.size() ? ",\n" : "\n";
+    if (out.size() >= kChunk) {
+      if (auto r = file.write(out); !r) return r;
+      out.clear();
+    }
+  }
+  out += "]}\n";
+  if (auto r = file.write(out); !r) return r;
+  return file.commit(durable);
+}
+
 Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
-  return util::write_file_atomic(exp_dir / kStateFile, to_json(s).dump(1) + "\n", durable);
+  StateWriter w;
+  return w.save(exp_dir, s, durable);
 }
 
 namespace {

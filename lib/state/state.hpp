@@ -56,7 +56,36 @@ class Journal {
   int fd_ = -1;
 };
 
-// Writes dir/experiment_state.json atomically (fsync'ed when `durable`).
+// Writes experiment_state.json atomically (fsync'ed when `durable`), one trial per line. It
+// keeps each trial's serialized text and serializes again only the trials whose progress
+// changed since its last write: a finished trial is serialized once, so with 10,000 trials a
+// write costs about the bytes it writes.
+class StateWriter {
+ public:
+  [[nodiscard]] Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable);
+  // Trials serialized again by the last save() (for tests and benchmarks).
+  [[nodiscard]] size_t last_serialized() const { return last_serialized_; }
+
+ private:
+  // What changes whenever anything persisted of a trial changes.
+  struct Key {
+    int status = -1, attempt = 0, failures = 0;
+    int64_t iteration = 0, checkpoint_seq = 0;
+    size_t checkpoints = 0;
+    uint64_t stdout_offset = 0;
+    double time_total_s = 0, attempt_started = 0;
+    std::string host, error;
+    bool operator==(const Key&) const = default;
+  };
+  struct Entry {
+    Key key;
+    std::string text;
+  };
+  std::vector<Entry> cache_;  // by position in ExperimentState::trials
+  size_t last_serialized_ = 0;
+};
+
+// Writes dir/experiment_state.json atomically (fsync'ed when `durable`), without a cache.
 [[nodiscard]] Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable);
 // Reads dir/experiment_state.json and replays the journal over it; a torn, empty or foreign
 // state file is a clear error (a torn last journal line is dropped).

@@ -226,7 +226,68 @@ Result<std::vector<json>> ResultLog::read_results(const fs::path& trial_dir, siz
   return rows;
 }
 
-Result<std::vector<json>> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iteration) {
+namespace {
+
+// training_iteration of one result.json line, or -1.
+int64_t line_iteration(std::string_view line) {
+  auto j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return -1;
+  auto it = j.find("training_iteration");
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+}
+
+// Byte length of the header plus the first `records` CSV records (quotes may hold newlines),
+// or npos if the file has fewer.
+size_t csv_prefix(std::string_view text, size_t records) {
+  size_t pos = 0, seen = 0;
+  bool quoted = false;
+  for (; pos < text.size() && seen < records + 1; ++pos) {
+    if (text[pos] == '"') quoted = !quoted;
+    if (text[pos] == '\n' && !quoted) ++seen;
+  }
+  return seen == records + 1 ? pos : std::string::npos;
+}
+
+}  // namespace
+
+Result<void> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iteration,
+                                       std::vector<json>* kept_rows) {
+  // Fast path: the driver writes iterations 1, 2, 3, ... one per line, so keeping iterations
+  // <= K keeps the first K lines; only the lines at the cut are parsed.
+  if (!kept_rows) {
+    auto text = util::read_file(trial_dir / "result.json", 1ull << 40);
+    if (!text)
+      return fs::exists(trial_dir / "result.json") ? fail(text.error().message) : Result<void>{};
+    std::vector<size_t> ends;  // end (past '\n') of each complete line, up to K+1 lines
+    size_t lines = 0, pos = 0;
+    auto want = static_cast<size_t>(std::max<int64_t>(iteration, 0)) + 1;
+    while (pos < text->size()) {
+      size_t nl = text->find('\n', pos);
+      if (nl == std::string::npos) break;
+      if (ends.size() < want) ends.push_back(nl + 1);
+      ++lines;
+      pos = nl + 1;
+    }
+    bool torn = pos < text->size();
+    size_t k = std::min(static_cast<size_t>(std::max<int64_t>(iteration, 0)), lines);
+    auto line = [&](size_t i) {  // 1-based
+      size_t from = i == 1 ? 0 : ends[i - 2];
+      return std::string_view(*text).substr(from, ends[i - 1] - 1 - from);
+    };
+    bool ok = (k == 0 || line_iteration(line(k)) == static_cast<int64_t>(k)) &&
+              (k == lines || line_iteration(line(k + 1)) > iteration);
+    if (ok) {
+      if (k == lines && !torn) return {};
+      std::string_view keep = std::string_view(*text).substr(0, k == 0 ? 0 : ends[k - 1]);
+      auto csv = util::read_file(trial_dir / "progress.csv", 1ull << 40);
+      size_t csv_len = csv ? csv_prefix(*csv, k) : std::string::npos;
+      if (csv_len != std::string::npos) {
+        if (auto r = util::write_file_atomic(trial_dir / "result.json", keep, false); !r) return r;
+        return util::write_file_atomic(trial_dir / "progress.csv",
+                                       std::string_view(*csv).substr(0, csv_len), false);
+      }
+    }
+  }
   size_t bad = 0;
   auto rows = read_results(trial_dir, &bad);
   if (!rows) return std::unexpected(rows.error());
@@ -240,9 +301,11 @@ Result<std::vector<json>> ResultLog::truncate_after(const fs::path& trial_dir, i
     out.push_back('\n');
     kept.push_back(std::move(row));
   }
-  if (kept.size() == total && bad == 0) return kept;  // nothing to drop (or no file at all)
-  if (auto r = util::write_file_atomic(trial_dir / "result.json", out, false); !r)
-    return std::unexpected(r.error());
+  if (kept.size() == total && bad == 0) {  // nothing to drop (or no file at all)
+    if (kept_rows) *kept_rows = std::move(kept);
+    return {};
+  }
+  if (auto r = util::write_file_atomic(trial_dir / "result.json", out, false); !r) return r;
   // progress.csv: same rows, same header as before (or derived from the rows).
   ResultLog log;
   log.dir_ = trial_dir;
@@ -255,9 +318,9 @@ Result<std::vector<json>> ResultLog::truncate_after(const fs::path& trial_dir, i
   for (const auto& row : kept) log.add_columns(row, "", added);
   std::string csv = log.columns_.empty() ? std::string() : csv_header(log.columns_);
   for (const auto& row : kept) csv_row(csv, log.columns_, row);
-  if (auto r = util::write_file_atomic(trial_dir / "progress.csv", csv, false); !r)
-    return std::unexpected(r.error());
-  return kept;
+  if (auto r = util::write_file_atomic(trial_dir / "progress.csv", csv, false); !r) return r;
+  if (kept_rows) *kept_rows = std::move(kept);
+  return {};
 }
 
 }  // namespace tune::trial

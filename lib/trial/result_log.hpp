@@ -36,9 +36,9 @@ class ResultLog {
 
   // Keeps only rows whose training_iteration <= `iteration` (all rows dropped for 0), rewriting
   // result.json and progress.csv atomically (only if something is dropped). A torn last line is
-  // dropped. Returns the rows kept.
-  [[nodiscard]] static Result<std::vector<json>> truncate_after(const fs::path& trial_dir,
-                                                                int64_t iteration);
+  // dropped. The rows kept are stored in `kept` if given (which costs parsing them all).
+  [[nodiscard]] static Result<void> truncate_after(const fs::path& trial_dir, int64_t iteration,
+                                                   std::vector<json>* kept = nullptr);
 
   // Reads result.json; a torn or unparsable line is skipped (counted in `bad_lines`).
   [[nodiscard]] static Result<std::vector<json>> read_results(const fs::path& trial_dir,

@@ -1,5 +1,6 @@
 #include "trial/trial.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 #include "search/space.hpp"
@@ -7,6 +8,24 @@
 #include "util/strings.hpp"
 
 namespace tune::trial {
+
+void Trial::track_metrics(const json& result) {
+  for (auto it = result.begin(); it != result.end(); ++it) {
+    if (!it->is_number()) continue;
+    const std::string& key = it.key();
+    // Bookkeeping the driver fills in: their extremes mean nothing (and would bloat the state).
+    if (key == "timestamp" || key == "pid" || key == "time_this_iter_s" ||
+        key == "iterations_since_restore")
+      continue;
+    double v = it->get<double>();
+    auto [m, fresh] = metrics.try_emplace(key, MetricStats{v, v, v});
+    if (!fresh) {
+      m->second.last = v;
+      if (v < m->second.min || std::isnan(m->second.min)) m->second.min = v;
+      if (v > m->second.max || std::isnan(m->second.max)) m->second.max = v;
+    }
+  }
+}
 
 const char* status_name(Status s) {
   switch (s) {

@@ -57,6 +57,9 @@ struct Trial {
   double time_base = 0;           // time_total_s it restored from
   std::vector<int> gpu_ids;       // the GPUs it holds (CUDA_VISIBLE_DEVICES)
 
+  // Updates last/min/max from one result's numeric values (not the driver's bookkeeping).
+  void track_metrics(const json& result);
+
   [[nodiscard]] const Checkpoint* latest_checkpoint() const {
     return checkpoints.empty() ? nullptr : &checkpoints.back();
   }

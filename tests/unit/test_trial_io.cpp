@@ -90,3 +90,48 @@ TEST_CASE("a failed result write (disk full) is reported and the rows are kept f
   REQUIRE_FALSE(again);
   CHECK(again.error().message.find("result.json") != std::string::npos);
 }
+
+TEST_CASE("truncate_after's line-count fast path writes what the full rewrite writes",
+          "[trial]") {
+  for (int64_t keep : {0, 1, 3, 6, 9}) {
+    testing::ScratchDir fast, slow;
+    for (const auto& dir : {fast.path, slow.path}) {
+      trial::ResultLog log;
+      REQUIRE(log.open(dir));
+      for (int i = 1; i <= 6; ++i)
+        log.append(json{{"training_iteration", i}, {"note", "line\n\"two\", three"}, {"x", i}});
+      REQUIRE(log.flush());
+    }
+    std::vector<json> kept;
+    REQUIRE(trial::ResultLog::truncate_after(fast.path, keep));
+    REQUIRE(trial::ResultLog::truncate_after(slow.path, keep, &kept));
+    CHECK(kept.size() == static_cast<size_t>(std::min<int64_t>(keep, 6)));
+    for (const char* f : {"result.json", "progress.csv"}) {
+      INFO(f << " keep " << keep);
+      CHECK(*util::read_file(fast.path / f) == *util::read_file(slow.path / f));
+    }
+  }
+}
+
+static std::vector<int64_t> iterations_of(const std::vector<json>& rows) {
+  std::vector<int64_t> out;
+  for (const auto& r : rows) out.push_back(r["training_iteration"].get<int64_t>());
+  return out;
+}
+
+TEST_CASE("truncate_after falls back to parsing every row when line K is not iteration K",
+          "[trial]") {
+  testing::ScratchDir d;
+  {
+    trial::ResultLog log;
+    REQUIRE(log.open(d.path));
+    for (int i : {1, 2, 5, 6}) log.append(json{{"training_iteration", i}});
+    REQUIRE(log.flush());
+  }
+  {
+    std::ofstream f(d.path / "result.json", std::ios::app);
+    f << "not json\n";
+  }
+  REQUIRE(trial::ResultLog::truncate_after(d.path, 3));
+  CHECK(iterations_of(*trial::ResultLog::read_results(d.path)) == std::vector<int64_t>{1, 2});
+}
