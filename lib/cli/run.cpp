@@ -83,13 +83,20 @@ void RunCommand::find_mirrored_state(const spec::Experiment& exp, const fs::path
   if (!there)
     throw Fatal(there.error().message + " (nothing was started: a new run would overwrite it)");
   std::string remote = *exp.sync.upload_dir + "/" + exp.name;
-  if (*there && resume_ == "never")
-    throw Fatal("upload_dir '" + remote +
-                "' already holds this experiment; resume it with --resume=auto, or start a "
-                "new one with --name NAME");
-  if (!*there) return;
+  if (!there->has_value()) {
+    // A custom upload_syncer cannot be asked: a resume tries to download, a fresh run starts.
+    if (resume_ == "never") return;
+  } else {
+    if (**there && resume_ == "never")
+      throw Fatal("upload_dir '" + remote +
+                  "' already holds this experiment; resume it with --resume=auto, or start a "
+                  "new one with --name NAME");
+    if (!**there) return;
+  }
   std::cerr << "tune: downloading experiment '" << exp.name << "' from " << remote << "\n";
-  if (auto r = sync::Uploader::download(dir, exp.name, exp.sync); !r) throw Fatal(r.error());
+  if (auto r = sync::Uploader::download(dir, exp.name, exp.sync); !r)
+    throw Fatal(r.error().message +
+                (there->has_value() ? "" : " (a new experiment: run it without --resume)"));
   has_state = fs::exists(dir / state::kStateFile, ec);
   if (!has_state) throw Fatal("downloaded '" + remote + "' but it holds no " + state::kStateFile);
 }

@@ -228,14 +228,15 @@ bool Uploader::poll() {
   return busy();
 }
 
-Result<bool> Uploader::remote_has_state(const fs::path& exp_dir, const std::string& name,
-                                        const spec::SyncConfig& cfg) {
+Result<std::optional<bool>> Uploader::remote_has_state(const fs::path& exp_dir,
+                                                       const std::string& name,
+                                                       const spec::SyncConfig& cfg) {
   std::string remote = remote_of(cfg, name);
   fs::path log = exp_dir.parent_path() / ("." + name + ".tune-probe.log");
   std::vector<std::string> cmd;
   switch (kind_of(cfg)) {
     case Kind::kTemplate:
-      return false;
+      return std::nullopt;
     case Kind::kFile: {
       std::error_code ec;
       return fs::exists(fs::path(local_path(remote)) / "experiment_state.json", ec);
@@ -255,8 +256,9 @@ Result<bool> Uploader::remote_has_state(const fs::path& exp_dir, const std::stri
   std::string why = util::last_line(log);
   fs::remove(log, ec);
   if (!rc) return std::unexpected(rc.error());
-  if (*rc == 0) return true;
-  if (*rc == 1 && (why.empty() || kind_of(cfg) == Kind::kGs)) return false;  // not found
+  if (*rc == 0) return std::optional<bool>(true);
+  if (*rc == 1 && (why.empty() || kind_of(cfg) == Kind::kGs))
+    return std::optional<bool>(false);  // not found
   return fail("cannot look into upload_dir '", remote, "' (", cmd[0], " exit ", std::to_string(*rc),
               "): ", why);
 }

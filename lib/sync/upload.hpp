@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,9 @@ class Uploader {
   // Where it mirrors to, for messages.
   [[nodiscard]] const std::string& target() const { return remote_; }
 
-  // --resume=auto with no local state: does the mirror hold one? (false for a custom template,
-  // which cannot be asked).
-  [[nodiscard]] static Result<bool> remote_has_state(const fs::path& exp_dir,
+  // --resume=auto with no local state: does the mirror hold one? (nullopt for a custom
+  // template, which cannot be asked).
+  [[nodiscard]] static Result<std::optional<bool>> remote_has_state(const fs::path& exp_dir,
                                                      const std::string& name,
                                                      const spec::SyncConfig& cfg);
   // Copies the mirror into exp_dir (blocking).

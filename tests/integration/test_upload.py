@@ -17,7 +17,8 @@ AWS = shutil.which("aws", path="/usr/bin:/usr/local/bin") or "aws"
 
 
 class UploadTest(TuneTest):
-    def experiment(self, upload_dir):
+    def experiment(self, upload_dir, syncer=None):
+        syncer_line = ", upload_syncer: %s" % json.dumps(syncer) if syncer else ""
         return self.write("up.yaml", f"""
             trial:
               command: ["{PY}", "{TRIAL}"]
@@ -29,7 +30,7 @@ class UploadTest(TuneTest):
             seed: 11
             max_concurrent_trials: 2
             checkpoint_config: {{num_to_keep: 1}}
-            sync_config: {{upload_dir: "{upload_dir}", sync_period: 0.5}}
+            sync_config: {{upload_dir: "{upload_dir}", sync_period: 0.5{syncer_line}}}
             """)
 
     def interrupt_midway(self):
@@ -87,6 +88,33 @@ class UploadTest(TuneTest):
                     out.add(os.path.relpath(os.path.join(root, n), os.path.join(mirror, "up")))
             return out
         self.finish_from_mirror(listing)
+
+    def test_custom_upload_syncer_both_ways(self):
+        # A syncer of one's own: copies a tree, one argument each, URLs as given.
+        self.write("mysync.py", """
+            import shutil, sys
+            strip = lambda p: p[len("file://"):] if p.startswith("file://") else p
+            src, dst = strip(sys.argv[1]), strip(sys.argv[2])
+            shutil.copytree(src, dst, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("stdin.fifo", "lock"))
+            open(sys.argv[3], "a").write("%s -> %s\\n" % (sys.argv[1], sys.argv[2]))
+            """)
+        mirror = os.path.join(self.dir, "mirror")
+        calls = os.path.join(self.dir, "calls.txt")
+        self.experiment("file://" + mirror,
+                        syncer="%s mysync.py {source} {target} '%s'" % (PY, calls))
+        self.tune("run", "up.yaml", check=0, timeout=300)
+        with open(calls) as f:
+            lines = f.read().splitlines()
+        self.assertTrue(lines)
+        self.assertEqual(lines[-1], "%s/ -> file://%s/up" % (self.exp_dir("up"), mirror))
+        with open(os.path.join(mirror, "up", "experiment_state.json")) as f:
+            self.assertEqual(json.load(f)["phase"], "finished")
+        shutil.rmtree(self.exp_dir("up"))
+        self.tune("run", "up.yaml", "--resume=auto", check=0, timeout=300)
+        with open(calls) as f:
+            self.assertIn("file://%s/up/ -> %s/" % (mirror, self.exp_dir("up")), f.read())
+        self.assertTrue(all(t["status"] == "TERMINATED" for t in self.trials("up")))
 
     def test_never_refuses_an_experiment_that_only_the_mirror_holds(self):
         mirror = os.path.join(self.dir, "mirror")
