@@ -119,6 +119,8 @@ int RunCommand::execute() {
                 "' already holds an experiment; resume it with "
                 "--resume=auto, or start a new one with --name NAME or --storage-path DIR");
   bool mirrored = exp.sync.upload_dir.has_value();
+  if (auto r = sync::Uploader::check(dir, exp.name, exp.sync); !r)
+    throw Fatal(exp.source_file.string() + ": " + r.error().message);
   if ((resume_ == "must" || resume_ == "errored") && !has_state && !mirrored)
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' to resume");

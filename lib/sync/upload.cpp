@@ -228,6 +228,23 @@ bool Uploader::poll() {
   return busy();
 }
 
+Result<void> Uploader::check(const fs::path& exp_dir, const std::string& name,
+                             const spec::SyncConfig& cfg) {
+  if (!cfg.upload_dir || !cfg.upload_dir->starts_with("file://")) return {};
+  std::error_code ec;
+  fs::path remote = fs::weakly_canonical(local_path(remote_of(cfg, name)), ec);
+  fs::path exp = fs::weakly_canonical(exp_dir, ec);
+  auto under = [](const fs::path& p, const fs::path& root) {
+    auto r = p.lexically_relative(root);
+    return !r.empty() && *r.begin() != "..";
+  };
+  if (under(remote, exp) || under(exp, remote))
+    return fail("sync_config.upload_dir '", *cfg.upload_dir, "' puts the mirror at '",
+                remote.string(), "', which overlaps the experiment dir '", exp.string(),
+                "': choose a directory outside it");
+  return {};
+}
+
 Result<std::optional<bool>> Uploader::remote_has_state(const fs::path& exp_dir,
                                                        const std::string& name,
                                                        const spec::SyncConfig& cfg) {

@@ -39,6 +39,10 @@ class Uploader {
   // Where it mirrors to, for messages.
   [[nodiscard]] const std::string& target() const { return remote_; }
 
+  // Refuses a file:// mirror that is the experiment dir, lies inside it, or contains it (a
+  // mirror with --delete would then delete the experiment or recurse into itself).
+  [[nodiscard]] static Result<void> check(const fs::path& exp_dir, const std::string& name,
+                                          const spec::SyncConfig& cfg);
   // --resume=auto with no local state: does the mirror hold one? (nullopt for a custom
   // template, which cannot be asked).
   [[nodiscard]] static Result<std::optional<bool>> remote_has_state(const fs::path& exp_dir,

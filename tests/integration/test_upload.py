@@ -116,6 +116,17 @@ class UploadTest(TuneTest):
             self.assertIn("file://%s/up/ -> %s/" % (mirror, self.exp_dir("up")), f.read())
         self.assertTrue(all(t["status"] == "TERMINATED" for t in self.trials("up")))
 
+    def test_a_mirror_overlapping_the_experiment_is_refused(self):
+        storage = os.path.join(self.dir, "up", "store")  # the experiment: <dir>/up/store/up
+        for url in ("file://" + storage,                  # the mirror is the experiment dir
+                    "file://" + os.path.join(storage, "up", "inside"),  # inside it
+                    "file://" + self.dir):                # <dir>/up: contains it
+            self.experiment(url)
+            p = self.tune("run", "up.yaml", "--storage-path", storage, check=2)
+            self.assertIn("overlaps the experiment dir", p.stderr)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertFalse(os.path.exists(storage))
+
     def test_never_refuses_an_experiment_that_only_the_mirror_holds(self):
         mirror = os.path.join(self.dir, "mirror")
         os.makedirs(os.path.join(mirror, "up"))
