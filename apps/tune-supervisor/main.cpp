@@ -14,8 +14,17 @@
 // SIGUSR1 = kill it now. If LEASE_FILE's mtime is older than ORPHAN_TIMEOUT_S (the driver is
 // gone), it stops the trial the same way and records that it did.
 //
+// On worker hosts the same binary does the file operations the driver needs there, with the
+// same checks as on the head (the driver never builds shell commands out of trial output):
+//   tune-supervisor --adopt TRIAL_DIR REPORTED DEST   move a reported checkpoint dir into
+//                                                     TRIAL_DIR/DEST (it must lie in TRIAL_DIR
+//                                                     or /tmp, be a real directory, not a symlink)
+//   tune-supervisor --rm DIR NAME                     delete DIR/NAME, never following a symlink
+//
 // Deliberately free of any library but libc: it starts once per trial and must start fast.
 #include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -90,9 +99,76 @@ double lease_age(const std::string& lease, double since) {
   return now_s() - m;
 }
 
+int rm_entry(const char* path, const struct stat*, int type, struct FTW*) {
+  return type == FTW_DP || type == FTW_D ? ::rmdir(path) : ::unlink(path);
+}
+
+bool plain_name(const char* name) {
+  return *name && std::strchr(name, '/') == nullptr && std::strcmp(name, ".") != 0 &&
+         std::strcmp(name, "..") != 0;
+}
+
+bool under(const std::string& path, const std::string& root) {
+  return path == root || (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
+                          (root.back() == '/' || path[root.size()] == '/'));
+}
+
+// --adopt TRIAL_DIR REPORTED DEST / --rm DIR NAME. Prints one line on failure, exits 1.
+int remote_op(int argc, char** argv) {
+  auto failed = [](const std::string& msg) {
+    std::fprintf(stderr, "%s\n", msg.c_str());
+    return 1;
+  };
+  if (std::strcmp(argv[1], "--rm") == 0 && argc == 4) {
+    if (!plain_name(argv[3])) return failed(std::string("refused name '") + argv[3] + "'");
+    std::string path = std::string(argv[2]) + "/" + argv[3];
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0)
+      return errno == ENOENT ? 0 : failed(path + ": " + std::strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+      return ::unlink(path.c_str()) == 0 ? 0 : failed(path + ": " + std::strerror(errno));
+    if (::nftw(path.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+      return failed("cannot delete " + path + ": " + std::strerror(errno));
+    return 0;
+  }
+  if (std::strcmp(argv[1], "--adopt") == 0 && argc == 5) {
+    std::string dir = argv[2], reported = argv[3], dest = argv[4];
+    if (!plain_name(dest.c_str())) return failed("refused name '" + dest + "'");
+    if (reported.empty()) return failed("checkpoint path is empty");
+    if (reported[0] != '/') reported = dir + "/" + reported;
+    while (reported.size() > 1 && reported.back() == '/') reported.pop_back();
+    struct stat st {};
+    if (::lstat(reported.c_str(), &st) != 0)
+      return failed("checkpoint '" + reported + "' does not exist");
+    if (S_ISLNK(st.st_mode))
+      return failed("checkpoint '" + reported + "' is a symlink; report the directory itself");
+    if (!S_ISDIR(st.st_mode)) return failed("checkpoint '" + reported + "' is not a directory");
+    char real[PATH_MAX], trial[PATH_MAX];
+    if (!::realpath(reported.c_str(), real) || !::realpath(dir.c_str(), trial))
+      return failed("checkpoint '" + reported + "': " + std::strerror(errno));
+    const char* tmp = std::getenv("TMPDIR");
+    char tmp_real[PATH_MAX];
+    if (!::realpath(tmp && *tmp ? tmp : "/tmp", tmp_real)) std::strcpy(tmp_real, "/tmp");
+    bool in_trial = under(real, trial), in_tmp = under(real, tmp_real);
+    if ((!in_trial && !in_tmp) || std::strcmp(real, tmp_real) == 0 || under(trial, real))
+      return failed("checkpoint '" + reported + "' resolves to '" + real +
+                    "', outside the trial dir and the temp dir: refused");
+    std::string target = std::string(trial) + "/" + dest;
+    if (::lstat(target.c_str(), &st) == 0 &&
+        ::nftw(target.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+      return failed("cannot replace " + target + ": " + std::strerror(errno));
+    if (::rename(real, target.c_str()) != 0)
+      return failed("cannot move checkpoint '" + reported +
+                    "' into the trial dir: " + std::strerror(errno));
+    return 0;
+  }
+  return failed("usage: tune-supervisor --adopt TRIAL_DIR REPORTED DEST | --rm DIR NAME");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && argv[1][0] == '-' && argv[1][1] == '-') return remote_op(argc, argv);
   if (argc < 10 || std::strcmp(argv[8], "--") != 0 ||
       (std::strcmp(argv[7], "fifo") != 0 && std::strcmp(argv[7], "null") != 0)) {
     std::fprintf(stderr,
@@ -224,10 +300,9 @@ int main(int argc, char** argv) {
   std::string code = "null", sig = "null";
   if (WIFEXITED(status)) code = std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) sig = std::to_string(WTERMSIG(status));
-  write_atomic("exit.json", "{\"attempt\":" + attempt + ",\"exit_code\":" + code +
-                                ",\"signal\":" + sig + ",\"reason\":\"" + reason +
-                                "\",\"error\":\"" + json_escape(error) +
-                                "\",\"ended\":" + std::to_string(now_s()) +
+  write_atomic("exit.json", "{\"attempt\":" + attempt + ",\"exit_code\":" + code + ",\"signal\":" +
+                                sig + ",\"reason\":\"" + reason + "\",\"error\":\"" +
+                                json_escape(error) + "\",\"ended\":" + std::to_string(now_s()) +
                                 ",\"pid\":" + std::to_string(child) + "}\n");
   return 0;
 }

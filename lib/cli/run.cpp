@@ -11,6 +11,7 @@
 #include "cli/common.hpp"
 #include "control/controller.hpp"
 #include "exec/local_executor.hpp"
+#include "exec/multi_executor.hpp"
 #include "search/space.hpp"
 #include "spec/parse.hpp"
 #include "sync/upload.hpp"
@@ -106,10 +107,24 @@ int RunCommand::execute() {
   ::clock_gettime(CLOCK_MONOTONIC, &started);
   spec::Overrides ov{sets_, name_, storage_, max_concurrent_};
   spec::Experiment exp = load_or_throw(file_, ov);
-  for (const auto& h : exp.hosts)
-    if (h.kind == spec::HostSpec::Kind::kSsh)
-      throw Fatal(exp.source_file.string() + ": ssh hosts ('" + h.host +
-                  "') are not supported by this version yet; use a local host");
+  std::vector<exec::SshHostConfig> ssh_hosts;
+  for (const auto& h : exp.hosts) {
+    if (h.kind != spec::HostSpec::Kind::kSsh) continue;
+    exec::SshHostConfig c;
+    c.name = h.port == 22 ? h.host : h.host + ":" + std::to_string(h.port);
+    c.host = h.host;
+    c.user = h.user;
+    c.port = h.port;
+    c.identity_file = h.identity_file;
+    c.known_hosts = h.known_hosts_file;
+    c.storage_path = h.storage_path;
+    c.cpus = h.cpus;
+    c.gpus = h.gpus;
+    ssh_hosts.push_back(std::move(c));
+  }
+  if (!ssh_hosts.empty() && exp.trial.mode == spec::TrialMode::kStep)
+    throw Fatal(exp.source_file.string() +
+                ": step-mode trials on ssh hosts are not supported by this version yet");
   fs::path dir = exp.dir();
   std::error_code ec;
   bool has_state = fs::exists(dir / state::kStateFile, ec);
@@ -216,13 +231,45 @@ int RunCommand::execute() {
   if (mirrored) uploader.emplace(dir, exp.name, exp.sync);
 
   control::ControllerOptions co;
+  // SSH hosts: connected now, so that their capacity is known; a host that cannot be used is
+  // left out with a message, and the run goes on with the others.
+  std::optional<exec::SshExecutor> ssh;
+  std::optional<exec::MultiExecutor> multi;
+  exec::Executor* ex = &executor;
+  if (!ssh_hosts.empty()) {
+    exec::SshOptions so;
+    so.supervisor = *supervisor;
+    so.python_helper = fs::path(python_helpers_dir()) / "tune_trial.py";
+    so.exp_name = exp.name;
+    so.head_exp_dir = dir;
+    so.orphan_timeout_s = exp.orphan_timeout_s;
+    so.grace_s = lo.grace_s;
+    so.sync_period = exp.sync.sync_period;
+    so.sync_on_checkpoint = exp.sync.sync_on_checkpoint;
+    so.syncer = exp.sync.syncer;
+    ssh.emplace(so);
+    co.hosts = control::local_hosts(exp);
+    for (const auto& info : ssh->connect(ssh_hosts)) {
+      control::ResourcePool::Host h;
+      h.name = info.name;
+      h.cpus = h.cpu_free = info.cpus;
+      h.gpu_free.assign(static_cast<size_t>(info.gpus), 1.0);
+      h.remote = true;
+      h.remote_exp_dir = info.exp_dir;
+      h.remote_helpers_dir = info.helpers_dir;
+      co.hosts.push_back(std::move(h));
+    }
+    if (co.hosts.empty()) throw Fatal("no host of '" + exp.name + "' can be used (see above)");
+    multi.emplace(executor, *ssh);
+    ex = &*multi;
+  }
   co.uploader = uploader ? &*uploader : nullptr;
   co.grace_s = lo.grace_s;
   co.process_started = static_cast<double>(started.tv_sec) + started.tv_nsec / 1e9;
   co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
   co.base_env = environment();
   co.python_helpers_dir = python_helpers_dir();
-  control::Controller controller(exp, executor, co, &table);
+  control::Controller controller(exp, *ex, co, &table);
   int code = controller.run(std::move(resume));
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)

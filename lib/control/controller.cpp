@@ -21,20 +21,6 @@ using trial::Status;
 
 namespace {
 
-std::vector<ResourcePool::Host> hosts_from_spec(const spec::Experiment& exp) {
-  std::vector<ResourcePool::Host> hosts;
-  for (const auto& h : exp.hosts) {
-    if (h.kind != spec::HostSpec::Kind::kLocal) continue;  // SSH hosts: a later executor
-    ResourcePool::Host host;
-    host.name = "local";
-    host.cpus = h.cpus.value_or(local_cpu_count());
-    host.cpu_free = host.cpus;
-    host.gpu_free.assign(static_cast<size_t>(h.gpus.value_or(local_gpu_count())), 1.0);
-    hosts.push_back(std::move(host));
-  }
-  return hosts;
-}
-
 // The last non-empty line of a trial's stderr.log, for error messages.
 std::string stderr_tail(const fs::path& dir) {
   auto size = util::file_size_or_zero(dir / "stderr.log");
@@ -72,7 +58,7 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
       ex_(executor),
       opts_(std::move(opts)),
       table_(table),
-      pool_(opts_.hosts.empty() ? hosts_from_spec(exp_) : opts_.hosts),
+      pool_(opts_.hosts.empty() ? local_hosts(exp_) : opts_.hosts),
       policy_(checkpoint::Policy::from(exp_.checkpoint)) {
   host_name_ = ex_.host_name();
 }
@@ -119,9 +105,11 @@ std::vector<std::string> Controller::trial_argv(const trial::Trial& t) const {
 
 std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, const Placement& p,
                                                          const std::string& restore) const {
-  auto env = opts_.base_env;
+  const auto& host = pool_.hosts()[p.host];
+  // On an SSH host the trial gets the host's own environment (its login shell's), not ours.
+  auto env = host.remote ? std::map<std::string, std::string>{} : opts_.base_env;
   for (const auto& [k, v] : exp_.trial.env) env[k] = v;
-  fs::path dir = trial_dir(t);
+  fs::path dir = host.remote ? fs::path(host.remote_exp_dir) / t.name : trial_dir(t);
   env["TUNE_TRIAL_ID"] = t.id;
   env["TUNE_TRIAL_NAME"] = t.name;
   env["TUNE_TRIAL_DIR"] = dir.string();
@@ -134,12 +122,18 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
     env.erase("TUNE_RESTORE_CHECKPOINT");
   else
     env["TUNE_RESTORE_CHECKPOINT"] = restore;
-  if (!opts_.python_helpers_dir.empty()) {
+  std::string helpers = host.remote ? host.remote_helpers_dir : opts_.python_helpers_dir;
+  if (!helpers.empty()) {
     auto it = env.find("PYTHONPATH");
-    env["PYTHONPATH"] =
-        opts_.python_helpers_dir + (it != env.end() && !it->second.empty() ? ":" + it->second : "");
+    env["PYTHONPATH"] = helpers + (it != env.end() && !it->second.empty() ? ":" + it->second : "");
   }
   return env;
+}
+
+std::string Controller::remote_host(const trial::Trial& t) const {
+  for (const auto& h : pool_.hosts())
+    if (h.remote && h.name == t.host) return h.name;
+  return "";
 }
 
 void Controller::prepare_restart(trial::Trial& t) {
@@ -219,7 +213,9 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   // results after it).
   std::string restore;
   if (const trial::Checkpoint* c = t.latest_checkpoint(); c && t.attempt > 1) {
-    restore = (dir / c->dir_name()).string();
+    const auto& host = pool_.hosts()[p.host];
+    restore =
+        ((host.remote ? fs::path(host.remote_exp_dir) / t.name : dir) / c->dir_name()).string();
     rt.last_checkpoint_iteration = c->iteration;
   }
   t.status = Status::kRunning;
@@ -231,6 +227,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   l.attempt = t.attempt;
   l.trial_dir = dir;
   l.cwd = exp_.trial.workdir;
+  if (pool_.hosts()[p.host].remote) l.host = pool_.hosts()[p.host].name;
   l.argv = trial_argv(t);
   l.env = trial_env(t, p, restore);
   l.stdout_offset = t.stdout_offset;
@@ -244,6 +241,8 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     finish(t, Status::kError, r.error().message);
     return false;
   }
+  if (uint64_t at = ex_.output_offset(t.id); at != exec::Executor::kKeepOffset)
+    t.stdout_offset = at;
   if (exp_.trial.mode == spec::TrialMode::kStep) step_send(t, running_.at(t.id), StepOp::kStep);
   return true;
 }
@@ -548,7 +547,8 @@ bool Controller::maybe_save_state(bool force, bool durable) {
 
 void Controller::run_deletions() {
   // Only after a state write: the state on disk never names a checkpoint that is gone.
-  for (const auto& [dir, name] : pending_deletions_) {
+  for (const auto& [dir, name, host] : pending_deletions_) {
+    if (!host.empty()) ex_.remove_checkpoint(host, dir, name);
     if (auto r = util::remove_tree_nofollow(dir, name); !r)
       spdlog::warn("cannot delete checkpoint: {}", r.error().message);
     else

@@ -100,6 +100,8 @@ class Controller {
   std::vector<std::string> trial_argv(const trial::Trial& t) const;
   std::map<std::string, std::string> trial_env(const trial::Trial& t, const Placement& p,
                                                const std::string& restore) const;
+  // The SSH host a trial last ran on ("" for this machine).
+  [[nodiscard]] std::string remote_host(const trial::Trial& t) const;
   trial::Trial& new_trial();
 
   void on_output(const std::string& id, const std::string& data);
@@ -143,7 +145,12 @@ class Controller {
   std::unordered_map<std::string, size_t> index_;
   std::unordered_map<std::string, Runtime> running_;
   std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first
-  std::vector<std::pair<fs::path, std::string>> pending_deletions_;  // (trial dir, name)
+  struct Deletion {
+    fs::path dir;      // the trial dir on the head
+    std::string name;  // checkpoint_N
+    std::string host;  // the SSH host that holds it too ("" = only here)
+  };
+  std::vector<Deletion> pending_deletions_;
 
   bool stopping_ = false;  // no more launches
   bool interrupted_ = false;

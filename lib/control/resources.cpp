@@ -45,6 +45,20 @@ std::optional<Placement> ResourcePool::acquire(const spec::Resources& req) {
   return std::nullopt;
 }
 
+std::vector<ResourcePool::Host> local_hosts(const spec::Experiment& exp) {
+  std::vector<ResourcePool::Host> hosts;
+  for (const auto& h : exp.hosts) {
+    if (h.kind != spec::HostSpec::Kind::kLocal) continue;
+    ResourcePool::Host host;
+    host.name = "local";
+    host.cpus = h.cpus.value_or(local_cpu_count());
+    host.cpu_free = host.cpus;
+    host.gpu_free.assign(static_cast<size_t>(h.gpus.value_or(local_gpu_count())), 1.0);
+    hosts.push_back(std::move(host));
+  }
+  return hosts;
+}
+
 Placement ResourcePool::acquire_exact(const spec::Resources& req, const std::vector<int>& gpu_ids) {
   Placement p{0, req.cpu, req.gpu, {}};
   if (hosts_.empty()) return p;

@@ -27,6 +27,9 @@ class ResourcePool {
     double cpus = 1;
     std::vector<double> gpu_free;  // 1.0 = idle
     double cpu_free = 1;
+    // SSH hosts: where the experiment and the Python helper are on the host.
+    bool remote = false;
+    std::string remote_exp_dir, remote_helpers_dir;
   };
   explicit ResourcePool(std::vector<Host> hosts) : hosts_(std::move(hosts)) {}
 
@@ -44,6 +47,9 @@ class ResourcePool {
  private:
   std::vector<Host> hosts_;
 };
+
+// The `local` entry of the experiment's hosts (none if it lists only SSH hosts).
+[[nodiscard]] std::vector<ResourcePool::Host> local_hosts(const spec::Experiment& exp);
 
 // This machine's CPU count and NVIDIA GPU count (/dev/nvidiaN).
 [[nodiscard]] int local_cpu_count();

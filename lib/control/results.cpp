@@ -131,7 +131,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     if (rt.adopted_before.erase(c.dir_name()))
       r = {};  // moved in by the driver that crashed; this line is being read again
     else
-      r = checkpoint::adopt(*reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
+      r = ex_.adopt(t.id, *reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
     if (r) {
       result["checkpoint_dir_name"] = c.dir_name();
       register_checkpoint(t, rt, seq, result);
@@ -185,6 +185,7 @@ void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq,
                    t.checkpoints.back().dir_name(), *attr);
   }
   apply_retention(t, true);
+  ex_.checkpoint_registered(t.id);
   mark_dirty();
 }
 
@@ -194,7 +195,7 @@ void Controller::apply_retention(trial::Trial& t, bool can_run) {
   if (doomed.empty()) return;
   std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
     if (std::find(doomed.begin(), doomed.end(), c.seq) == doomed.end()) return false;
-    pending_deletions_.emplace_back(trial_dir(t), c.dir_name());
+    pending_deletions_.push_back({trial_dir(t), c.dir_name(), remote_host(t)});
     return true;
   });
   mark_dirty();

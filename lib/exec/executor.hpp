@@ -23,6 +23,7 @@ struct Launch {
   int attempt = 1;
   fs::path trial_dir;  // absolute; holds stdout.log, stderr.log, the FIFO, exit.json
   fs::path cwd;        // the trial's working directory
+  std::string host;    // empty: this machine; else the SSH host's name
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // the trial's complete environment
   uint64_t stdout_offset = 0;              // where unread output starts in stdout.log
@@ -83,6 +84,26 @@ class Executor {
   [[nodiscard]] virtual std::string host_name() = 0;
   // Tells supervisors the driver is alive (SPEC §6 lease).
   virtual void renew_lease() = 0;
+
+  // Moves a checkpoint dir the trial reported into its trial dir as `dest`, with the checks of
+  // checkpoint::adopt, on the host where the trial runs.
+  [[nodiscard]] virtual Result<void> adopt(const std::string& trial_id, const std::string& reported,
+                                           const fs::path& cwd, const fs::path& head_trial_dir,
+                                           const std::string& dest);
+  // Retention deleted a checkpoint on the head: delete the host's copy too (remote hosts).
+  virtual void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
+                                 const std::string& name) {
+    (void)host, (void)head_trial_dir, (void)name;
+  }
+  // Where reading the current attempt's stdout.log started: launch.stdout_offset, except on
+  // hosts where the driver's copy of the file may lag (SSH).
+  [[nodiscard]] virtual uint64_t output_offset(const std::string& trial_id) {
+    (void)trial_id;
+    return kKeepOffset;
+  }
+  static constexpr uint64_t kKeepOffset = UINT64_MAX;
+  // A checkpoint was registered (sync_on_checkpoint for remote hosts).
+  virtual void checkpoint_registered(const std::string& trial_id) { (void)trial_id; }
 };
 
 }  // namespace tune::exec

@@ -57,11 +57,10 @@ class DiskFullTest(TuneTest):
         state_file = os.path.join(exp, "experiment_state.json")
         self.wait_for(lambda: self.checkpointed(state_file), what="a checkpoint in the state")
         # Fill the disk.
-        with open(os.path.join(self.small, "filler"), "wb") as f:
+        with open(os.path.join(self.small, "filler"), "wb", buffering=0) as f:
             try:
                 while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
+                    f.write(b"\0" * 4096)
             except OSError:
                 pass
         time.sleep(2)

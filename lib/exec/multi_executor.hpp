@@ -1,0 +1,50 @@
+// Routes trials to the local executor or to the SSH executor by the host they are placed on;
+// one wait() for both (the local one owns the signal fd, so Ctrl-C is seen at once).
+#pragma once
+
+#include <unordered_map>
+
+#include "exec/executor.hpp"
+#include "exec/ssh_executor.hpp"
+
+namespace tune::exec {
+
+class MultiExecutor final : public Executor {
+ public:
+  MultiExecutor(Executor& local, SshExecutor& remote) : local_(local), remote_(remote) {}
+
+  Result<void> start(const Launch& l) override;
+  Result<Attached> attach(const Launch& l) override;
+  void send(const std::string& id, std::string_view line) override { of(id).send(id, line); }
+  void stop(const std::string& id, bool now) override { of(id).stop(id, now); }
+  std::vector<Event> wait(double timeout_s) override;
+  std::optional<int> pid(const std::string& id) override { return of(id).pid(id); }
+  double now() override { return local_.now(); }
+  double wall_time() override { return local_.wall_time(); }
+  std::string host_name() override { return local_.host_name(); }
+  void renew_lease() override {
+    local_.renew_lease();
+    remote_.renew_lease();
+  }
+  Result<void> adopt(const std::string& id, const std::string& reported, const fs::path& cwd,
+                     const fs::path& head_trial_dir, const std::string& dest) override {
+    return of(id).adopt(id, reported, cwd, head_trial_dir, dest);
+  }
+  void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
+                         const std::string& name) override {
+    if (!host.empty()) remote_.remove_checkpoint(host, head_trial_dir, name);
+  }
+  void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }
+  uint64_t output_offset(const std::string& id) override { return of(id).output_offset(id); }
+
+ private:
+  Executor& of(const std::string& id) {
+    auto it = remote_ids_.find(id);
+    return it != remote_ids_.end() && it->second ? static_cast<Executor&>(remote_) : local_;
+  }
+  Executor& local_;
+  SshExecutor& remote_;
+  std::unordered_map<std::string, bool> remote_ids_;  // trial id -> runs on an SSH host
+};
+
+}  // namespace tune::exec

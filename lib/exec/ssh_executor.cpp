@@ -1,0 +1,670 @@
+#include "exec/ssh_executor.hpp"
+
+#include <fcntl.h>
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <unordered_map>
+
+#include "util/fs.hpp"
+#include "util/process.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+namespace {
+
+constexpr double kPollPeriod = 0.2;      // remote output and exits are looked at this often
+constexpr size_t kReadChunk = 4u << 20;  // per trial per poll
+constexpr const char* kBinDir = ".tune-bin";
+
+double clock_s(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::string q(const std::string& s) {
+  return util::shell_quote(s);
+}
+
+// One worker host: a libssh session with an SFTP channel, and an OpenSSH ControlMaster for
+// rsync.
+struct Host {
+  SshHostConfig cfg;
+  SshHostInfo info;
+  ssh_session session = nullptr;
+  sftp_session sftp = nullptr;
+  std::string supervisor;  // remote path
+  std::string lease;       // remote path
+  pid_t master = -1;       // ssh -M (for rsync)
+  std::string control_path;
+  bool up = false;
+
+  ~Host() { close(); }
+
+  void close() {
+    if (sftp) sftp_free(sftp);
+    sftp = nullptr;
+    if (session) {
+      ssh_disconnect(session);
+      ssh_free(session);
+    }
+    session = nullptr;
+    if (master > 0) util::kill_and_reap(master);
+    master = -1;
+    if (!control_path.empty()) ::unlink(control_path.c_str());
+    up = false;
+  }
+
+  std::string err() const { return session ? ssh_get_error(session) : "no session"; }
+
+  // Runs a command (through the user's shell on the host); returns its exit status and output.
+  Result<int> run(const std::string& cmd, std::string* out = nullptr) {
+    ssh_channel ch = ssh_channel_new(session);
+    if (!ch) return fail(cfg.name, ": ", err());
+    if (ssh_channel_open_session(ch) != SSH_OK ||
+        ssh_channel_request_exec(ch, cmd.c_str()) != SSH_OK) {
+      std::string e = err();
+      ssh_channel_free(ch);
+      return fail(cfg.name, ": ", e);
+    }
+    std::string buf;
+    char tmp[4096];
+    for (;;) {
+      int n = ssh_channel_read_timeout(ch, tmp, sizeof tmp, 0, 30000);
+      if (n > 0) {
+        if (buf.size() < (1u << 20)) buf.append(tmp, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == SSH_ERROR) {
+        ssh_channel_free(ch);
+        return fail(cfg.name, ": ", err());
+      }
+      if (n == 0 && (ssh_channel_is_eof(ch) || !ssh_channel_is_open(ch))) break;
+      if (n == 0) break;  // timeout
+    }
+    // stderr, for the message
+    for (;;) {
+      int n = ssh_channel_read_timeout(ch, tmp, sizeof tmp, 1, 1000);
+      if (n <= 0) break;
+      if (buf.size() < (1u << 20)) buf.append(tmp, static_cast<size_t>(n));
+    }
+    ssh_channel_send_eof(ch);
+    int status = ssh_channel_get_exit_status(ch);
+    ssh_channel_close(ch);
+    ssh_channel_free(ch);
+    if (out) *out = std::move(buf);
+    return status;
+  }
+
+  std::optional<uint64_t> size_of(const std::string& path) {
+    sftp_attributes a = sftp_stat(sftp, path.c_str());
+    if (!a) return std::nullopt;
+    uint64_t size = a->size;
+    sftp_attributes_free(a);
+    return size;
+  }
+
+  // Reads up to `max` bytes of `path` from `offset`.
+  std::optional<std::string> read(const std::string& path, uint64_t offset, size_t max) {
+    sftp_file f = sftp_open(sftp, path.c_str(), O_RDONLY, 0);
+    if (!f) return std::nullopt;
+    std::string data;
+    if (sftp_seek64(f, offset) == 0) {
+      char buf[65536];
+      while (data.size() < max) {
+        ssize_t n = sftp_read(f, buf, std::min(sizeof buf, max - data.size()));
+        if (n <= 0) break;
+        data.append(buf, static_cast<size_t>(n));
+      }
+    }
+    sftp_close(f);
+    return data;
+  }
+
+  Result<void> write(const std::string& path, std::string_view content, int mode) {
+    std::string tmp = path + ".tmp";
+    sftp_file f = sftp_open(sftp, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+    if (!f) return fail(cfg.name, ": cannot write ", tmp, ": ", err());
+    size_t done = 0;
+    while (done < content.size()) {
+      ssize_t n =
+          sftp_write(f, content.data() + done, std::min<size_t>(content.size() - done, 65536));
+      if (n <= 0) {
+        sftp_close(f);
+        return fail(cfg.name, ": cannot write ", tmp, ": ", err());
+      }
+      done += static_cast<size_t>(n);
+    }
+    sftp_close(f);
+    sftp_unlink(sftp, path.c_str());
+    if (sftp_rename(sftp, tmp.c_str(), path.c_str()) != 0)
+      return fail(cfg.name, ": cannot rename ", tmp, ": ", err());
+    return {};
+  }
+};
+
+struct Run {
+  std::string id;
+  int attempt = 0;
+  Host* host = nullptr;
+  std::string dir;    // on the host
+  fs::path head_dir;  // on the head
+  uint64_t offset = 0;
+  int sup_pid = -1;
+  std::optional<int> child_pid;
+  bool exited = false;  // exit.json read and all output delivered
+  std::optional<ExitInfo> exit;
+  std::set<std::string> checkpoints;  // retained, on the host
+  // sync: a queue of commands; a checkpoint's step is published (renamed) when it succeeds
+  struct Step {
+    std::vector<std::string> cmd;
+    fs::path staging, final_path;  // empty for the files step
+  };
+  pid_t sync_pid = -1;
+  std::optional<Step> current;
+  std::vector<Step> sync_steps;
+  bool sync_due = false;
+  double next_sync = 0;
+};
+
+}  // namespace
+
+struct SshExecutor::Impl {
+  SshOptions opts;
+  std::vector<std::unique_ptr<Host>> hosts;
+  std::unordered_map<std::string, Run> runs;
+  double last_poll = 0;
+
+  Host* host(const std::string& name) {
+    for (auto& h : hosts)
+      if (h->cfg.name == name) return h.get();
+    return nullptr;
+  }
+
+  std::string ssh_words(const Host& h) const {
+    std::string w = "ssh -o ControlMaster=no -o ControlPath=" + h.control_path +
+                    " -o BatchMode=yes -p " + std::to_string(h.cfg.port);
+    return w;
+  }
+
+  // The rsync commands that bring one trial dir to the head: its files (not checkpoints, not
+  // staging), then each retained checkpoint the head lacks, into a staging name first.
+  void plan_sync(Run& r) {
+    if (opts.syncer == "none") return;
+    Host& h = *r.host;
+    std::string remote = (h.cfg.user.empty() ? "" : h.cfg.user + "@") + h.cfg.host + ":";
+    std::vector<Run::Step> steps;
+    std::error_code ec;
+    fs::create_directories(r.head_dir, ec);
+    auto rsync = [&](const std::string& src, const std::string& dst,
+                     std::vector<std::string> extra) {
+      if (opts.syncer != "rsync") {
+        std::vector<std::string> cmd;
+        auto words = util::shell_split(opts.syncer);  // validated when the file was parsed
+        if (!words) return cmd;
+        for (auto w : *words) {
+          for (auto [k, v] : {std::pair{"{source}", remote + src}, std::pair{"{target}", dst}})
+            for (size_t at; (at = w.find(k)) != std::string::npos;)
+              w.replace(at, std::strlen(k), v);
+          cmd.push_back(w);
+        }
+        return cmd;
+      }
+      std::vector<std::string> cmd = {"rsync", "-rlt", "-e", ssh_words(h)};
+      cmd.insert(cmd.end(), extra.begin(), extra.end());
+      cmd.push_back(remote + src);
+      cmd.push_back(dst);
+      return cmd;
+    };
+    steps.push_back({rsync(r.dir + "/", r.head_dir.string() + "/",
+                           {"--exclude=checkpoint_*", "--exclude=stdin.fifo",
+                            "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
+                            "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
+                     {},
+                     {}});
+    for (const auto& c : r.checkpoints) {
+      if (fs::exists(r.head_dir / c, ec)) continue;  // complete checkpoints never change
+      fs::path staging = r.head_dir / (".sync_" + c);
+      (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + c);
+      steps.push_back(
+          {rsync(r.dir + "/" + c + "/", staging.string() + "/", {}), staging, r.head_dir / c});
+    }
+    r.sync_steps = std::move(steps);
+  }
+
+  void start_next_step(Run& r) {
+    while (!r.sync_steps.empty()) {
+      r.current = std::move(r.sync_steps.front());
+      r.sync_steps.erase(r.sync_steps.begin());
+      auto pid = util::spawn_process(r.current->cmd, sync_log(r));
+      if (pid) {
+        r.sync_pid = *pid;
+        return;
+      }
+      spdlog::warn("trial {}: sync: {}", r.id, pid.error().message);
+    }
+    r.current.reset();
+  }
+
+  fs::path sync_log(const Run& r) const {
+    return opts.head_exp_dir / ".tune" / ("sync-" + r.id + ".log");
+  }
+
+  // Advances a trial's sync; true while one runs.
+  bool poll_sync(Run& r, double now) {
+    if (r.sync_pid > 0) {
+      auto status = util::try_wait(r.sync_pid);
+      if (!status) return true;
+      r.sync_pid = -1;
+      bool pruned = r.current && !r.current->final_path.empty() &&
+                    !r.checkpoints.count(r.current->final_path.filename().string());
+      if (*status != 0 && pruned) {
+        // deleted by retention while it was being copied: nothing to bring back
+        (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+      } else if (*status != 0) {
+        spdlog::warn("trial {}: sync from {} failed (exit {}): {}", r.id, r.host->cfg.name, *status,
+                     util::last_line(sync_log(r)));
+        if (r.current && !r.current->staging.empty())
+          (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+      } else if (pruned) {
+        // copied, but retention deleted it meanwhile: it must not reappear on the head
+        (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+      } else if (r.current && !r.current->final_path.empty()) {
+        // A checkpoint copied completely: only now does it appear under its name.
+        std::error_code ec;
+        if (!fs::exists(r.current->final_path, ec))
+          fs::rename(r.current->staging, r.current->final_path, ec);
+        if (ec)
+          spdlog::warn("trial {}: cannot publish {}: {}", r.id, r.current->final_path.string(),
+                       ec.message());
+      }
+      r.current.reset();
+      if (!r.sync_steps.empty()) {
+        start_next_step(r);
+        return r.sync_pid > 0;
+      }
+      r.next_sync = now + opts.sync_period;
+    }
+    if (r.sync_due || (now >= r.next_sync && !r.exited)) {
+      r.sync_due = false;
+      r.next_sync = now + opts.sync_period;
+      plan_sync(r);
+      start_next_step(r);
+      return r.sync_pid > 0;
+    }
+    return false;
+  }
+
+  void read_exit(Run& r) {
+    auto text = r.host->read(r.dir + "/exit.json", 0, 1 << 20);
+    if (!text) return;
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (!j.is_object() || j.value("attempt", -1) != r.attempt) return;
+    ExitInfo info;
+    info.attempt = r.attempt;
+    if (j["exit_code"].is_number_integer()) info.exit_code = j["exit_code"].get<int>();
+    if (j["signal"].is_number_integer()) info.signal = j["signal"].get<int>();
+    info.reason = j.value("reason", "exited");
+    info.error = j.value("error", "");
+    if (j.contains("pid") && j["pid"].is_number_integer()) r.child_pid = j["pid"].get<int>();
+    r.exit = info;
+  }
+};
+
+SshExecutor::SshExecutor(SshOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->opts = std::move(opts);
+}
+
+SshExecutor::~SshExecutor() {
+  for (auto& [id, r] : impl_->runs)
+    if (r.sync_pid > 0) util::kill_and_reap(r.sync_pid);
+}
+
+std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& configs) {
+  auto& impl = *impl_;
+  std::vector<SshHostInfo> ready;
+  int index = 0;
+  for (const auto& cfg : configs) {
+    auto h = std::make_unique<Host>();
+    h->cfg = cfg;
+    auto why = [&]() -> Result<void> {
+      h->session = ssh_new();
+      if (!h->session) return fail("cannot create an SSH session");
+      long timeout = 10;
+      int port = cfg.port;
+      ssh_options_set(h->session, SSH_OPTIONS_HOST, cfg.host.c_str());
+      ssh_options_set(h->session, SSH_OPTIONS_PORT, &port);
+      if (!cfg.user.empty()) ssh_options_set(h->session, SSH_OPTIONS_USER, cfg.user.c_str());
+      ssh_options_set(h->session, SSH_OPTIONS_TIMEOUT, &timeout);
+      std::string kh = util::expand_user(cfg.known_hosts).string();
+      ssh_options_set(h->session, SSH_OPTIONS_KNOWNHOSTS, kh.c_str());
+      ssh_options_set(h->session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+      if (ssh_connect(h->session) != SSH_OK) return fail("cannot connect: ", h->err());
+      switch (ssh_session_is_known_server(h->session)) {
+        case SSH_KNOWN_HOSTS_OK:
+          break;
+        case SSH_KNOWN_HOSTS_CHANGED:
+        case SSH_KNOWN_HOSTS_OTHER:
+          return fail("its host key differs from the one in ", kh,
+                      ": refused (possible man-in-the-middle; remove the old key if the host "
+                      "was reinstalled)");
+        case SSH_KNOWN_HOSTS_UNKNOWN:
+        case SSH_KNOWN_HOSTS_NOT_FOUND:
+          if (ssh_session_update_known_hosts(h->session) != SSH_OK)
+            return fail("cannot record its host key in ", kh, ": ", h->err());
+          spdlog::info("{}: new host key recorded in {}", cfg.name, kh);
+          break;
+        default:
+          return fail("cannot check its host key: ", h->err());
+      }
+      int rc = SSH_AUTH_DENIED;
+      if (!cfg.identity_file.empty()) {
+        ssh_key key = nullptr;
+        std::string path = util::expand_user(cfg.identity_file).string();
+        if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK)
+          return fail("cannot read identity_file ", path);
+        rc = ssh_userauth_publickey(h->session, nullptr, key);
+        ssh_key_free(key);
+      } else {
+        rc = ssh_userauth_agent(h->session, nullptr);
+        if (rc != SSH_AUTH_SUCCESS) rc = ssh_userauth_publickey_auto(h->session, nullptr, nullptr);
+      }
+      if (rc != SSH_AUTH_SUCCESS) return fail("public-key authentication failed: ", h->err());
+      h->sftp = sftp_new(h->session);
+      if (!h->sftp || sftp_init(h->sftp) != SSH_OK) return fail("cannot start SFTP: ", h->err());
+      // Where things go on the host.
+      std::string root = cfg.storage_path.empty() ? "~/tune_results" : cfg.storage_path;
+      if (root.starts_with("~/")) {
+        char* home = sftp_canonicalize_path(h->sftp, ".");
+        if (!home) return fail("cannot find the home directory: ", h->err());
+        root = std::string(home) + root.substr(1);
+        ssh_string_free_char(home);
+      }
+      h->info.name = cfg.name;
+      h->info.exp_dir = root + "/" + impl.opts.exp_name;
+      std::string bin = root + "/" + kBinDir;
+      h->info.helpers_dir = bin + "/python";
+      std::string out;
+      auto st =
+          h->run("mkdir -p -- " + q(h->info.exp_dir + "/.tune") + " " + q(h->info.helpers_dir) +
+                     " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; true",
+                 &out);
+      if (!st || *st != 0)
+        return fail("cannot create ", h->info.exp_dir, ": ", st ? out : st.error().message);
+      int nproc = std::atoi(out.c_str());
+      auto nl = out.find('\n');
+      int ngpu = nl == std::string::npos ? 0 : std::atoi(out.c_str() + nl + 1);
+      h->info.cpus = cfg.cpus.value_or(nproc > 0 ? nproc : 1);
+      h->info.gpus = cfg.gpus.value_or(ngpu);
+      // The supervisor and the Python helper, unless the host has them already.
+      h->supervisor = bin + "/tune-supervisor";
+      for (auto [local, remote, mode] :
+           {std::tuple{impl.opts.supervisor, h->supervisor, 0755},
+            std::tuple{impl.opts.python_helper, h->info.helpers_dir + "/tune_trial.py", 0644}}) {
+        if (local.empty()) continue;
+        auto content = util::read_file(local, 64u << 20);
+        if (!content) return fail(content.error().message);
+        if (h->size_of(remote) == content->size()) {
+          auto there = h->read(remote, 0, content->size());
+          if (there && *there == *content) continue;
+        }
+        if (auto w = h->write(remote, *content, mode); !w) return w;
+        sftp_chmod(h->sftp, remote.c_str(), static_cast<mode_t>(mode));
+      }
+      h->lease = h->info.exp_dir + "/.tune/lease";
+      // rsync goes through an OpenSSH master connection that the driver owns.
+      if (impl.opts.syncer == "rsync") {
+        h->control_path =
+            "/tmp/tune-cm-" + std::to_string(::getpid()) + "-" + std::to_string(index);
+        std::vector<std::string> cmd = {"ssh",
+                                        "-M",
+                                        "-N",
+                                        "-o",
+                                        "ControlPath=" + h->control_path,
+                                        "-o",
+                                        "BatchMode=yes",
+                                        "-o",
+                                        "UserKnownHostsFile=" + kh,
+                                        "-o",
+                                        "StrictHostKeyChecking=yes",
+                                        "-o",
+                                        "ServerAliveInterval=5",
+                                        "-p",
+                                        std::to_string(cfg.port)};
+        if (!cfg.identity_file.empty()) {
+          cmd.push_back("-i");
+          cmd.push_back(util::expand_user(cfg.identity_file).string());
+        }
+        if (!cfg.user.empty()) {
+          cmd.push_back("-l");
+          cmd.push_back(cfg.user);
+        }
+        cmd.push_back(cfg.host);
+        auto pid = util::spawn_process(
+            cmd, impl.opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log"));
+        if (!pid) return fail(pid.error().message);
+        h->master = *pid;
+        for (int i = 0; i < 100 && !fs::exists(h->control_path); ++i) ::usleep(50000);
+        if (!fs::exists(h->control_path))
+          return fail(
+              "the ssh master connection for rsync did not come up: ",
+              util::last_line(impl.opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log")));
+      }
+      return {};
+    }();
+    ++index;
+    if (!why) {
+      spdlog::error("host {}: {}; it is left out", cfg.name, why.error().message);
+      continue;
+    }
+    h->up = true;
+    ready.push_back(h->info);
+    impl.hosts.push_back(std::move(h));
+  }
+  renew_lease();
+  return ready;
+}
+
+Result<void> SshExecutor::start(const Launch& l) {
+  auto& impl = *impl_;
+  Host* h = impl.host(l.host);
+  if (!h || !h->up) return fail("host ", l.host, " is not connected");
+  Run r;
+  r.id = l.trial_id;
+  r.attempt = l.attempt;
+  r.host = h;
+  r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
+  r.head_dir = impl.opts.head_exp_dir / l.trial_dir.filename();
+  r.offset = l.stdout_offset;
+  if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
+    r.checkpoints = it->second.checkpoints;
+    if (it->second.sync_pid > 0) util::kill_and_reap(it->second.sync_pid);
+  }
+  // params.json, then the supervisor in the background; each word quoted for the host's shell.
+  // The attempt's output starts where stdout.log ends now on the host (the head's copy may
+  // lag, or be missing while the host has one from an earlier run): it prints that first.
+  std::string cmd = "mkdir -p -- " + q(r.dir) + " && rm -f -- " + q(r.dir + "/exit.json") +
+                    " && { stat -c %s -- " + q(r.dir + "/stdout.log") +
+                    " 2>/dev/null || echo 0; } && { env";
+  for (const auto& [k, v] : l.env) cmd += " " + q(k + "=" + v);
+  cmd += " " + q(h->supervisor) + " " + q(r.dir) + " " + std::to_string(l.attempt) + " " +
+         q(h->lease) + " " + util::format_double(impl.opts.orphan_timeout_s) + " " +
+         util::format_double(impl.opts.grace_s) + " " + q(l.cwd.string()) + " " +
+         (l.stdin_fifo ? "fifo" : "null") + " --";
+  for (const auto& a : l.argv) cmd += " " + q(a);
+  cmd += " </dev/null >/dev/null 2>&1 & } && echo $!";
+  if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
+    (void)h->run("mkdir -p -- " + q(r.dir));
+    if (auto w = h->write(r.dir + "/params.json", *params, 0644); !w)
+      spdlog::warn("{}", w.error().message);
+  }
+  std::string out;
+  auto st = h->run(cmd, &out);
+  if (!st) return std::unexpected(st.error());
+  if (*st != 0)
+    return fail(h->cfg.name, ": cannot start the supervisor: ", util::printable(out, 300));
+  r.offset = std::strtoull(out.c_str(), nullptr, 10);
+  auto nl = out.find('\n');
+  r.sup_pid = nl == std::string::npos ? -1 : std::atoi(out.c_str() + nl + 1);
+  if (r.sup_pid <= 0)
+    return fail(h->cfg.name, ": the supervisor did not start: ", util::printable(out, 300));
+  impl.runs[l.trial_id] = std::move(r);
+  return {};
+}
+
+Result<Attached> SshExecutor::attach(const Launch& l) {
+  (void)l;
+  return Attached::kGone;  // re-attaching to remote attempts: not yet (they restart)
+}
+
+void SshExecutor::send(const std::string&, std::string_view) {}
+
+void SshExecutor::stop(const std::string& trial_id, bool now) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end() || it->second.exit || it->second.sup_pid <= 0) return;
+  auto& r = it->second;
+  (void)r.host->run(std::string("kill -") + (now ? "USR1" : "TERM") + " " +
+                    std::to_string(r.sup_pid) + " 2>/dev/null; true");
+}
+
+std::vector<Event> SshExecutor::wait(double timeout_s) {
+  auto& impl = *impl_;
+  std::vector<Event> outputs, exits;
+  double t = now();
+  if (t - impl.last_poll < kPollPeriod) {
+    if (timeout_s > 0) ::usleep(static_cast<useconds_t>(std::min(timeout_s, kPollPeriod) * 1e6));
+    t = now();
+    if (t - impl.last_poll < kPollPeriod) return {};
+  }
+  impl.last_poll = t;
+  std::vector<std::string> done;
+  for (auto& [id, r] : impl.runs) {
+    if (!r.exited) {
+      if (!r.exit) impl.read_exit(r);  // before reading: once it exists, the output is final
+      if (auto size = r.host->size_of(r.dir + "/stdout.log"); size && *size > r.offset) {
+        auto data =
+            r.host->read(r.dir + "/stdout.log", r.offset,
+                         static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
+        if (data && !data->empty()) {
+          r.offset += data->size();
+          outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{id, std::move(*data)});
+          continue;  // exit only once all output is read
+        }
+      }
+      if (r.exit) {
+        r.exited = true;
+        r.sync_due = true;  // the end-of-trial sync, before the exit is reported
+      }
+    }
+    // A trial's exit is reported after its end-of-trial sync, so its files are on the head.
+    bool syncing = impl.poll_sync(r, t);
+    if (r.exited && !syncing) {
+      exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{id, *r.exit});
+      done.push_back(id);
+    }
+  }
+  for (const auto& id : done) impl.runs.erase(id);
+  std::vector<Event> all;
+  for (auto& e : outputs) all.push_back(std::move(e));
+  for (auto& e : exits) all.push_back(std::move(e));
+  return all;
+}
+
+std::optional<int> SshExecutor::pid(const std::string& trial_id) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end()) return std::nullopt;
+  auto& r = it->second;
+  if (!r.child_pid && r.sup_pid > 0) {
+    std::string out;
+    auto st = r.host->run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
+                              std::to_string(r.sup_pid) + "/children 2>/dev/null",
+                          &out);
+    if (st && *st == 0 && std::atoi(out.c_str()) > 0) r.child_pid = std::atoi(out.c_str());
+  }
+  return r.child_pid;
+}
+
+double SshExecutor::now() {
+  return clock_s(CLOCK_MONOTONIC);
+}
+double SshExecutor::wall_time() {
+  return clock_s(CLOCK_REALTIME);
+}
+std::string SshExecutor::host_name() {
+  return util::host_name();
+}
+
+void SshExecutor::renew_lease() {
+  for (auto& h : impl_->hosts) {
+    if (!h->up) continue;
+    timeval tv[2];
+    ::gettimeofday(&tv[0], nullptr);
+    tv[1] = tv[0];
+    if (sftp_utimes(h->sftp, h->lease.c_str(), tv) != 0) {
+      sftp_file f = sftp_open(h->sftp, h->lease.c_str(), O_WRONLY | O_CREAT, 0644);
+      if (f) sftp_close(f);
+    }
+  }
+}
+
+Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& reported,
+                                const fs::path& cwd, const fs::path&, const std::string& dest) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end()) return fail("internal: no remote run for ", trial_id);
+  auto& r = it->second;
+  std::string path = reported;
+  if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
+  std::string out;
+  auto st = r.host->run(
+      q(r.host->supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
+  if (!st) return std::unexpected(st.error());
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (*st != 0) return fail(util::printable(out, 300));
+  r.checkpoints.insert(dest);
+  return {};
+}
+
+void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
+                                    const std::string& name) {
+  Host* h = impl_->host(host);
+  if (!h || !h->up) return;
+  std::string dir = h->info.exp_dir + "/" + head_trial_dir.filename().string();
+  std::string out;
+  auto st = h->run(q(h->supervisor) + " --rm " + q(dir) + " " + q(name), &out);
+  if (!st || *st != 0)
+    spdlog::warn("host {}: cannot delete {}/{}: {}", host, dir, name,
+                 st ? out : st.error().message);
+  for (auto& [id, r] : impl_->runs)
+    if (r.host == h && r.dir == dir) r.checkpoints.erase(name);
+}
+
+void SshExecutor::checkpoint_registered(const std::string& trial_id) {
+  auto it = impl_->runs.find(trial_id);
+  if (it != impl_->runs.end() && impl_->opts.sync_on_checkpoint) it->second.sync_due = true;
+}
+
+uint64_t SshExecutor::output_offset(const std::string& trial_id) {
+  auto it = impl_->runs.find(trial_id);
+  return it == impl_->runs.end() ? 0 : it->second.offset;
+}
+
+bool SshExecutor::owns(const std::string& trial_id) const {
+  return impl_->runs.count(trial_id) != 0;
+}
+
+bool SshExecutor::busy() const {
+  return !impl_->runs.empty();
+}
+
+}  // namespace tune::exec

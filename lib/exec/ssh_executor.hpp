@@ -1,0 +1,84 @@
+// Runs trial attempts on worker hosts over SSH (SPEC §7): one libssh session per host, with an
+// SFTP channel for files and exec channels for commands; the same tune-supervisor as locally,
+// placed on the host at first contact. Output is read by offset over SFTP; trial dirs are
+// pulled to the head with rsync over an OpenSSH ControlMaster connection the driver owns, with
+// each checkpoint copied under a staging name and renamed only when complete.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "exec/executor.hpp"
+
+namespace tune::exec {
+
+struct SshHostConfig {
+  std::string name;  // shown in tables: the host, or host:port
+  std::string host, user;
+  int port = 22;
+  std::string identity_file;   // empty: ssh-agent, then the default keys
+  std::string known_hosts;     // checked, and unknown hosts recorded (accept-new)
+  std::string storage_path;    // on the host; empty: ~/tune_results
+  std::optional<double> cpus;  // nullopt: the host's CPU count
+  std::optional<int> gpus;     // nullopt: its /dev/nvidiaN count
+};
+
+struct SshOptions {
+  fs::path supervisor;     // the static tune-supervisor binary to place on hosts
+  fs::path python_helper;  // tune_trial.py, placed beside it
+  std::string exp_name;
+  fs::path head_exp_dir;
+  double orphan_timeout_s = 600;
+  double grace_s = 10;
+  double sync_period = 300;
+  bool sync_on_checkpoint = true;
+  std::string syncer = "rsync";  // rsync | none | "CMD {source} {target}"
+};
+
+// What connect() learned of a host that is ready for trials.
+struct SshHostInfo {
+  std::string name;
+  double cpus = 1;
+  int gpus = 0;
+  std::string exp_dir;      // <storage_path>/<experiment> on the host (absolute)
+  std::string helpers_dir;  // where tune_trial.py is on the host
+};
+
+class SshExecutor final : public Executor {
+ public:
+  explicit SshExecutor(SshOptions opts);
+  ~SshExecutor() override;
+
+  // Connects to every host: host-key check (unknown: recorded; changed: refused), public-key
+  // auth, supervisor placed, experiment dir made. A host that fails is logged in one line and
+  // left out; the others are returned.
+  std::vector<SshHostInfo> connect(const std::vector<SshHostConfig>& hosts);
+
+  Result<void> start(const Launch& launch) override;
+  Result<Attached> attach(const Launch& launch) override;
+  void send(const std::string& trial_id, std::string_view line) override;
+  void stop(const std::string& trial_id, bool now) override;
+  std::vector<Event> wait(double timeout_s) override;
+  std::optional<int> pid(const std::string& trial_id) override;
+  double now() override;
+  double wall_time() override;
+  std::string host_name() override;
+  void renew_lease() override;
+  Result<void> adopt(const std::string& trial_id, const std::string& reported, const fs::path& cwd,
+                     const fs::path& head_trial_dir, const std::string& dest) override;
+  void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
+                         const std::string& name) override;
+  void checkpoint_registered(const std::string& trial_id) override;
+  uint64_t output_offset(const std::string& trial_id) override;
+
+  [[nodiscard]] bool owns(const std::string& trial_id) const;
+  [[nodiscard]] bool busy() const;  // trials running or syncs pending
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tune::exec

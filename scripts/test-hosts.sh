@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Real worker hosts for the SSH tests: each is an OpenSSH sshd in its own network namespace
+# (its own IP on a veth pair) and its own mount namespace, where /srv/tune-hosts is a private
+# bind mount of that worker's storage directory: the head reaches a worker's files only through
+# ssh/rsync. Without root (no namespaces) it falls back to sshd's on 127.0.0.1 ports with one
+# storage directory each, and says so ("mode": "loopback").
+#
+#   scripts/test-hosts.sh up STATE_DIR N   start N workers; writes STATE_DIR/hosts.json
+#   scripts/test-hosts.sh down STATE_DIR   stop them (by pid) and delete what `up` created
+#   scripts/test-hosts.sh cut STATE_DIR K  take worker K's link down (netns mode only)
+#   scripts/test-hosts.sh heal STATE_DIR K bring it back
+#   scripts/test-hosts.sh kill STATE_DIR K kill worker K's sshd (trials keep running)
+#   scripts/test-hosts.sh rekey STATE_DIR K give worker K a new host key (restarts its sshd)
+#
+# hosts.json: {"mode", "user", "identity_file", "known_hosts", "storage_path",
+#              "hosts": [{"name", "host", "port", "storage_path"}]}
+set -euo pipefail
+cmd=${1:?usage: test-hosts.sh up|down|cut|heal|kill|rekey STATE_DIR [N|K]}
+D=$(realpath -m "${2:?STATE_DIR}")
+MOUNT=/srv/tune-hosts
+
+netns_ok() {
+  [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v unshare >/dev/null || return 1
+  local probe="tune-probe-$$"
+  ip netns add "$probe" 2>/dev/null || return 1
+  ip netns del "$probe"
+}
+
+start_sshd() {  # K
+  local k=$1 w="$D/w$1"
+  if [ "$(cat "$D/mode")" = netns ]; then
+    local ns; ns=$(cat "$w/netns")
+    ip netns exec "$ns" unshare -m -u --propagation private \
+      sh -c "hostname worker$k && mount --bind '$w/root' '$MOUNT' && exec /usr/sbin/sshd -f '$w/sshd_config' -E '$w/sshd.log'"
+  else
+    /usr/sbin/sshd -f "$w/sshd_config" -E "$w/sshd.log"
+  fi
+  for _ in $(seq 50); do [ -s "$w/sshd.pid" ] && return 0; sleep 0.1; done
+  echo "test-hosts: sshd of worker $k did not start (see $w/sshd.log)" >&2
+  return 1
+}
+
+case "$cmd" in
+up)
+  n=${3:?N}
+  command -v /usr/sbin/sshd >/dev/null || { echo "test-hosts: openssh-server is not installed" >&2; exit 1; }
+  mkdir -p "$D" /run/sshd
+  if netns_ok; then mode=netns; else mode=loopback; fi
+  echo "$mode" >"$D/mode"
+  # One /16 of 10.0.0.0/8 per run, from the pid, so that parallel runs do not collide.
+  net=$(( 100 + $$ % 150 ))
+  echo "$net" >"$D/net"
+  ssh-keygen -q -t ed25519 -N '' -f "$D/userkey" -C tune-test
+  cp "$D/userkey.pub" "$D/authorized_keys"
+  : >"$D/known_hosts"
+  [ "$mode" = netns ] && mkdir -p "$MOUNT"
+  hosts=""
+  for k in $(seq "$n"); do
+    w="$D/w$k"
+    mkdir -p "$w/root"
+    ssh-keygen -q -t ed25519 -N '' -f "$w/hostkey" -C "worker$k"
+    if [ "$mode" = netns ]; then
+      ns="tune-$net-w$k"; hv="tn${net}h$k"; wv="tn${net}w$k"
+      echo "$ns" >"$w/netns"; echo "$hv" >"$w/veth"
+      ip netns add "$ns"
+      ip link add "$hv" type veth peer name "$wv"
+      ip link set "$wv" netns "$ns"
+      ip addr add "10.$net.$k.1/24" dev "$hv"
+      ip link set "$hv" up
+      ip netns exec "$ns" ip addr add "10.$net.$k.2/24" dev "$wv"
+      ip netns exec "$ns" ip link set "$wv" up
+      ip netns exec "$ns" ip link set lo up
+      addr="10.$net.$k.2"; port=22; storage="$MOUNT"
+    else
+      addr=127.0.0.1
+      port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+      storage="$w/root"
+    fi
+    cat >"$w/sshd_config" <<CONF
+Port $port
+ListenAddress $addr
+HostKey $w/hostkey
+AuthorizedKeysFile $D/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+StrictModes no
+UsePAM no
+PidFile $w/sshd.pid
+Subsystem sftp internal-sftp
+MaxSessions 100
+MaxStartups 100
+CONF
+    start_sshd "$k"
+    hosts="$hosts${hosts:+, }{\"name\": \"worker$k\", \"host\": \"$addr\", \"port\": $port, \"storage_path\": \"$storage\"}"
+  done
+  cat >"$D/hosts.json" <<JSON
+{"mode": "$mode", "user": "$(id -un)", "identity_file": "$D/userkey",
+ "known_hosts": "$D/known_hosts", "hosts": [$hosts]}
+JSON
+  echo "$D/hosts.json"
+  ;;
+down)
+  [ -d "$D" ] || exit 0
+  for w in "$D"/w*; do
+    [ -d "$w" ] || continue
+    if [ -f "$w/sshd.pid" ]; then kill "$(cat "$w/sshd.pid")" 2>/dev/null || true; fi
+    if [ -f "$w/netns" ]; then
+      ns=$(cat "$w/netns")
+      # Trials still running on the worker live in its namespace: stop them with it.
+      for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+      ip netns del "$ns" 2>/dev/null || true
+    fi
+  done
+  ;;
+cut|heal)
+  w="$D/w${3:?K}"
+  [ -f "$w/veth" ] || { echo "test-hosts: no link to cut in loopback mode" >&2; exit 3; }
+  ip link set "$(cat "$w/veth")" "$([ "$cmd" = cut ] && echo down || echo up)"
+  ;;
+kill)
+  w="$D/w${3:?K}"
+  kill "$(cat "$w/sshd.pid")"
+  rm -f "$w/sshd.pid"
+  ;;
+rekey)
+  k=${3:?K}; w="$D/w$k"
+  kill "$(cat "$w/sshd.pid")" 2>/dev/null || true
+  rm -f "$w/sshd.pid" "$w/hostkey" "$w/hostkey.pub"
+  sleep 0.2
+  ssh-keygen -q -t ed25519 -N '' -f "$w/hostkey" -C "worker$k-new"
+  start_sshd "$k"
+  ;;
+*)
+  echo "usage: test-hosts.sh up|down|cut|heal|kill|rekey STATE_DIR [N|K]" >&2
+  exit 2
+  ;;
+esac

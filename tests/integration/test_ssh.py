@@ -1,0 +1,159 @@
+"""Worker hosts over SSH (SPEC §7), on real sshd's started by scripts/test-hosts.sh: each worker
+is a network namespace with its own address and a private storage dir, so the head reaches a
+worker's files only through ssh/rsync. (Where namespaces cannot be made, the script falls back
+to sshd's on loopback ports and the tests say so.)"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+from harness import PY, SOURCE, TuneTest
+
+SCRIPT = os.path.join(SOURCE, "scripts", "test-hosts.sh")
+TRIAL = os.path.join(SOURCE, "tests", "fixtures", "chaos_trial.py")
+ARGV_TRIAL = """
+import json, sys
+print(json.dumps({"argv": sys.argv[1:], "done": True}))
+"""
+
+
+class SshTest(TuneTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.hosts_dir = tempfile.mkdtemp(prefix="tune-hosts-")
+        p = subprocess.run([SCRIPT, "up", cls.hosts_dir, "2"], capture_output=True, text=True,
+                           timeout=120)
+        if p.returncode != 0:
+            subprocess.run([SCRIPT, "down", cls.hosts_dir], timeout=60)
+            raise RuntimeError("test hosts did not start: " + p.stderr)
+        with open(os.path.join(cls.hosts_dir, "hosts.json")) as f:
+            cls.hosts = json.load(f)
+        print("\ntest hosts: %s mode, %s" % (cls.hosts["mode"], ", ".join(
+            "%s:%d" % (h["host"], h["port"]) for h in cls.hosts["hosts"])), file=sys.stderr)
+
+    @classmethod
+    def tearDownClass(cls):
+        subprocess.run([SCRIPT, "down", cls.hosts_dir], timeout=60)
+        shutil.rmtree(cls.hosts_dir, ignore_errors=True)
+
+    def setUp(self):
+        super().setUp()
+        self.known_hosts = os.path.join(self.dir, "known_hosts")  # a fresh one per test
+        open(self.known_hosts, "w").close()
+
+    def host_lines(self, which=(0, 1), cpus=2):
+        lines = []
+        for i in which:
+            h = self.hosts["hosts"][i]
+            lines.append(
+                "  - ssh: {host: %s, port: %d, user: %s, identity_file: %s, known_hosts_file: %s,"
+                " storage_path: %s, cpus: %d}" % (h["host"], h["port"], self.hosts["user"],
+                                                   self.hosts["identity_file"], self.known_hosts,
+                                                   h["storage_path"], cpus))
+        return "\n".join(lines)
+
+    def worker_dir(self, i, exp, trial_name):
+        """A worker's copy of a trial dir, read behind its back (for checking only)."""
+        return os.path.join(self.hosts_dir, "w%d" % (i + 1), "root", exp, trial_name) \
+            if self.hosts["mode"] == "netns" else \
+            os.path.join(self.hosts["hosts"][i]["storage_path"], exp, trial_name)
+
+    def test_trials_over_two_workers_and_local_come_back_to_the_head(self):
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: spread
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{uniform: [0.1, 3.0]}}
+              steps: 12
+              sleep: 0.05
+            num_samples: 8
+            seed: 3
+            checkpoint_config: {{num_to_keep: 2}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+              - local: {{cpus: 1}}
+            """) + self.host_lines() + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        trials = self.trials("spread")
+        self.assertEqual(len(trials), 8)
+        hosts = {t["host"] for t in trials}
+        workers = {h["host"] if h["port"] == 22 else "%s:%d" % (h["host"], h["port"])
+                   for h in self.hosts["hosts"]}
+        self.assertTrue(workers <= hosts, "both workers ran trials: %s" % hosts)
+        self.assertTrue(hosts - workers, "the head ran trials too: %s" % hosts)
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(self.iterations("spread", t), list(range(1, 13)))
+            head = os.path.join(self.exp_dir("spread"), t["trial_name"])
+            kept = sorted(c["dir"] for c in t["checkpoints"])
+            self.assertEqual(len(kept), 2)
+            self.assertEqual(sorted(d for d in os.listdir(head) if d.startswith("checkpoint_")), kept)
+            self.assertFalse([d for d in os.listdir(head) if d.startswith(".sync_")])
+            if t["host"] not in workers:
+                continue
+            i = [w for w in range(2) if t["host"].startswith(self.hosts["hosts"][w]["host"])][0]
+            worker = self.worker_dir(i, "spread", t["trial_name"])
+            # Pruned on both sides; retained ones byte-identical; the logs came back too.
+            self.assertEqual(sorted(d for d in os.listdir(worker) if d.startswith("checkpoint_")), kept)
+            for c in kept:
+                for root, _, files in os.walk(os.path.join(worker, c)):
+                    for f in files:
+                        rel = os.path.relpath(os.path.join(root, f), worker)
+                        with open(os.path.join(worker, rel), "rb") as a, open(os.path.join(head, rel), "rb") as b:
+                            self.assertEqual(a.read(), b.read(), rel)
+            for f in ("stdout.log", "exit.json"):
+                with open(os.path.join(worker, f), "rb") as a, open(os.path.join(head, f), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), f)
+
+    def test_config_values_reach_the_remote_trial_as_literal_arguments(self):
+        self.write("argv.py", ARGV_TRIAL)
+        marker = os.path.join(self.dir, "pwned")
+        values = ["two words", "it's", '"quoted"', "$(touch %s)" % marker, "x; touch %s" % marker,
+                  "`touch %s`" % marker, "*", "back\\\\slash"]
+        self.write("exp.yaml", textwrap.dedent("""
+            name: quoting
+            trial:
+              command: ["%s", "%s", "{v}", "--flag={v}"]
+            param_space:
+              v: {grid_search: %s}
+            hosts:
+            """ % (PY, os.path.join(self.dir, "argv.py"), json.dumps(values))) + self.host_lines((0,), 4) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        for t in self.trials("quoting"):
+            v = t["config"]["v"]
+            self.assertEqual(self.results("quoting", t)[-1]["argv"], [v, "--flag=" + v])
+        self.assertFalse(os.path.exists(marker), "a config value ran as a shell command")
+
+    def test_a_host_whose_key_changed_is_refused_and_the_others_carry_on(self):
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: keys
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{uniform: [0.1, 3.0]}}
+              steps: 3
+              sleep: 0.01
+            num_samples: 4
+            hosts:
+            """) + self.host_lines() + "\n")
+        self.tune("run", "exp.yaml", "--name", "keys1", check=0, timeout=300)  # records both keys
+        p = subprocess.run([SCRIPT, "rekey", self.hosts_dir, "2"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = self.tune("run", "exp.yaml", "--name", "keys2", check=0, timeout=300)
+        bad = self.hosts["hosts"][1]["host"]
+        refused = [l for l in r.stderr.splitlines() if "host key differs" in l]
+        self.assertEqual(len(refused), 1, r.stderr)
+        self.assertIn(bad, refused[0])
+        self.assertIn(self.known_hosts, refused[0])
+        self.assertTrue(all(t["status"] == "TERMINATED" and not t["host"].startswith(bad)
+                            for t in self.trials("keys2")))
+
+
+if __name__ == "__main__":
+    unittest.main()
