@@ -244,6 +244,7 @@ int RunCommand::execute() {
     so.head_exp_dir = dir;
     so.orphan_timeout_s = exp.orphan_timeout_s;
     so.grace_s = lo.grace_s;
+    so.host_timeout_s = exp.host_timeout_s;
     so.sync_period = exp.sync.sync_period;
     so.sync_on_checkpoint = exp.sync.sync_on_checkpoint;
     so.syncer = exp.sync.syncer;

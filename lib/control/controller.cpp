@@ -138,6 +138,16 @@ std::string Controller::remote_host(const trial::Trial& t) const {
 
 void Controller::prepare_restart(trial::Trial& t) {
   fs::path dir = trial_dir(t);
+  // A trial that ran on an SSH host restarts from the newest checkpoint the head holds (its
+  // host may be gone); newer ones that never reached the head are forgotten.
+  if (!remote_host(t).empty()) {
+    std::error_code ec;
+    while (!t.checkpoints.empty() && !fs::is_directory(dir / t.checkpoints.back().dir_name(), ec)) {
+      spdlog::warn("trial {}: {} never reached the head: restarting from an earlier one", t.name,
+                   t.checkpoints.back().dir_name());
+      t.checkpoints.pop_back();
+    }
+  }
   const trial::Checkpoint* c = t.latest_checkpoint();
   int64_t keep = c ? c->iteration : 0;
   std::vector<json> kept;
@@ -327,6 +337,7 @@ void Controller::resume_running(trial::Trial& t) {
   l.attempt = t.attempt;
   l.trial_dir = dir;
   l.cwd = exp_.trial.workdir;
+  l.host = remote_host(t);
   l.stdout_offset = t.stdout_offset;
   l.stdin_fifo = step;
   auto found = ex_.attach(l);
@@ -337,7 +348,8 @@ void Controller::resume_running(trial::Trial& t) {
     return;
   }
   // Its placement: the GPUs it holds, else the first that fits (it runs regardless).
-  auto placement = pool_.acquire_exact(exp_.trial.resources, t.gpu_ids);
+  auto placement = pool_.acquire_exact(exp_.trial.resources, t.gpu_ids,
+                                       pool_.find(l.host.empty() ? "local" : l.host).value_or(0));
   Runtime& rt = running_[t.id];
   rt.placement = placement;
   double now = ex_.now();
@@ -471,6 +483,12 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   if (why == StopWhy::kResync) {  // a step-mode attempt found after a crash: restart it
+    set_pending(t);
+    return;
+  }
+  if (info.reason == "host_lost" && !stopping_) {
+    // Not the trial's fault: it runs again elsewhere, from the latest checkpoint the head has.
+    spdlog::warn("trial {}: {}; re-queued", t.name, info.error);
     set_pending(t);
     return;
   }
@@ -669,6 +687,11 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         on_output(o->trial_id, o->data);
       } else if (auto* x = std::get_if<exec::ExitEvent>(&ev)) {
         on_exit(x->trial_id, x->info);
+      } else if (auto* h = std::get_if<exec::HostEvent>(&ev)) {
+        pool_.set_available(h->host, h->up);
+        if (!pool_.any_available())
+          spdlog::warn("every host is unreachable: waiting for one to come back (Ctrl-C stops)");
+        draw(true);
       }
     }
     now = ex_.now();

@@ -20,7 +20,7 @@ std::string Placement::cuda_visible_devices() const {
 std::optional<Placement> ResourcePool::acquire(const spec::Resources& req) {
   for (size_t h = 0; h < hosts_.size(); ++h) {
     Host& host = hosts_[h];
-    if (host.cpu_free + kEps < req.cpu) continue;
+    if (!host.available || host.cpu_free + kEps < req.cpu) continue;
     Placement p{h, req.cpu, req.gpu, {}};
     if (req.gpu >= 1) {
       auto whole = static_cast<size_t>(req.gpu);
@@ -59,10 +59,28 @@ std::vector<ResourcePool::Host> local_hosts(const spec::Experiment& exp) {
   return hosts;
 }
 
-Placement ResourcePool::acquire_exact(const spec::Resources& req, const std::vector<int>& gpu_ids) {
-  Placement p{0, req.cpu, req.gpu, {}};
-  if (hosts_.empty()) return p;
-  Host& host = hosts_[0];
+void ResourcePool::set_available(const std::string& name, bool up) {
+  for (auto& h : hosts_)
+    if (h.name == name) h.available = up;
+}
+
+bool ResourcePool::any_available() const {
+  for (const auto& h : hosts_)
+    if (h.available) return true;
+  return false;
+}
+
+std::optional<size_t> ResourcePool::find(const std::string& name) const {
+  for (size_t i = 0; i < hosts_.size(); ++i)
+    if (hosts_[i].name == name) return i;
+  return std::nullopt;
+}
+
+Placement ResourcePool::acquire_exact(const spec::Resources& req, const std::vector<int>& gpu_ids,
+                                      size_t index) {
+  Placement p{index, req.cpu, req.gpu, {}};
+  if (index >= hosts_.size()) return p;
+  Host& host = hosts_[index];
   host.cpu_free -= req.cpu;  // may go below zero: nothing else starts until it is released
   double each = req.gpu >= 1 ? 1.0 : req.gpu;
   for (int g : gpu_ids) {

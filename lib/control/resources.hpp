@@ -30,6 +30,7 @@ class ResourcePool {
     // SSH hosts: where the experiment and the Python helper are on the host.
     bool remote = false;
     std::string remote_exp_dir, remote_helpers_dir;
+    bool available = true;  // false while an SSH host is unreachable
   };
   explicit ResourcePool(std::vector<Host> hosts) : hosts_(std::move(hosts)) {}
 
@@ -37,9 +38,15 @@ class ResourcePool {
   [[nodiscard]] std::optional<Placement> acquire(const spec::Resources& req);
   // The placement of a trial that is already running (re-attached after a driver crash): its
   // CPUs and the GPUs it holds are taken on the first host even beyond capacity.
-  [[nodiscard]] Placement acquire_exact(const spec::Resources& req,
-                                        const std::vector<int>& gpu_ids);
+  [[nodiscard]] Placement acquire_exact(const spec::Resources& req, const std::vector<int>& gpu_ids,
+                                        size_t host = 0);
   void release(const Placement& p);
+  // An SSH host went down or came back: no placements on it while it is down.
+  void set_available(const std::string& host, bool up);
+  // True if some host with room for `req` is available.
+  [[nodiscard]] bool any_available() const;
+  // The index of the host named `name`, if any.
+  [[nodiscard]] std::optional<size_t> find(const std::string& name) const;
   // True if `req` could ever fit on some host (else the trial can never run).
   [[nodiscard]] bool fits_somewhere(const spec::Resources& req) const;
   [[nodiscard]] const std::vector<Host>& hosts() const { return hosts_; }

@@ -35,7 +35,8 @@ struct ExitInfo {
   int attempt = 0;
   std::optional<int> exit_code;
   std::optional<int> signal;
-  std::string reason;  // exited | driver_stop | orphaned | exec_failed | supervisor_died
+  std::string reason;  // exited | driver_stop | orphaned | exec_failed | supervisor_died |
+                       // host_lost (its host was unreachable for host_timeout_s)
   std::string error;   // e.g. "command not found: foo"
 };
 
@@ -51,7 +52,12 @@ struct ExitEvent {
   std::string trial_id;
   ExitInfo info;  // delivered only after all of the attempt's output
 };
-using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent>;
+// An SSH host went down (connection lost: no new trials go there) or came back.
+struct HostEvent {
+  std::string host;
+  bool up = false;
+};
+using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent, HostEvent>;
 
 // What attach() found of an attempt that an earlier driver started.
 enum class Attached {

@@ -9,10 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include "util/fs.hpp"
@@ -48,9 +50,26 @@ struct Host {
   std::string lease;       // remote path
   pid_t master = -1;       // ssh -M (for rsync)
   std::string control_path;
+  int index = 0;
   bool up = false;
+  // Down: the connection failed; reconnects run on a helper thread (the loop never waits for
+  // them), with backoff. Lost: down for longer than host_timeout_s.
+  double down_since = 0, next_retry = 0, backoff = 1;
+  bool lost = false;
+  std::thread reconnect;
+  std::atomic<bool> reconnect_done{false};
+  Result<void> reconnect_result;
+  std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
 
-  ~Host() { close(); }
+  ~Host() {
+    if (reconnect.joinable()) reconnect.join();
+    close();
+  }
+
+  // After a failed operation: is the connection gone (rather than, say, a missing file)?
+  bool broken() const {
+    return !session || !ssh_is_connected(session) || ssh_get_error_code(session) == SSH_FATAL;
+  }
 
   void close() {
     if (sftp) sftp_free(sftp);
@@ -165,7 +184,8 @@ struct Run {
   std::optional<int> child_pid;
   bool exited = false;  // exit.json read and all output delivered
   std::optional<ExitInfo> exit;
-  std::set<std::string> checkpoints;  // retained, on the host
+  std::set<std::string> checkpoints;      // retained, on the host
+  std::set<std::string> found_at_attach;  // checkpoint dirs there when re-attached
   // sync: a queue of commands; a checkpoint's step is published (renamed) when it succeeds
   struct Step {
     std::vector<std::string> cmd;
@@ -306,6 +326,204 @@ struct SshExecutor::Impl {
     return false;
   }
 
+  // Connects (or reconnects) a host: session, host-key check, auth, SFTP, its dirs, the
+  // supervisor, the rsync master. Touches only `h` (runs on a helper thread when reconnecting).
+  Result<void> open_host(Host& h) {
+    h.session = ssh_new();
+    if (!h.session) return fail("cannot create an SSH session");
+    long timeout = 5;  // connect, and every blocking operation: a dead link is noticed
+    int port = h.cfg.port;
+    ssh_options_set(h.session, SSH_OPTIONS_HOST, h.cfg.host.c_str());
+    ssh_options_set(h.session, SSH_OPTIONS_PORT, &port);
+    if (!h.cfg.user.empty()) ssh_options_set(h.session, SSH_OPTIONS_USER, h.cfg.user.c_str());
+    ssh_options_set(h.session, SSH_OPTIONS_TIMEOUT, &timeout);
+    std::string kh = util::expand_user(h.cfg.known_hosts).string();
+    ssh_options_set(h.session, SSH_OPTIONS_KNOWNHOSTS, kh.c_str());
+    ssh_options_set(h.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+    if (ssh_connect(h.session) != SSH_OK) return fail("cannot connect: ", h.err());
+    switch (ssh_session_is_known_server(h.session)) {
+      case SSH_KNOWN_HOSTS_OK:
+        break;
+      case SSH_KNOWN_HOSTS_CHANGED:
+      case SSH_KNOWN_HOSTS_OTHER:
+        return fail("its host key differs from the one in ", kh,
+                    ": refused (possible man-in-the-middle; remove the old key if the host "
+                    "was reinstalled)");
+      case SSH_KNOWN_HOSTS_UNKNOWN:
+      case SSH_KNOWN_HOSTS_NOT_FOUND:
+        if (ssh_session_update_known_hosts(h.session) != SSH_OK)
+          return fail("cannot record its host key in ", kh, ": ", h.err());
+        spdlog::info("{}: new host key recorded in {}", h.cfg.name, kh);
+        break;
+      default:
+        return fail("cannot check its host key: ", h.err());
+    }
+    int rc = SSH_AUTH_DENIED;
+    if (!h.cfg.identity_file.empty()) {
+      ssh_key key = nullptr;
+      std::string path = util::expand_user(h.cfg.identity_file).string();
+      if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK)
+        return fail("cannot read identity_file ", path);
+      rc = ssh_userauth_publickey(h.session, nullptr, key);
+      ssh_key_free(key);
+    } else {
+      rc = ssh_userauth_agent(h.session, nullptr);
+      if (rc != SSH_AUTH_SUCCESS) rc = ssh_userauth_publickey_auto(h.session, nullptr, nullptr);
+    }
+    if (rc != SSH_AUTH_SUCCESS) return fail("public-key authentication failed: ", h.err());
+    h.sftp = sftp_new(h.session);
+    if (!h.sftp || sftp_init(h.sftp) != SSH_OK) return fail("cannot start SFTP: ", h.err());
+    // Where things go on the host.
+    std::string root = h.cfg.storage_path.empty() ? "~/tune_results" : h.cfg.storage_path;
+    if (root.starts_with("~/")) {
+      char* home = sftp_canonicalize_path(h.sftp, ".");
+      if (!home) return fail("cannot find the home directory: ", h.err());
+      root = std::string(home) + root.substr(1);
+      ssh_string_free_char(home);
+    }
+    h.info.name = h.cfg.name;
+    h.info.exp_dir = root + "/" + opts.exp_name;
+    std::string bin = root + "/" + kBinDir;
+    h.info.helpers_dir = bin + "/python";
+    std::string out;
+    auto st = h.run("mkdir -p -- " + q(h.info.exp_dir + "/.tune") + " " + q(h.info.helpers_dir) +
+                        " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; true",
+                    &out);
+    if (!st || *st != 0)
+      return fail("cannot create ", h.info.exp_dir, ": ", st ? out : st.error().message);
+    int nproc = std::atoi(out.c_str());
+    auto nl = out.find('\n');
+    int ngpu = nl == std::string::npos ? 0 : std::atoi(out.c_str() + nl + 1);
+    h.info.cpus = h.cfg.cpus.value_or(nproc > 0 ? nproc : 1);
+    h.info.gpus = h.cfg.gpus.value_or(ngpu);
+    // The supervisor and the Python helper, unless the host has them already.
+    h.supervisor = bin + "/tune-supervisor";
+    for (auto [local, remote, mode] :
+         {std::tuple{opts.supervisor, h.supervisor, 0755},
+          std::tuple{opts.python_helper, h.info.helpers_dir + "/tune_trial.py", 0644}}) {
+      if (local.empty()) continue;
+      auto content = util::read_file(local, 64u << 20);
+      if (!content) return fail(content.error().message);
+      if (h.size_of(remote) == content->size()) {
+        auto there = h.read(remote, 0, content->size());
+        if (there && *there == *content) continue;
+      }
+      if (auto w = h.write(remote, *content, mode); !w) return w;
+      sftp_chmod(h.sftp, remote.c_str(), static_cast<mode_t>(mode));
+    }
+    h.lease = h.info.exp_dir + "/.tune/lease";
+    // rsync goes through an OpenSSH master connection that the driver owns.
+    if (opts.syncer == "rsync") {
+      h.control_path = "/tmp/tune-cm-" + std::to_string(::getpid()) + "-" + std::to_string(h.index);
+      std::vector<std::string> cmd = {"ssh",
+                                      "-M",
+                                      "-N",
+                                      "-o",
+                                      "ControlPath=" + h.control_path,
+                                      "-o",
+                                      "BatchMode=yes",
+                                      "-o",
+                                      "UserKnownHostsFile=" + kh,
+                                      "-o",
+                                      "StrictHostKeyChecking=yes",
+                                      "-o",
+                                      "ServerAliveInterval=5",
+                                      "-p",
+                                      std::to_string(h.cfg.port)};
+      if (!h.cfg.identity_file.empty()) {
+        cmd.push_back("-i");
+        cmd.push_back(util::expand_user(h.cfg.identity_file).string());
+      }
+      if (!h.cfg.user.empty()) {
+        cmd.push_back("-l");
+        cmd.push_back(h.cfg.user);
+      }
+      cmd.push_back(h.cfg.host);
+      auto pid =
+          util::spawn_process(cmd, opts.head_exp_dir / ".tune" / ("ssh-" + h.cfg.name + ".log"));
+      if (!pid) return fail(pid.error().message);
+      h.master = *pid;
+      for (int i = 0; i < 100 && !fs::exists(h.control_path); ++i) ::usleep(50000);
+      if (!fs::exists(h.control_path))
+        return fail("the ssh master connection for rsync did not come up: ",
+                    util::last_line(opts.head_exp_dir / ".tune" / ("ssh-" + h.cfg.name + ".log")));
+    }
+    return {};
+  }
+
+  std::vector<Event> host_events;
+
+  void mark_down(Host& h, double now) {
+    if (!h.up) return;
+    h.up = false;
+    h.down_since = now;
+    h.backoff = 1;
+    h.next_retry = now + h.backoff;
+    spdlog::warn("host {}: connection lost ({}); reconnecting, its trials keep running there",
+                 h.cfg.name, h.err());
+    host_events.emplace_back(std::in_place_type<HostEvent>, HostEvent{h.cfg.name, false});
+  }
+
+  // Checks a host after an operation failed.
+  void check(Host& h) {
+    if (h.up && h.broken()) mark_down(h, clock_s(CLOCK_MONOTONIC));
+  }
+
+  // Reconnects down hosts in the background; re-queues the trials of hosts lost for longer
+  // than host_timeout_s.
+  void tend_hosts(double now, std::vector<Event>& exits) {
+    for (auto& hp : hosts) {
+      Host& h = *hp;
+      if (h.up) continue;
+      if (h.reconnect.joinable() && h.reconnect_done) {
+        h.reconnect.join();
+        if (h.reconnect_result) {
+          h.up = true;
+          spdlog::warn("host {}: reconnected after {:.1f} s", h.cfg.name, now - h.down_since);
+          for (int pid : h.superseded)  // attempts re-queued elsewhere meanwhile
+            (void)h.run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");
+          h.superseded.clear();
+          h.lost = false;
+          host_events.emplace_back(std::in_place_type<HostEvent>, HostEvent{h.cfg.name, true});
+          continue;
+        }
+        spdlog::debug("host {}: reconnect failed: {}", h.cfg.name,
+                      h.reconnect_result.error().message);
+        h.backoff = std::min(h.backoff * 2, 10.0);
+        h.next_retry = now + h.backoff;
+      }
+      if (!h.lost && now - h.down_since > opts.host_timeout_s) {
+        h.lost = true;
+        spdlog::warn("host {}: unreachable for {:.0f} s: its trials are re-queued", h.cfg.name,
+                     now - h.down_since);
+        for (auto it = runs.begin(); it != runs.end();) {
+          Run& r = it->second;
+          if (r.host != &h || r.exited) {
+            ++it;
+            continue;
+          }
+          if (r.sup_pid > 0) h.superseded.push_back(r.sup_pid);
+          ExitInfo info;
+          info.attempt = r.attempt;
+          info.reason = "host_lost";
+          info.error = "host " + h.cfg.name + " unreachable for " +
+                       util::format_short(now - h.down_since) + " s";
+          exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{it->first, info});
+          if (r.sync_pid > 0) util::kill_and_reap(r.sync_pid);
+          it = runs.erase(it);
+        }
+      }
+      if (!h.reconnect.joinable() && now >= h.next_retry) {
+        h.close();
+        h.reconnect_done = false;
+        h.reconnect = std::thread([this, &h] {
+          h.reconnect_result = open_host(h);
+          h.reconnect_done = true;
+        });
+      }
+    }
+  }
+
   void read_exit(Run& r) {
     auto text = r.host->read(r.dir + "/exit.json", 0, 1 << 20);
     if (!text) return;
@@ -338,131 +556,8 @@ std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& 
   for (const auto& cfg : configs) {
     auto h = std::make_unique<Host>();
     h->cfg = cfg;
-    auto why = [&]() -> Result<void> {
-      h->session = ssh_new();
-      if (!h->session) return fail("cannot create an SSH session");
-      long timeout = 10;
-      int port = cfg.port;
-      ssh_options_set(h->session, SSH_OPTIONS_HOST, cfg.host.c_str());
-      ssh_options_set(h->session, SSH_OPTIONS_PORT, &port);
-      if (!cfg.user.empty()) ssh_options_set(h->session, SSH_OPTIONS_USER, cfg.user.c_str());
-      ssh_options_set(h->session, SSH_OPTIONS_TIMEOUT, &timeout);
-      std::string kh = util::expand_user(cfg.known_hosts).string();
-      ssh_options_set(h->session, SSH_OPTIONS_KNOWNHOSTS, kh.c_str());
-      ssh_options_set(h->session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
-      if (ssh_connect(h->session) != SSH_OK) return fail("cannot connect: ", h->err());
-      switch (ssh_session_is_known_server(h->session)) {
-        case SSH_KNOWN_HOSTS_OK:
-          break;
-        case SSH_KNOWN_HOSTS_CHANGED:
-        case SSH_KNOWN_HOSTS_OTHER:
-          return fail("its host key differs from the one in ", kh,
-                      ": refused (possible man-in-the-middle; remove the old key if the host "
-                      "was reinstalled)");
-        case SSH_KNOWN_HOSTS_UNKNOWN:
-        case SSH_KNOWN_HOSTS_NOT_FOUND:
-          if (ssh_session_update_known_hosts(h->session) != SSH_OK)
-            return fail("cannot record its host key in ", kh, ": ", h->err());
-          spdlog::info("{}: new host key recorded in {}", cfg.name, kh);
-          break;
-        default:
-          return fail("cannot check its host key: ", h->err());
-      }
-      int rc = SSH_AUTH_DENIED;
-      if (!cfg.identity_file.empty()) {
-        ssh_key key = nullptr;
-        std::string path = util::expand_user(cfg.identity_file).string();
-        if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK)
-          return fail("cannot read identity_file ", path);
-        rc = ssh_userauth_publickey(h->session, nullptr, key);
-        ssh_key_free(key);
-      } else {
-        rc = ssh_userauth_agent(h->session, nullptr);
-        if (rc != SSH_AUTH_SUCCESS) rc = ssh_userauth_publickey_auto(h->session, nullptr, nullptr);
-      }
-      if (rc != SSH_AUTH_SUCCESS) return fail("public-key authentication failed: ", h->err());
-      h->sftp = sftp_new(h->session);
-      if (!h->sftp || sftp_init(h->sftp) != SSH_OK) return fail("cannot start SFTP: ", h->err());
-      // Where things go on the host.
-      std::string root = cfg.storage_path.empty() ? "~/tune_results" : cfg.storage_path;
-      if (root.starts_with("~/")) {
-        char* home = sftp_canonicalize_path(h->sftp, ".");
-        if (!home) return fail("cannot find the home directory: ", h->err());
-        root = std::string(home) + root.substr(1);
-        ssh_string_free_char(home);
-      }
-      h->info.name = cfg.name;
-      h->info.exp_dir = root + "/" + impl.opts.exp_name;
-      std::string bin = root + "/" + kBinDir;
-      h->info.helpers_dir = bin + "/python";
-      std::string out;
-      auto st =
-          h->run("mkdir -p -- " + q(h->info.exp_dir + "/.tune") + " " + q(h->info.helpers_dir) +
-                     " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; true",
-                 &out);
-      if (!st || *st != 0)
-        return fail("cannot create ", h->info.exp_dir, ": ", st ? out : st.error().message);
-      int nproc = std::atoi(out.c_str());
-      auto nl = out.find('\n');
-      int ngpu = nl == std::string::npos ? 0 : std::atoi(out.c_str() + nl + 1);
-      h->info.cpus = cfg.cpus.value_or(nproc > 0 ? nproc : 1);
-      h->info.gpus = cfg.gpus.value_or(ngpu);
-      // The supervisor and the Python helper, unless the host has them already.
-      h->supervisor = bin + "/tune-supervisor";
-      for (auto [local, remote, mode] :
-           {std::tuple{impl.opts.supervisor, h->supervisor, 0755},
-            std::tuple{impl.opts.python_helper, h->info.helpers_dir + "/tune_trial.py", 0644}}) {
-        if (local.empty()) continue;
-        auto content = util::read_file(local, 64u << 20);
-        if (!content) return fail(content.error().message);
-        if (h->size_of(remote) == content->size()) {
-          auto there = h->read(remote, 0, content->size());
-          if (there && *there == *content) continue;
-        }
-        if (auto w = h->write(remote, *content, mode); !w) return w;
-        sftp_chmod(h->sftp, remote.c_str(), static_cast<mode_t>(mode));
-      }
-      h->lease = h->info.exp_dir + "/.tune/lease";
-      // rsync goes through an OpenSSH master connection that the driver owns.
-      if (impl.opts.syncer == "rsync") {
-        h->control_path =
-            "/tmp/tune-cm-" + std::to_string(::getpid()) + "-" + std::to_string(index);
-        std::vector<std::string> cmd = {"ssh",
-                                        "-M",
-                                        "-N",
-                                        "-o",
-                                        "ControlPath=" + h->control_path,
-                                        "-o",
-                                        "BatchMode=yes",
-                                        "-o",
-                                        "UserKnownHostsFile=" + kh,
-                                        "-o",
-                                        "StrictHostKeyChecking=yes",
-                                        "-o",
-                                        "ServerAliveInterval=5",
-                                        "-p",
-                                        std::to_string(cfg.port)};
-        if (!cfg.identity_file.empty()) {
-          cmd.push_back("-i");
-          cmd.push_back(util::expand_user(cfg.identity_file).string());
-        }
-        if (!cfg.user.empty()) {
-          cmd.push_back("-l");
-          cmd.push_back(cfg.user);
-        }
-        cmd.push_back(cfg.host);
-        auto pid = util::spawn_process(
-            cmd, impl.opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log"));
-        if (!pid) return fail(pid.error().message);
-        h->master = *pid;
-        for (int i = 0; i < 100 && !fs::exists(h->control_path); ++i) ::usleep(50000);
-        if (!fs::exists(h->control_path))
-          return fail(
-              "the ssh master connection for rsync did not come up: ",
-              util::last_line(impl.opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log")));
-      }
-      return {};
-    }();
+    h->index = index;
+    auto why = impl.open_host(*h);
     ++index;
     if (!why) {
       spdlog::error("host {}: {}; it is left out", cfg.name, why.error().message);
@@ -479,7 +574,7 @@ std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& 
 Result<void> SshExecutor::start(const Launch& l) {
   auto& impl = *impl_;
   Host* h = impl.host(l.host);
-  if (!h || !h->up) return fail("host ", l.host, " is not connected");
+  if (!h) return fail("unknown host ", l.host);
   Run r;
   r.id = l.trial_id;
   r.attempt = l.attempt;
@@ -509,9 +604,34 @@ Result<void> SshExecutor::start(const Launch& l) {
     if (auto w = h->write(r.dir + "/params.json", *params, 0644); !w)
       spdlog::warn("{}", w.error().message);
   }
+  // A host that went down just now: the attempt ends as host_lost and is re-queued.
+  auto lost = [&](const std::string& why) -> Result<void> {
+    impl.check(*h);
+    r.exit = ExitInfo{l.attempt, std::nullopt, std::nullopt, "host_lost", why};
+    r.exited = true;
+    impl.runs[l.trial_id] = std::move(r);
+    return {};
+  };
+  if (!h->up) return lost("host " + h->cfg.name + " is unreachable");
+  // A restore point the host lacks (the trial ran elsewhere before) is pushed there first.
+  if (auto it = l.env.find("TUNE_RESTORE_CHECKPOINT"); it != l.env.end()) {
+    std::string name = fs::path(it->second).filename().string();
+    if (!h->size_of(it->second)) {
+      std::string dst =
+          (h->cfg.user.empty() ? "" : h->cfg.user + "@") + h->cfg.host + ":" + r.dir + "/";
+      (void)h->run("mkdir -p -- " + q(r.dir));
+      auto rc = util::run_process(
+          {"rsync", "-rlt", "-e", impl.ssh_words(*h), (r.head_dir / name).string(), dst},
+          impl.opts.head_exp_dir / ".tune" / ("push-" + r.id + ".log"));
+      if (!rc || *rc != 0)
+        return lost("cannot push " + name + " to " + h->cfg.name + ": " +
+                    util::last_line(impl.opts.head_exp_dir / ".tune" / ("push-" + r.id + ".log")));
+      r.checkpoints.insert(name);
+    }
+  }
   std::string out;
   auto st = h->run(cmd, &out);
-  if (!st) return std::unexpected(st.error());
+  if (!st) return lost(st.error().message);
   if (*st != 0)
     return fail(h->cfg.name, ": cannot start the supervisor: ", util::printable(out, 300));
   r.offset = std::strtoull(out.c_str(), nullptr, 10);
@@ -524,8 +644,51 @@ Result<void> SshExecutor::start(const Launch& l) {
 }
 
 Result<Attached> SshExecutor::attach(const Launch& l) {
-  (void)l;
-  return Attached::kGone;  // re-attaching to remote attempts: not yet (they restart)
+  auto& impl = *impl_;
+  Host* h = impl.host(l.host);
+  if (!h || !h->up) return Attached::kGone;  // restarts (from the head's latest checkpoint)
+  Run r;
+  r.id = l.trial_id;
+  r.attempt = l.attempt;
+  r.host = h;
+  r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
+  r.head_dir = impl.opts.head_exp_dir / l.trial_dir.filename();
+  r.offset = l.stdout_offset;
+  // Its supervisor, by command line (as locally): "<supervisor> <trial dir> <attempt> ..."
+  std::string out;
+  auto st = h->run("ps -eo pid=,args= 2>/dev/null", &out);
+  if (!st) {
+    impl.check(*h);
+    return Attached::kGone;
+  }
+  std::string needle = h->supervisor + " " + r.dir + " " + std::to_string(l.attempt) + " ";
+  for (size_t start = 0; start < out.size();) {
+    size_t nl = out.find('\n', start);
+    std::string line = out.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+    if (line.find(needle) != std::string::npos) r.sup_pid = std::atoi(line.c_str());
+    if (nl == std::string::npos) break;
+    start = nl + 1;
+  }
+  Attached found = Attached::kRunning;
+  if (r.sup_pid <= 0) {
+    impl.read_exit(r);
+    if (!r.exit) return Attached::kGone;
+    found = Attached::kEnded;
+  }
+  // The checkpoints it has there (for the syncs).
+  if (auto ls =
+          h->run("cd -- " + q(r.dir) + " 2>/dev/null && ls -d checkpoint_* 2>/dev/null", &out);
+      ls && *ls == 0)
+    for (size_t start = 0; start < out.size();) {
+      size_t nl = out.find('\n', start);
+      std::string name =
+          out.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+      if (!name.empty()) r.found_at_attach.insert(name);
+      if (nl == std::string::npos) break;
+      start = nl + 1;
+    }
+  impl.runs[l.trial_id] = std::move(r);
+  return found;
 }
 
 void SshExecutor::send(const std::string&, std::string_view) {}
@@ -534,8 +697,10 @@ void SshExecutor::stop(const std::string& trial_id, bool now) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end() || it->second.exit || it->second.sup_pid <= 0) return;
   auto& r = it->second;
-  (void)r.host->run(std::string("kill -") + (now ? "USR1" : "TERM") + " " +
-                    std::to_string(r.sup_pid) + " 2>/dev/null; true");
+  if (!r.host->up) return;  // unreachable: it stops itself when its lease runs out
+  if (!r.host->run(std::string("kill -") + (now ? "USR1" : "TERM") + " " +
+                   std::to_string(r.sup_pid) + " 2>/dev/null; true"))
+    impl_->check(*r.host);
 }
 
 std::vector<Event> SshExecutor::wait(double timeout_s) {
@@ -548,34 +713,39 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
     if (t - impl.last_poll < kPollPeriod) return {};
   }
   impl.last_poll = t;
+  impl.tend_hosts(t, exits);
   std::vector<std::string> done;
   for (auto& [id, r] : impl.runs) {
-    if (!r.exited) {
+    Host& h = *r.host;
+    if (!r.exited && h.up) {
       if (!r.exit) impl.read_exit(r);  // before reading: once it exists, the output is final
-      if (auto size = r.host->size_of(r.dir + "/stdout.log"); size && *size > r.offset) {
-        auto data =
-            r.host->read(r.dir + "/stdout.log", r.offset,
-                         static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
+      auto size = h.size_of(r.dir + "/stdout.log");
+      if (!size) impl.check(h);
+      if (size && *size > r.offset) {
+        auto data = h.read(r.dir + "/stdout.log", r.offset,
+                           static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
+        if (!data) impl.check(h);
         if (data && !data->empty()) {
           r.offset += data->size();
           outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{id, std::move(*data)});
           continue;  // exit only once all output is read
         }
       }
-      if (r.exit) {
+      if (r.exit && h.up) {
         r.exited = true;
         r.sync_due = true;  // the end-of-trial sync, before the exit is reported
       }
     }
     // A trial's exit is reported after its end-of-trial sync, so its files are on the head.
-    bool syncing = impl.poll_sync(r, t);
+    bool syncing = h.up ? impl.poll_sync(r, t) : r.sync_pid > 0 && !util::try_wait(r.sync_pid);
     if (r.exited && !syncing) {
       exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{id, *r.exit});
       done.push_back(id);
     }
   }
   for (const auto& id : done) impl.runs.erase(id);
-  std::vector<Event> all;
+  std::vector<Event> all = std::move(impl.host_events);
+  impl.host_events.clear();
   for (auto& e : outputs) all.push_back(std::move(e));
   for (auto& e : exits) all.push_back(std::move(e));
   return all;
@@ -585,7 +755,7 @@ std::optional<int> SshExecutor::pid(const std::string& trial_id) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return std::nullopt;
   auto& r = it->second;
-  if (!r.child_pid && r.sup_pid > 0) {
+  if (!r.child_pid && r.sup_pid > 0 && r.host->up) {
     std::string out;
     auto st = r.host->run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
                               std::to_string(r.sup_pid) + "/children 2>/dev/null",
@@ -608,12 +778,16 @@ std::string SshExecutor::host_name() {
 void SshExecutor::renew_lease() {
   for (auto& h : impl_->hosts) {
     if (!h->up) continue;
+    if (!h->session) continue;
     timeval tv[2];
     ::gettimeofday(&tv[0], nullptr);
     tv[1] = tv[0];
     if (sftp_utimes(h->sftp, h->lease.c_str(), tv) != 0) {
       sftp_file f = sftp_open(h->sftp, h->lease.c_str(), O_WRONLY | O_CREAT, 0644);
-      if (f) sftp_close(f);
+      if (f)
+        sftp_close(f);
+      else
+        impl_->check(*h);
     }
   }
 }
@@ -623,12 +797,21 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return fail("internal: no remote run for ", trial_id);
   auto& r = it->second;
+  if (!r.host->up) return fail("host ", r.host->cfg.name, " is unreachable");
+  if (r.found_at_attach.erase(dest)) {
+    // moved in by the driver that crashed; this line is being read again
+    r.checkpoints.insert(dest);
+    return {};
+  }
   std::string path = reported;
   if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
   std::string out;
   auto st = r.host->run(
       q(r.host->supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
-  if (!st) return std::unexpected(st.error());
+  if (!st) {
+    impl_->check(*r.host);
+    return std::unexpected(st.error());
+  }
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (*st != 0) return fail(util::printable(out, 300));
   r.checkpoints.insert(dest);

@@ -32,6 +32,7 @@ struct SshOptions {
   fs::path head_exp_dir;
   double orphan_timeout_s = 600;
   double grace_s = 10;
+  double host_timeout_s = 120;
   double sync_period = 300;
   bool sync_on_checkpoint = true;
   std::string syncer = "rsync";  // rsync | none | "CMD {source} {target}"
