@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <libssh/libssh.h>
 #include <libssh/sftp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -341,6 +344,16 @@ struct SshExecutor::Impl {
     ssh_options_set(h.session, SSH_OPTIONS_KNOWNHOSTS, kh.c_str());
     ssh_options_set(h.session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
     if (ssh_connect(h.session) != SSH_OK) return fail("cannot connect: ", h.err());
+    // A dead link must fail operations within seconds rather than hang the driver's loop:
+    // unacknowledged data times out after 5 s, an idle connection is probed after 2 s.
+    if (int fd = ssh_get_fd(h.session); fd >= 0) {
+      int user_timeout_ms = 5000, on = 1, idle = 2, intvl = 1, cnt = 3;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    }
     switch (ssh_session_is_known_server(h.session)) {
       case SSH_KNOWN_HOSTS_OK:
         break;

@@ -129,6 +129,80 @@ class SshTest(TuneTest):
             self.assertEqual(self.results("quoting", t)[-1]["argv"], [v, "--flag=" + v])
         self.assertFalse(os.path.exists(marker), "a config value ran as a shell command")
 
+    def busy_experiment(self, name, host_timeout):
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: {name}
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{uniform: [0.1, 3.0]}}
+              steps: 40
+              sleep: 0.1
+            num_samples: 4
+            seed: 9
+            host_timeout_s: {host_timeout}
+            checkpoint_config: {{num_to_keep: 2}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+            """) + self.host_lines() + "\n")
+
+    def cut(self, k, what="cut"):
+        p = subprocess.run([SCRIPT, what, self.hosts_dir, str(k)], capture_output=True, text=True,
+                           timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to cut")
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+    def check_each_iteration_once(self, name, steps=40):
+        for t in self.trials(name):
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            rows = self.results(name, t)
+            self.assertEqual([r["training_iteration"] for r in rows], list(range(1, steps + 1)))
+            # the trial's own step count: a wrong restore point would show here
+            self.assertEqual([r["step"] for r in rows], list(range(1, steps + 1)))
+
+    def test_a_short_link_cut_costs_nothing(self):
+        self.busy_experiment("blip", 120)
+        p = self.start_tune("run", "exp.yaml")
+        w1 = self.hosts["hosts"][0]["host"]
+        self.wait_for(lambda: any(t["host"] == w1 and t["iteration"] >= 3 for t in self.trials("blip")),
+                      what="a trial running on worker1")
+        self.cut(1)
+        try:
+            import time
+            time.sleep(10)
+        finally:
+            self.cut(1, "heal")
+        out, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("connection lost", err)
+        self.assertIn("reconnected", err)
+        self.check_each_iteration_once("blip")
+        on_w1 = [t for t in self.trials("blip") if t["host"] == w1]
+        self.assertTrue(on_w1)
+        self.assertTrue(all(t["attempt"] == 1 for t in on_w1), "trials were restarted, not re-attached")
+
+    def test_a_host_lost_past_host_timeout_has_its_trials_finish_elsewhere(self):
+        self.busy_experiment("lost", 4)
+        p = self.start_tune("run", "exp.yaml")
+        w1 = self.hosts["hosts"][0]["host"]
+        self.wait_for(lambda: any(t["host"] == w1 and t["checkpoints"] for t in self.trials("lost")),
+                      what="a checkpoint of a trial on worker1")
+        moved = [t["trial_id"] for t in self.trials("lost") if t["host"] == w1 and t["status"] == "RUNNING"]
+        self.cut(1)
+        try:
+            out, err = p.communicate(timeout=300)
+        finally:
+            self.cut(1, "heal")
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("re-queued", err)
+        self.check_each_iteration_once("lost")
+        for t in self.trials("lost"):
+            if t["trial_id"] in moved:
+                self.assertNotEqual(t["host"], w1)
+                self.assertGreaterEqual(t["attempt"], 2)
+                self.assertEqual(t["failures"], 0)
+
     def test_a_host_whose_key_changed_is_refused_and_the_others_carry_on(self):
         self.write("exp.yaml", textwrap.dedent(f"""
             name: keys
