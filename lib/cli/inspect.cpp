@@ -109,13 +109,14 @@ int StatusCommand::execute() {
     json out = {{"name", s.name},           {"dir", dir.string()},
                 {"phase", s.phase},         {"total_trials", s.total_trials},
                 {"elapsed_s", s.elapsed_s}, {"metric", s.metric ? json(*s.metric) : json(nullptr)},
-                {"mode", s.mode},           {"trials", json::array()}};
+                {"mode", s.mode},           {"hosts", s.hosts},
+                {"trials", json::array()}};
     for (const auto& t : s.trials) out["trials"].push_back(trial_summary_json(t));
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
   std::cout << "experiment '" << s.name << "' (" << s.phase << "): " << ui::status_counts(s) << "\n"
-            << "dir: " << dir.string() << "\n"
+            << ui::hosts_line(s) << "dir: " << dir.string() << "\n"
             << ui::trial_table(s, s.metric, s.mode == "max", SIZE_MAX, false);
   return kExitOk;
 }
@@ -184,6 +185,11 @@ int CheckpointsLsCommand::execute() {
   auto rows = ranked_checkpoints(s, trial_, metric, mode_of(mode_, s));
   if (top_ && rows.size() > *top_) rows.resize(*top_);
   auto path_of = [&](const Row& r) { return (dir / r.trial->name / r.ckpt->dir_name()).string(); };
+  // On the head: a checkpoint of a trial on an SSH host is here once it was synced.
+  auto on_head = [&](const Row& r) {
+    std::error_code ec;
+    return fs::is_directory(path_of(r), ec);
+  };
   if (format_ == "json") {
     json out = json::array();
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -193,6 +199,8 @@ int CheckpointsLsCommand::execute() {
                      {"trial_name", r.trial->name},
                      {"checkpoint", r.ckpt->dir_name()},
                      {"path", path_of(r)},
+                     {"on_head", on_head(r)},
+                     {"host", r.trial->host},
                      {"iteration", r.ckpt->iteration},
                      {"metric", metric ? json(*metric) : json(nullptr)},
                      {"score", r.score ? json(*r.score) : json(nullptr)},
@@ -203,14 +211,15 @@ int CheckpointsLsCommand::execute() {
     return kExitOk;
   }
   if (format_ == "csv") {
-    std::cout << "rank,trial_id,trial_name,checkpoint,iteration,metric,score,path,config\n";
+    std::cout << "rank,trial_id,trial_name,checkpoint,iteration,metric,score,path,on_head,config\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       std::cout << i + 1 << "," << r.trial->id << "," << csv_escape(r.trial->name) << ","
                 << r.ckpt->dir_name() << "," << r.ckpt->iteration << ","
                 << csv_escape(metric.value_or("")) << ","
                 << (r.score ? util::format_double(*r.score) : "") << "," << csv_escape(path_of(r))
-                << "," << csv_escape(r.trial->config.dump()) << "\n";
+                << "," << (on_head(r) ? "true" : "false") << ","
+                << csv_escape(r.trial->config.dump()) << "\n";
     }
     return kExitOk;
   }
@@ -224,14 +233,16 @@ int CheckpointsLsCommand::execute() {
                        : " (most recent first)")
             << ":\n";
   std::cout
-      << "rank  trial                           checkpoint          iter    score       config\n";
+      << "rank  trial                           checkpoint          iter    score       head  "
+         "config\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     char line[512];
-    std::snprintf(line, sizeof line, "%-4zu  %-30.30s  %-18s  %-6lld  %-10s  ", i + 1,
+    std::snprintf(line, sizeof line, "%-4zu  %-30.30s  %-18s  %-6lld  %-10s  %-4s  ", i + 1,
                   r.trial->name.c_str(), r.ckpt->dir_name().c_str(),
                   static_cast<long long>(r.ckpt->iteration),
-                  r.score ? util::format_short(*r.score, 5).c_str() : "-");
+                  r.score ? util::format_short(*r.score, 5).c_str() : "-",
+                  on_head(r) ? "yes" : "no");
     std::cout << line << util::printable(r.trial->config.dump(), 80) << "\n";
   }
   std::cout << "best: " << path_of(rows.front()) << "\n";

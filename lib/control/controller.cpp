@@ -645,6 +645,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     state_.total_trials = search::trial_count(exp_.space, exp_.num_samples);
     state_.start_time = ex_.wall_time();
   }
+  state_.hosts.clear();
+  for (const auto& h : pool_.hosts()) state_.hosts[h.name == "local" ? host_name_ : h.name] = "up";
   state_.metric = exp_.metric;
   state_.mode = exp_.mode == spec::Order::kMin ? "min" : "max";
   state_.phase = "running";
@@ -689,6 +691,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         on_exit(x->trial_id, x->info);
       } else if (auto* h = std::get_if<exec::HostEvent>(&ev)) {
         pool_.set_available(h->host, h->up);
+        state_.hosts[h->host] = h->up ? "up" : "unreachable";
+        mark_dirty();
         if (!pool_.any_available())
           spdlog::warn("every host is unreachable: waiting for one to come back (Ctrl-C stops)");
         draw(true);

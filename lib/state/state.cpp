@@ -88,6 +88,7 @@ json to_json(const ExperimentState& s) {
           {"phase", s.phase},
           {"metric", s.metric ? json(*s.metric) : json(nullptr)},
           {"mode", s.mode},
+          {"hosts", s.hosts},
           {"trials", trials}};
 }
 
@@ -114,6 +115,9 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
   s.phase = r.get<std::string>(j, "phase", "experiment");
   if (j.contains("metric") && j["metric"].is_string()) s.metric = j["metric"].get<std::string>();
   if (j.contains("mode") && j["mode"].is_string()) s.mode = j["mode"].get<std::string>();
+  if (j.contains("hosts") && j["hosts"].is_object())
+    for (auto it = j["hosts"].begin(); it != j["hosts"].end(); ++it)
+      if (it->is_string()) s.hosts[it.key()] = it->get<std::string>();
   json trials = r.get<json>(j, "trials", "experiment");
   if (!r.ok) return std::unexpected(r.err);
   if (!trials.is_array()) return fail(where, ": 'trials' is not a list");
@@ -185,6 +189,7 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
   head_only.phase = s.phase;
   head_only.metric = s.metric;
   head_only.mode = s.mode;
+  head_only.hosts = s.hosts;
   json head = to_json(head_only);
   head.erase("trials");
   std::string out = head.dump(-1, ' ', false, json::error_handler_t::replace);

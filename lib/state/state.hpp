@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct ExperimentState {
   std::string phase = "running";  // running | finished | interrupted
   std::optional<std::string> metric;
   std::string mode = "min";
+  std::map<std::string, std::string> hosts;  // host -> "up" | "unreachable" (as last seen)
   std::vector<trial::Trial> trials;
 };
 

@@ -1,5 +1,7 @@
 #include "ui/live_table.hpp"
 
+#include <map>
+
 #include <spdlog/details/log_msg.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
@@ -201,6 +203,21 @@ void LiveTable::clear() {
   drawn_lines_ = 0;
 }
 
+std::string hosts_line(const state::ExperimentState& s) {
+  if (s.hosts.size() < 2 && (s.hosts.empty() || s.hosts.begin()->second == "up")) return "";
+  std::map<std::string, int> running;
+  for (const auto& t : s.trials)
+    if (t.status == trial::Status::kRunning) ++running[t.host];
+  std::string out = "hosts:";
+  bool first = true;
+  for (const auto& [name, st] : s.hosts) {
+    out +=
+        (first ? " " : ", ") + name + " " + st + " (" + std::to_string(running[name]) + " running)";
+    first = false;
+  }
+  return out + "\n";
+}
+
 void LiveTable::update(double now, const state::ExperimentState& s, const spec::Experiment& exp,
                        bool force) {
   if (opts_.quiet) return;
@@ -213,6 +230,7 @@ void LiveTable::update(double now, const state::ExperimentState& s, const spec::
               util::format_short(b->metrics.at(*exp.metric).last, 5) + " (" + b->id + ")";
   }
   text += "\n";
+  text += hosts_line(s);
   size_t rows = opts_.tty ? opts_.max_rows : 8;
   text += trial_table(s, exp.metric, exp.mode == spec::Order::kMax, rows, opts_.color);
   clear();

@@ -24,6 +24,9 @@ struct TableOptions {
 // Decides from the environment: TTY-ness of stderr, NO_COLOR, --quiet.
 [[nodiscard]] TableOptions detect_table_options(bool quiet);
 
+// "hosts: vm up (2 running), 10.0.0.2 unreachable (1 running)"; empty with one host.
+[[nodiscard]] std::string hosts_line(const state::ExperimentState& s);
+
 class LiveTable {
  public:
   explicit LiveTable(TableOptions opts) : opts_(opts) {}

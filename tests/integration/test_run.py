@@ -96,7 +96,7 @@ class RunTest(TuneTest):
         self.assertEqual(sorted(r["score"] for r in rows), [r["score"] for r in rows])
         csv = self.tune("checkpoints", "ls", "e2e", "--format", "csv", "--top", "3", check=0).stdout
         self.assertEqual(len(csv.splitlines()), 4)
-        self.assertTrue(csv.startswith("rank,trial_id,trial_name,checkpoint,iteration,metric,score,path,config"))
+        self.assertTrue(csv.startswith("rank,trial_id,trial_name,checkpoint,iteration,metric,score,path,on_head,config"))
         one = json.loads(self.tune("checkpoints", "ls", "e2e", "--trial", "00001", "--format", "json", check=0).stdout)
         self.assertEqual({r["trial_id"] for r in one}, {"00001"})
         self.assertEqual(self.tune("checkpoints", "ls", "e2e", "--trial", "nope").returncode, 2)

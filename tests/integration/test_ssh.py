@@ -79,6 +79,14 @@ class SshTest(TuneTest):
               - local: {{cpus: 1}}
             """) + self.host_lines() + "\n")
         self.tune("run", "exp.yaml", check=0, timeout=300)
+        # tune status names every host and its state; checkpoints ls says the head holds them.
+        status = json.loads(self.tune("status", "spread", "--format", "json", check=0).stdout)
+        self.assertEqual(len(status["hosts"]), 3)
+        self.assertTrue(all(v == "up" for v in status["hosts"].values()))
+        self.assertIn("hosts:", self.tune("status", "spread", check=0).stdout)
+        ckpts = json.loads(self.tune("checkpoints", "ls", "spread", "--format", "json", check=0).stdout)
+        self.assertEqual(len(ckpts), 16)
+        self.assertTrue(all(c["on_head"] for c in ckpts))
         trials = self.trials("spread")
         self.assertEqual(len(trials), 8)
         hosts = {t["host"] for t in trials}
