@@ -9,8 +9,10 @@
 #   scripts/test-hosts.sh down STATE_DIR   stop them (by pid) and delete what `up` created
 #   scripts/test-hosts.sh cut STATE_DIR K  take worker K's link down (netns mode only)
 #   scripts/test-hosts.sh heal STATE_DIR K bring it back
-#   scripts/test-hosts.sh kill STATE_DIR K kill worker K's sshd (trials keep running)
+#   scripts/test-hosts.sh kill STATE_DIR K kill worker K's sshd and its sessions (trials keep running)
+#   scripts/test-hosts.sh start STATE_DIR K start worker K's sshd again (same host key)
 #   scripts/test-hosts.sh rekey STATE_DIR K give worker K a new host key (restarts its sshd)
+#   scripts/test-hosts.sh slow STATE_DIR K RATE  limit what worker K sends (tc tbf, e.g. 8mbit)
 #
 # hosts.json: {"mode", "user", "identity_file", "known_hosts", "storage_path",
 #              "hosts": [{"name", "host", "port", "storage_path"}]}
@@ -120,8 +122,22 @@ cut|heal)
   ;;
 kill)
   w="$D/w${3:?K}"
-  kill "$(cat "$w/sshd.pid")"
+  kill -9 "$(cat "$w/sshd.pid")" 2>/dev/null || true
   rm -f "$w/sshd.pid"
+  if [ -f "$w/netns" ]; then  # the per-connection sshd's too: every session drops
+    for pid in $(ip netns pids "$(cat "$w/netns")"); do
+      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] && kill -9 "$pid" 2>/dev/null || true
+    done
+  fi
+  ;;
+start)
+  start_sshd "${3:?K}"
+  ;;
+slow)
+  w="$D/w${3:?K}"
+  [ -f "$w/netns" ] || { echo "test-hosts: cannot shape a link in loopback mode" >&2; exit 3; }
+  ns=$(cat "$w/netns"); wv="tn$(cat "$D/net")w${3}"
+  ip netns exec "$ns" tc qdisc replace dev "$wv" root tbf rate "${4:?RATE}" burst 32kbit latency 2s
   ;;
 rekey)
   k=${3:?K}; w="$D/w$k"
@@ -132,7 +148,7 @@ rekey)
   start_sshd "$k"
   ;;
 *)
-  echo "usage: test-hosts.sh up|down|cut|heal|kill|rekey STATE_DIR [N|K]" >&2
+  echo "usage: test-hosts.sh up|down|cut|heal|kill|start|rekey|slow STATE_DIR [N|K] [RATE]" >&2
   exit 2
   ;;
 esac

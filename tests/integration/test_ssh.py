@@ -211,6 +211,60 @@ class SshTest(TuneTest):
                 self.assertGreaterEqual(t["attempt"], 2)
                 self.assertEqual(t["failures"], 0)
 
+    def test_sshd_killed_mid_checkpoint_sync_never_leaves_a_partial_checkpoint_on_the_head(self):
+        # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy.
+        self.write("big.py", """
+            import os, tempfile, time, tune_trial
+            for i in range(1, 7):
+                time.sleep(0.5)
+                d = None
+                if i % 3 == 0:
+                    d = tempfile.mkdtemp()
+                    with open(os.path.join(d, "weights.bin"), "wb") as f:
+                        f.write(bytes([i]) * (4 << 20))
+                tune_trial.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: partial
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'big.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            sync_config: {{sync_period: 60}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to shape")
+        try:
+            run = self.start_tune("run", "exp.yaml")
+            head = os.path.join(self.exp_dir("partial"), "trial_00000_x=1")
+            # A sync of checkpoint_000001 is under way: its staging dir exists on the head.
+            self.wait_for(lambda: os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")),
+                          timeout=60, what="a checkpoint being copied")
+            subprocess.run([SCRIPT, "kill", self.hosts_dir, "1"], check=True, timeout=60)
+            seen_partial = []
+            import time
+            deadline = time.time() + 3
+            while time.time() < deadline:
+                for c in [d for d in os.listdir(head) if d.startswith("checkpoint_")]:
+                    f = os.path.join(head, c, "weights.bin")
+                    if not os.path.exists(f) or os.path.getsize(f) != 4 << 20:
+                        seen_partial.append(c)
+                time.sleep(0.05)
+            subprocess.run([SCRIPT, "start", self.hosts_dir, "1"], check=True, timeout=60)
+            out, err = run.communicate(timeout=300)
+        finally:
+            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
+        self.assertEqual(seen_partial, [], "the head showed a partial checkpoint")
+        self.assertEqual(run.returncode, 0, err)
+        self.assertIn("connection lost", err)
+        # In the end both checkpoints are on the head, complete.
+        for c in ("checkpoint_000001", "checkpoint_000002"):
+            with open(os.path.join(head, c, "weights.bin"), "rb") as f:
+                data = f.read()
+            self.assertEqual(len(data), 4 << 20, c)
+
     def test_a_host_whose_key_changed_is_refused_and_the_others_carry_on(self):
         self.write("exp.yaml", textwrap.dedent(f"""
             name: keys
