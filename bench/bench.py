@@ -174,9 +174,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="write the figures here as JSON")
     ap.add_argument("--state-trials", type=int, default=10000)
-    ap.add_argument("--only", choices=["state"],
-                    help="run only the state-at-scale workload")
+    ap.add_argument("--only", choices=["state", "ssh"], help="run only this workload")
     a = ap.parse_args()
+    if a.only == "ssh":
+        tmp = tempfile.mkdtemp(prefix="tune-bench-")
+        try:
+            print_ssh(bench_ssh(tmp))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if a.only == "state":
         tmp = tempfile.mkdtemp(prefix="tune-bench-")
         try:
@@ -227,6 +233,84 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"state": state, "checkpoints": ckpt, "launch": launch, "launch_tmpfs": launch_shm if shm else None, "results": results, "machine": os.uname().nodename,
                        "cpus": os.cpu_count()}, f, indent=2)
+
+
+def bench_ssh(tmp, trials=200):
+    """SSH worker host (scripts/test-hosts.sh; needs root for its network namespace): trial start
+    over the open connection, a periodic sync of an unchanged trial dir, and the longest time one
+    loop turn spent on sync bookkeeping, as the driver logs them ("ssh timings: ..."). Baselines:
+    `ssh -S <master> host true` and an rsync of an unchanged dir over the same kind of master."""
+    hosts_dir = os.path.join(tmp, "hosts")
+    script = os.path.join(ROOT, "scripts", "test-hosts.sh")
+    subprocess.run([script, "up", hosts_dir, "1"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        with open(os.path.join(hosts_dir, "hosts.json")) as f:
+            hj = json.load(f)
+        h = hj["hosts"][0]
+        host_line = ("hosts:\n  - ssh: {host: %s, port: %d, user: %s, identity_file: %s, "
+                     "known_hosts_file: %s, storage_path: %s, cpus: %%d}\n"
+                     % (h["host"], h["port"], hj["user"], hj["identity_file"], hj["known_hosts"],
+                        h["storage_path"]))
+
+        def run(name, body, cpus):
+            yaml = os.path.join(tmp, name + ".yaml")
+            with open(yaml, "w") as f:
+                f.write("name: %s\n%s" % (name, body) + host_line % cpus)
+            storage = os.path.join(tmp, "ssh-" + name)
+            subprocess.run([TUNE, "run", yaml, "--quiet", "--storage-path", storage], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(os.path.join(storage, name, "tune.log")) as f:
+                line = [l for l in f if "ssh timings:" in l][-1]
+            nums = [float(w) for w in line.replace(",", " ").replace(";", " ").split()
+                    if w.replace(".", "", 1).isdigit()]
+            return nums  # starts, start_ms, syncs, sync_ms, longest_ms
+
+        starts = run("starts", "trial: {command: [\"true\"]}\nparam_space: {i: {grid_search: [%s]}}\n"
+                     "sync_config: {syncer: none}\n" % ", ".join(map(str, range(trials))), 1)
+        syncs = run("syncs", "trial: {command: [\"sleep\", \"4\"]}\nparam_space: {i: {grid_search: [1, 2]}}\n"
+                    "sync_config: {sync_period: 0.2}\n", 2)
+        # Baselines over an OpenSSH master of our own.
+        sock = os.path.join(tmp, "cm")
+        base = ["ssh", "-o", "ControlPath=" + sock, "-o", "BatchMode=yes", "-o",
+                "UserKnownHostsFile=" + hj["known_hosts"], "-i", hj["identity_file"], "-p",
+                str(h["port"]), "-l", hj["user"], h["host"]]
+        master = subprocess.Popen(base[:1] + ["-M", "-N"] + base[1:], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        ssh_true = []
+        for _ in range(50):
+            t0 = time.monotonic()
+            subprocess.run(base + ["true"], check=True)
+            ssh_true.append((time.monotonic() - t0) * 1000)
+        rs = []
+        src = "%s@%s:%s/syncs/" % (hj["user"], h["host"], h["storage_path"])
+        dst = os.path.join(tmp, "rsync-baseline")
+        for _ in range(20):
+            t0 = time.monotonic()
+            subprocess.run(["rsync", "-rlt", "-e", "ssh -o ControlPath=%s -p %d" % (sock, h["port"]),
+                            src, dst], check=True, stdout=subprocess.DEVNULL)
+            rs.append((time.monotonic() - t0) * 1000)
+        master.terminate()
+        master.wait()
+        return {"trials": trials, "start_ms": starts[1], "ssh_true_ms": statistics.median(ssh_true),
+                "syncs": syncs[2], "sync_ms": syncs[3], "rsync_ms": statistics.median(rs[1:]),
+                "sync_bookkeeping_max_ms": syncs[4], "mode": hj["mode"]}
+    finally:
+        subprocess.run([script, "down", hosts_dir], stdout=subprocess.DEVNULL)
+
+
+def print_ssh(r):
+    print("%-44s %11.2fms %10.2fms %9.2fx  (target <= 20 ms; %s hosts)" % (
+        "ssh: start a trial, median of %d" % r["trials"], r["start_ms"], r["ssh_true_ms"],
+        r["start_ms"] / r["ssh_true_ms"], r["mode"]))
+    print("%-44s %11.2fms %10.2fms %9.2fx  (target <= 50 ms; baseline: rsync by hand)" % (
+        "ssh: periodic sync of an unchanged trial dir", r["sync_ms"], r["rsync_ms"],
+        r["sync_ms"] / r["rsync_ms"]))
+    print("%-44s %11.2fms %11s %10s  (target <= 10 ms)" % (
+        "ssh: longest loop turn spent on syncs", r["sync_bookkeeping_max_ms"], "", ""))
 
 
 def shm_or(tmp):

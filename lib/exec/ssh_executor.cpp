@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -49,6 +50,11 @@ struct Host {
   SshHostInfo info;
   ssh_session session = nullptr;
   sftp_session sftp = nullptr;
+  // A shell kept open on one channel: starting a trial is one line written to it, so the
+  // user's shell start-up (.bashrc and all) is paid once per connection, not per trial.
+  ssh_channel shell = nullptr;
+  std::string shell_buf;
+  uint64_t shell_seq = 0;
   std::string supervisor;  // remote path
   std::string lease;       // remote path
   pid_t master = -1;       // ssh -M (for rsync)
@@ -75,6 +81,11 @@ struct Host {
   }
 
   void close() {
+    if (shell) {
+      ssh_channel_close(shell);
+      ssh_channel_free(shell);
+    }
+    shell = nullptr;
     if (sftp) sftp_free(sftp);
     sftp = nullptr;
     if (session) {
@@ -89,6 +100,42 @@ struct Host {
   }
 
   std::string err() const { return session ? ssh_get_error(session) : "no session"; }
+
+  Result<void> open_shell() {
+    shell = ssh_channel_new(session);
+    if (!shell || ssh_channel_open_session(shell) != SSH_OK ||
+        ssh_channel_request_exec(shell, "exec /bin/sh") != SSH_OK)
+      return fail("cannot open a shell channel: ", err());
+    return {};
+  }
+
+  // Runs a command in the kept shell; returns its exit status and output (stdout only).
+  Result<int> shell_run(const std::string& cmd, std::string* out) {
+    if (!shell) return run(cmd, out);
+    std::string marker = "__tune_done_" + std::to_string(++shell_seq) + "__";
+    std::string line = "{ " + cmd + "\n} </dev/null 2>&1; echo \"" + marker + " $?\"\n";
+    if (ssh_channel_write(shell, line.data(), static_cast<uint32_t>(line.size())) !=
+        static_cast<int>(line.size()))
+      return fail(cfg.name, ": ", err());
+    char tmp[4096];
+    for (;;) {
+      if (auto at = shell_buf.find(marker + " "); at != std::string::npos) {
+        auto nl = shell_buf.find('\n', at);
+        if (nl != std::string::npos) {
+          int status = std::atoi(shell_buf.c_str() + at + marker.size() + 1);
+          if (out) *out = shell_buf.substr(0, at);
+          shell_buf.erase(0, nl + 1);
+          return status;
+        }
+      }
+      int n = ssh_channel_read_timeout(shell, tmp, sizeof tmp, 0, 10000);
+      if (n > 0) {
+        shell_buf.append(tmp, static_cast<size_t>(n));
+        continue;
+      }
+      return fail(cfg.name, ": the shell channel ", n == 0 ? "timed out" : "failed", ": ", err());
+    }
+  }
 
   // Runs a command (through the user's shell on the host); returns its exit status and output.
   Result<int> run(const std::string& cmd, std::string* out = nullptr) {
@@ -199,12 +246,17 @@ struct Run {
   std::vector<Step> sync_steps;
   bool sync_due = false;
   double next_sync = 0;
+  double sync_started = 0;
 };
 
 }  // namespace
 
 struct SshExecutor::Impl {
   SshOptions opts;
+  // Timings for the log (bench/bench.py reads them): trial starts, whole syncs, and the time
+  // the loop spent in sync bookkeeping per turn.
+  std::vector<double> start_ms, sync_ms;
+  double sync_poll_max_ms = 0;
   std::vector<std::unique_ptr<Host>> hosts;
   std::unordered_map<std::string, Run> runs;
   double last_poll = 0;
@@ -250,12 +302,28 @@ struct SshExecutor::Impl {
       cmd.push_back(dst);
       return cmd;
     };
-    steps.push_back({rsync(r.dir + "/", r.head_dir.string() + "/",
-                           {"--exclude=checkpoint_*", "--exclude=stdin.fifo",
-                            "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
-                            "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
-                     {},
-                     {}});
+    // Unchanged since the last sync (nothing in the trial dir newer than its mark, checked by
+    // the kept shell in a few ms): no rsync. Otherwise the mark is set first, so that a file
+    // written while rsync runs is seen as changed next time.
+    std::string check_out;
+    auto check =
+        h.up ? h.shell_run(
+                   "cd -- " + q(r.dir) + " 2>/dev/null || exit 0; if [ -e .tune_sync_mark ] && " +
+                       "[ -z \"$(find . \\( -name 'checkpoint_*' -o -name '.staged_checkpoint_*' " +
+                       "-o -name '.pending_checkpoint_*' \\) -prune -o -newer .tune_sync_mark " +
+                       "-print -quit)\" ]; then echo unchanged; else touch .tune_sync_mark; fi",
+                   &check_out)
+             : Result<int>(1);
+    if (!check) check_out.clear();
+    bool unchanged = check && check_out.find("unchanged") != std::string::npos;
+    if (!unchanged)
+      steps.push_back(
+          {rsync(r.dir + "/", r.head_dir.string() + "/",
+                 {"--exclude=checkpoint_*", "--exclude=stdin.fifo", "--exclude=.tune_sync_mark",
+                  "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
+                  "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
+           {},
+           {}});
     for (const auto& c : r.checkpoints) {
       if (fs::exists(r.head_dir / c, ec)) continue;  // complete checkpoints never change
       fs::path staging = r.head_dir / (".sync_" + c);
@@ -317,13 +385,16 @@ struct SshExecutor::Impl {
         start_next_step(r);
         return r.sync_pid > 0;
       }
+      sync_ms.push_back((now - r.sync_started) * 1000);
       r.next_sync = now + opts.sync_period;
     }
     if (r.sync_due || (now >= r.next_sync && !r.exited)) {
       r.sync_due = false;
       r.next_sync = now + opts.sync_period;
+      r.sync_started = now;
       plan_sync(r);
       start_next_step(r);
+      if (r.sync_pid <= 0) sync_ms.push_back((clock_s(CLOCK_MONOTONIC) - now) * 1000);
       return r.sync_pid > 0;
     }
     return false;
@@ -425,6 +496,8 @@ struct SshExecutor::Impl {
       sftp_chmod(h.sftp, remote.c_str(), static_cast<mode_t>(mode));
     }
     h.lease = h.info.exp_dir + "/.tune/lease";
+    h.shell_buf.clear();
+    if (auto sh = h.open_shell(); !sh) return sh;
     // rsync goes through an OpenSSH master connection that the driver owns.
     if (opts.syncer == "rsync") {
       h.control_path = "/tmp/tune-cm-" + std::to_string(::getpid()) + "-" + std::to_string(h.index);
@@ -557,7 +630,22 @@ SshExecutor::SshExecutor(SshOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
 }
 
+namespace {
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
 SshExecutor::~SshExecutor() {
+  auto& impl = *impl_;
+  if (!impl.start_ms.empty())
+    spdlog::info(
+        "ssh timings: {} starts, median {:.2f} ms; {} syncs, median {:.2f} ms; longest "
+        "sync bookkeeping in one loop turn {:.2f} ms",
+        impl.start_ms.size(), median_of(impl.start_ms), impl.sync_ms.size(),
+        median_of(impl.sync_ms), impl.sync_poll_max_ms);
   for (auto& [id, r] : impl_->runs)
     if (r.sync_pid > 0) util::kill_and_reap(r.sync_pid);
 }
@@ -604,14 +692,15 @@ Result<void> SshExecutor::start(const Launch& l) {
   // lag, or be missing while the host has one from an earlier run): it prints that first.
   std::string cmd = "mkdir -p -- " + q(r.dir) + " && rm -f -- " + q(r.dir + "/exit.json") +
                     " && { stat -c %s -- " + q(r.dir + "/stdout.log") +
-                    " 2>/dev/null || echo 0; } && { env";
+                    " 2>/dev/null || echo 0; } && ( env";
   for (const auto& [k, v] : l.env) cmd += " " + q(k + "=" + v);
   cmd += " " + q(h->supervisor) + " " + q(r.dir) + " " + std::to_string(l.attempt) + " " +
          q(h->lease) + " " + util::format_double(impl.opts.orphan_timeout_s) + " " +
          util::format_double(impl.opts.grace_s) + " " + q(l.cwd.string()) + " " +
          (l.stdin_fifo ? "fifo" : "null") + " --";
   for (const auto& a : l.argv) cmd += " " + q(a);
-  cmd += " </dev/null >/dev/null 2>&1 & } && echo $!";
+  // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell)
+  cmd += " </dev/null >/dev/null 2>&1 & echo $! )";
   if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
     (void)h->run("mkdir -p -- " + q(r.dir));
     if (auto w = h->write(r.dir + "/params.json", *params, 0644); !w)
@@ -643,7 +732,9 @@ Result<void> SshExecutor::start(const Launch& l) {
     }
   }
   std::string out;
-  auto st = h->run(cmd, &out);
+  double t0 = now();
+  auto st = h->shell_run(cmd, &out);
+  impl.start_ms.push_back((now() - t0) * 1000);
   if (!st) return lost(st.error().message);
   if (*st != 0)
     return fail(h->cfg.name, ": cannot start the supervisor: ", util::printable(out, 300));
@@ -750,7 +841,9 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
       }
     }
     // A trial's exit is reported after its end-of-trial sync, so its files are on the head.
+    double before = now();
     bool syncing = h.up ? impl.poll_sync(r, t) : r.sync_pid > 0 && !util::try_wait(r.sync_pid);
+    impl.sync_poll_max_ms = std::max(impl.sync_poll_max_ms, (now() - before) * 1000);
     if (r.exited && !syncing) {
       exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{id, *r.exit});
       done.push_back(id);
