@@ -3,12 +3,15 @@
 # Idempotent and quick when everything is already there.
 #   scripts/setup.sh            build dependencies + build
 #   scripts/setup.sh --test     also what the test suite needs
+#   scripts/setup.sh --bench    also what bench/peers.py compares against (GNU parallel, Optuna)
 # TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_mnist.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
+want_bench=0
 [ "${1:-}" = "--test" ] && want_tests=1
+[ "${1:-}" = "--bench" ] && want_tests=1 && want_bench=1
 
 packages=(cmake g++ make ccache pkg-config python3 rsync
           libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libssh-dev catch2)
@@ -16,6 +19,9 @@ if [ "$want_tests" = 1 ]; then
   # awscli talks to the S3-compatible server (s3rver, from npm) that the upload tests start.
   packages+=(openssh-client openssh-server iproute2 procps awscli)
   command -v npm >/dev/null || packages+=(nodejs npm)
+fi
+if [ "$want_bench" = 1 ]; then
+  packages+=(parallel python3-optuna)  # the peers bench/peers.py compares against
 fi
 if [ "${TUNE_WITH_TORCH:-0}" = 1 ]; then
   packages+=(python3-torch python3-numpy)

@@ -236,6 +236,7 @@ struct Run {
   std::optional<ExitInfo> exit;
   std::set<std::string> checkpoints;      // retained, on the host
   std::set<std::string> found_at_attach;  // checkpoint dirs there when re-attached
+  std::map<std::string, double> adopted_at;  // checkpoint -> when it was registered
   // sync: a queue of commands; a checkpoint's step is published (renamed) when it succeeds
   struct Step {
     std::vector<std::string> cmd;
@@ -257,6 +258,8 @@ struct SshExecutor::Impl {
   // the loop spent in sync bookkeeping per turn.
   std::vector<double> start_ms, sync_ms;
   double sync_poll_max_ms = 0;
+  std::vector<double> publish_ms;  // checkpoint registered -> complete on the head
+  uint64_t published_bytes = 0;
   std::vector<std::unique_ptr<Host>> hosts;
   std::unordered_map<std::string, Run> runs;
   double last_poll = 0;
@@ -374,8 +377,17 @@ struct SshExecutor::Impl {
       } else if (r.current && !r.current->final_path.empty()) {
         // A checkpoint copied completely: only now does it appear under its name.
         std::error_code ec;
-        if (!fs::exists(r.current->final_path, ec))
+        if (!fs::exists(r.current->final_path, ec)) {
+          for (fs::recursive_directory_iterator it(r.current->staging, ec), end; !ec && it != end;
+               it.increment(ec))
+            if (it->is_regular_file(ec)) published_bytes += it->file_size(ec);
           fs::rename(r.current->staging, r.current->final_path, ec);
+          auto name = r.current->final_path.filename().string();
+          if (auto at = r.adopted_at.find(name); at != r.adopted_at.end()) {
+            publish_ms.push_back((now - at->second) * 1000);
+            r.adopted_at.erase(at);
+          }
+        }
         if (ec)
           spdlog::warn("trial {}: cannot publish {}: {}", r.id, r.current->final_path.string(),
                        ec.message());
@@ -643,9 +655,11 @@ SshExecutor::~SshExecutor() {
   if (!impl.start_ms.empty())
     spdlog::info(
         "ssh timings: {} starts, median {:.2f} ms; {} syncs, median {:.2f} ms; longest "
-        "sync bookkeeping in one loop turn {:.2f} ms",
+        "sync bookkeeping in one loop turn {:.2f} ms; {} checkpoints published, {} bytes, "
+        "median {:.2f} ms after registration",
         impl.start_ms.size(), median_of(impl.start_ms), impl.sync_ms.size(),
-        median_of(impl.sync_ms), impl.sync_poll_max_ms);
+        median_of(impl.sync_ms), impl.sync_poll_max_ms, impl.publish_ms.size(),
+        impl.published_bytes, median_of(impl.publish_ms));
   for (auto& [id, r] : impl_->runs)
     if (r.sync_pid > 0) util::kill_and_reap(r.sync_pid);
 }
@@ -921,6 +935,7 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (*st != 0) return fail(util::printable(out, 300));
   r.checkpoints.insert(dest);
+  r.adopted_at[dest] = now();
   return {};
 }
 

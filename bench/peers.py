@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""tune against its peers and against the physical limit (issue 6). Run on demand:
+
+  scripts/setup.sh --bench && python3 bench/peers.py [--config bench/peers.json] [--json out.json]
+                                                     [--only NAME ...]
+
+Six workloads, parameters in bench/peers.json (scaled to a 2-core machine), each printed with a
+baseline measured in the same run and the ratio:
+  overhead     Ray Tune's bookkeeping release test, scaled: N trials that sleep 1 s and report
+               once, at concurrency 32: wall time vs the ideal N x 1 s / 32
+  launch       N trials of `true` at concurrency 2: tune vs `xargs -P2` vs GNU `parallel -j2`
+  throughput   32 trials reporting at rising rates for D s, until the driver falls behind; plus
+               one trial printing results flat out (`cat` of a file)
+  state        10,000 trials x 100 results: state write, resume start-up, driver RSS
+  checkpoints  16 trials writing a 10 MB checkpoint every 2 s, keep 2, on SSH worker hosts with
+               rsync: bytes moved vs bytes retained, sync latency, overhead vs `syncer: none`
+  optuna       Optuna 3.1 (Debian's python3-optuna) running the same subprocess objective,
+               200 trials of a 50 ms process, n_jobs=2, vs tune at concurrency 2
+The SSH workload needs root (it makes worker hosts in network namespaces); without it, it is
+reported as skipped.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (launch, results, state workloads)
+
+ROOT = bench.ROOT
+TUNE = bench.TUNE
+BENCH_BIN = os.path.join(os.path.dirname(TUNE), "bench")
+REPORTER = os.path.join(BENCH_BIN, "tune_bench_reporter")
+SYSTEM_PY = "/usr/bin/python3"  # Debian's, with python3-optuna
+
+
+def run_tune(yaml, storage, *extra):
+    t0 = time.monotonic()
+    subprocess.run([TUNE, "run", yaml, "--quiet", "--storage-path", storage, *extra], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(text).lstrip())
+    return path
+
+
+def overhead(tmp, c):
+    yaml = write(os.path.join(tmp, "overhead.yaml"), f"""
+        name: overhead
+        trial: {{command: ["{REPORTER}", "1", "{c['sleep_s']}"]}}
+        param_space: {{x: {{uniform: [0, 1]}}}}
+        num_samples: {c['trials']}
+        seed: 1
+        max_concurrent_trials: {c['concurrency']}
+        hosts: [{{local: {{cpus: {c['concurrency']}}}}}]
+        """)
+    wall = run_tune(yaml, tempfile.mkdtemp(dir=tmp))
+    ideal = c["trials"] * c["sleep_s"] / c["concurrency"]
+    return {"wall_s": wall, "ideal_s": ideal, "overhead_pct": (wall / ideal - 1) * 100,
+            "ray_published_pct": (715 / 625 - 1) * 100}
+
+
+def launch(tmp, c):
+    return bench.bench_launch(tmp, c["trials"], 1)
+
+
+def throughput(tmp, c):
+    out = {"levels": []}
+    for rate in c["rates_per_trial"]:
+        n = int(rate * c["duration_s"])
+        yaml = write(os.path.join(tmp, "tp%d.yaml" % rate), f"""
+            name: tp
+            trial: {{command: ["{REPORTER}", "{n}", "0", "{rate}"]}}
+            param_space: {{x: {{uniform: [0, 1]}}}}
+            num_samples: {c['trials']}
+            max_concurrent_trials: {c['trials']}
+            hosts: [{{local: {{cpus: {c['trials']}}}}}]
+            """)
+        storage = tempfile.mkdtemp(dir=tmp)
+        wall = run_tune(yaml, storage)
+        with open(os.path.join(storage, "tp", "experiment_state.json")) as f:
+            got = sum(t["iteration"] for t in json.load(f)["trials"])
+        total = n * c["trials"]
+        # Kept up: every result recorded, and the run no more than 10% longer than the trials.
+        kept_up = got == total and wall <= c["duration_s"] * 1.1 + 1
+        out["levels"].append({"rate_per_trial": rate, "offered_per_s": rate * c["trials"],
+                              "wall_s": wall, "recorded": got, "kept_up": kept_up})
+        shutil.rmtree(storage, ignore_errors=True)
+        if not kept_up:
+            break
+    ok = [l for l in out["levels"] if l["kept_up"]]
+    out["sustained_per_s"] = max((l["offered_per_s"] for l in ok), default=0)
+    out["flat_out"] = bench.bench_results(tmp, c["flat_out_results"], 1)
+    return out
+
+
+def state(tmp, c):
+    return bench.bench_state(tmp, c["trials"], c["results_each"], bench.shm_or(tmp))
+
+
+CKPT_TRIAL = """
+import os, tempfile, time, tune_trial
+cfg = tune_trial.config()
+size = int(cfg["mb"]) << 20
+start = time.time()
+i = 0
+while time.time() - start < float(cfg["duration"]):
+    time.sleep(float(cfg["every"]))
+    i += 1
+    d = tempfile.mkdtemp(dir=os.environ["TUNE_TRIAL_DIR"])
+    with open(os.path.join(d, "weights.bin"), "wb") as f:
+        f.write(os.urandom(1 << 20) * (size >> 20))
+    tune_trial.report({"i": i}, checkpoint_dir=d)
+"""
+
+
+def checkpoints(tmp, c):
+    if os.geteuid() != 0:
+        return {"skipped": "needs root for worker hosts in network namespaces"}
+    hosts_dir = os.path.join(tmp, "hosts")
+    script = os.path.join(ROOT, "scripts", "test-hosts.sh")
+    subprocess.run([script, "up", hosts_dir, str(c["workers"])], check=True,
+                   stdout=subprocess.DEVNULL)
+    try:
+        with open(os.path.join(hosts_dir, "hosts.json")) as f:
+            hj = json.load(f)
+        trial = write(os.path.join(tmp, "ckpt_trial.py"), CKPT_TRIAL)
+        per_host = -(-c["trials"] // c["workers"])
+        host_lines = "".join(
+            "  - ssh: {host: %s, port: %d, user: %s, identity_file: %s, known_hosts_file: %s, "
+            "storage_path: %s, cpus: %d}\n" % (h["host"], h["port"], hj["user"], hj["identity_file"],
+                                               hj["known_hosts"], h["storage_path"], per_host)
+            for h in hj["hosts"])
+        results = {}
+        for syncer in ("none", "rsync"):
+            yaml = os.path.join(tmp, "ckpt-%s.yaml" % syncer)
+            with open(yaml, "w") as f:
+                f.write(textwrap.dedent(f"""
+                    name: ckpt-{syncer}
+                    trial: {{command: ["{SYSTEM_PY}", "{trial}"]}}
+                    param_space: {{mb: {c['checkpoint_mb']}, every: {c['every_s']}, duration: {c['duration_s']}}}
+                    num_samples: {c['trials']}
+                    checkpoint_config: {{num_to_keep: {c['keep']}}}
+                    sync_config: {{syncer: {syncer}, sync_period: 10}}
+                    hosts:
+                    """).lstrip() + host_lines)
+            storage = tempfile.mkdtemp(dir=tmp)
+            wall = run_tune(yaml, storage)
+            with open(os.path.join(storage, "ckpt-" + syncer, "tune.log")) as f:
+                line = [l for l in f if "ssh timings:" in l][-1]
+            nums = [float(w) for w in line.split("ssh timings:")[1].replace(",", " ").replace(";", " ").split()
+                    if w.replace(".", "", 1).isdigit()]
+            results[syncer] = {"wall_s": wall, "published": nums[5], "bytes_moved": nums[6],
+                               "publish_ms": nums[7]}
+            shutil.rmtree(storage, ignore_errors=True)
+        retained = c["trials"] * c["keep"] * (c["checkpoint_mb"] << 20)
+        r = results["rsync"]
+        return {"wall_rsync_s": r["wall_s"], "wall_none_s": results["none"]["wall_s"],
+                "overhead_pct": (r["wall_s"] / results["none"]["wall_s"] - 1) * 100,
+                "bytes_moved": r["bytes_moved"], "bytes_retained": retained,
+                "moved_over_retained": r["bytes_moved"] / retained,
+                "checkpoints_published": r["published"], "publish_latency_ms": r["publish_ms"],
+                "mode": hj["mode"]}
+    finally:
+        subprocess.run([script, "down", hosts_dir], stdout=subprocess.DEVNULL)
+
+
+OPTUNA_SCRIPT = """
+import subprocess, sys, time
+import optuna
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+n, secs, jobs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+def objective(trial):
+    x = trial.suggest_float("x", 0, 1)
+    subprocess.run(["sleep", secs], check=True)
+    return x
+study = optuna.create_study()
+t0 = time.monotonic()
+study.optimize(objective, n_trials=n, n_jobs=jobs)
+print(time.monotonic() - t0)
+"""
+
+
+def optuna(tmp, c):
+    probe = subprocess.run([SYSTEM_PY, "-c", "import optuna; print(optuna.__version__)"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        return {"skipped": "python3-optuna is not installed (scripts/setup.sh --bench)"}
+    script = write(os.path.join(tmp, "optuna_bench.py"), OPTUNA_SCRIPT)
+    t0 = time.monotonic()
+    out = subprocess.run([SYSTEM_PY, script, str(c["trials"]), str(c["process_s"]), str(c["n_jobs"])],
+                         check=True, capture_output=True, text=True)
+    optuna_wall = time.monotonic() - t0  # interpreter and import included, as a user pays them
+    yaml = write(os.path.join(tmp, "optuna.yaml"), f"""
+        name: optuna
+        trial: {{command: ["sleep", "{c['process_s']}"]}}
+        param_space: {{x: {{uniform: [0, 1]}}}}
+        num_samples: {c['trials']}
+        max_concurrent_trials: {c['n_jobs']}
+        hosts: [{{local: {{cpus: {c['n_jobs']}}}}}]
+        """)
+    tune_wall = run_tune(yaml, tempfile.mkdtemp(dir=tmp))
+    ideal = c["trials"] * c["process_s"] / c["n_jobs"]
+    return {"optuna_version": probe.stdout.strip(), "optuna_s": optuna_wall,
+            "optuna_optimize_s": float(out.stdout.strip().splitlines()[-1]), "tune_s": tune_wall,
+            "ideal_s": ideal, "tune_over_optuna": tune_wall / optuna_wall}
+
+
+WORKLOADS = {"overhead": overhead, "launch": launch, "throughput": throughput, "state": state,
+             "checkpoints": checkpoints, "optuna": optuna}
+
+
+def report(res):
+    rows = []
+    if "overhead" in res:
+        r = res["overhead"]
+        rows.append(("1 bookkeeping: sleep-1s trials at conc. 32", "%.1f s" % r["wall_s"],
+                     "ideal %.1f s" % r["ideal_s"], "+%.1f%%" % r["overhead_pct"],
+                     "<= +2% (Ray published +%.0f%%)" % r["ray_published_pct"]))
+    if "launch" in res:
+        r = res["launch"]
+        rows.append(("2 launch: %d x true vs xargs -P2" % r["trials"], "%.2f s" % r["tune_s"],
+                     "%.2f s" % r["xargs_s"], "%.2fx" % r["tune_over_xargs"], "<= 1.5x"))
+        if "parallel_s" in r:
+            rows.append(("2 launch: vs GNU parallel -j2", "%.2f s" % r["tune_s"],
+                         "%.2f s" % r["parallel_s"], "%.2fx" % r["tune_over_parallel"], "<= 0.5x"))
+    if "throughput" in res:
+        r = res["throughput"]
+        for l in r["levels"]:
+            rows.append(("3 throughput: 32 trials x %d/s" % l["rate_per_trial"],
+                         "%.1f s" % l["wall_s"], "%d/s offered" % l["offered_per_s"],
+                         "kept up" if l["kept_up"] else "fell behind", ""))
+        f = r["flat_out"]
+        rows.append(("3 throughput: one trial flat out", "%.0f/s" % f["results_per_s"],
+                     "cat: %.2f s" % f["cat_s"], "%.1fx cat" % f["tune_over_cat"], ">= 100000/s"))
+    if "state" in res:
+        r = res["state"]
+        rows.append(("4 state write, %d trials" % r["trials"], "%.1f ms" % r["save_ms"],
+                     "all: %.0f ms" % r["save_cold_ms"], "%.2fx" % (r["save_ms"] / r["save_cold_ms"]),
+                     "<= 50 ms"))
+        rows.append(("4 resume start-up", "%.2f s" % r["resume_startup_s"], "", "", "<= 1 s"))
+        rows.append(("4 driver peak RSS", "%.0f MB" % r["driver_max_rss_mb"], "", "", "<= 100 MB"))
+    if "checkpoints" in res:
+        r = res["checkpoints"]
+        if "skipped" in r:
+            rows.append(("5 checkpoint-heavy over SSH", "skipped", r["skipped"], "", ""))
+        else:
+            rows.append(("5 checkpoints over SSH: wall vs syncer none", "%.1f s" % r["wall_rsync_s"],
+                         "%.1f s" % r["wall_none_s"], "+%.1f%%" % r["overhead_pct"], ""))
+            rows.append(("5 bytes moved vs bytes retained", "%.0f MB" % (r["bytes_moved"] / 1e6),
+                         "%.0f MB" % (r["bytes_retained"] / 1e6), "%.2fx" % r["moved_over_retained"], ""))
+            rows.append(("5 checkpoint on the head after", "%.0f ms" % r["publish_latency_ms"],
+                         "median", "", ""))
+    if "optuna" in res:
+        r = res["optuna"]
+        if "skipped" in r:
+            rows.append(("6 vs Optuna", "skipped", r["skipped"], "", ""))
+        else:
+            rows.append(("6 %d x 50 ms process, 2 at once vs Optuna %s" % (200, r["optuna_version"]),
+                         "%.2f s" % r["tune_s"], "%.2f s" % r["optuna_s"],
+                         "%.2fx" % r["tune_over_optuna"], "ideal %.1f s" % r["ideal_s"]))
+    print("%-46s %12s %16s %12s  %s" % ("workload", "tune", "baseline", "ratio", "target"))
+    for row in rows:
+        print("%-46s %12s %16s %12s  %s" % row)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers.json"))
+    ap.add_argument("--json", default="bench-results.json")
+    ap.add_argument("--only", nargs="*", choices=list(WORKLOADS))
+    a = ap.parse_args()
+    with open(a.config) as f:
+        cfg = json.load(f)
+    res = {"machine": os.uname().nodename, "cpus": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d")}
+    t0 = time.monotonic()
+    for name, fn in WORKLOADS.items():
+        if a.only and name not in a.only:
+            continue
+        tmp = tempfile.mkdtemp(prefix="tune-peers-")
+        try:
+            t = time.monotonic()
+            res[name] = fn(tmp, cfg[name])
+            print("[%s done in %.0f s]" % (name, time.monotonic() - t), file=sys.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    res["total_s"] = time.monotonic() - t0
+    report(res)
+    with open(a.json, "w") as f:
+        json.dump(res, f, indent=2)
+    print("(%.0f s in all; figures in %s)" % (res["total_s"], a.json))
+
+
+if __name__ == "__main__":
+    main()
