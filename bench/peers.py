@@ -225,7 +225,7 @@ def report(res):
         r = res["overhead"]
         rows.append(("1 bookkeeping: sleep-1s trials at conc. 32", "%.1f s" % r["wall_s"],
                      "ideal %.1f s" % r["ideal_s"], "+%.1f%%" % r["overhead_pct"],
-                     "<= +2% (Ray published +%.0f%%)" % r["ray_published_pct"]))
+                     "<= +2%% (Ray published +%.0f%%)" % r["ray_published_pct"]))
     if "launch" in res:
         r = res["launch"]
         rows.append(("2 launch: %d x true vs xargs -P2" % r["trials"], "%.2f s" % r["tune_s"],
@@ -295,9 +295,9 @@ def main():
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     res["total_s"] = time.monotonic() - t0
-    report(res)
     with open(a.json, "w") as f:
         json.dump(res, f, indent=2)
+    report(res)
     print("(%.0f s in all; figures in %s)" % (res["total_s"], a.json))
 
 

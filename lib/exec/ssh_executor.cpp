@@ -110,7 +110,7 @@ struct Host {
   }
 
   // Runs a command in the kept shell; returns its exit status and output (stdout only).
-  Result<int> shell_run(const std::string& cmd, std::string* out) {
+  Result<int> shell_run(const std::string& cmd, std::string* out = nullptr) {
     if (!shell) return run(cmd, out);
     std::string marker = "__tune_done_" + std::to_string(++shell_seq) + "__";
     std::string line = "{ " + cmd + "\n} </dev/null 2>&1; echo \"" + marker + " $?\"\n";
@@ -234,8 +234,8 @@ struct Run {
   std::optional<int> child_pid;
   bool exited = false;  // exit.json read and all output delivered
   std::optional<ExitInfo> exit;
-  std::set<std::string> checkpoints;      // retained, on the host
-  std::set<std::string> found_at_attach;  // checkpoint dirs there when re-attached
+  std::set<std::string> checkpoints;         // retained, on the host
+  std::set<std::string> found_at_attach;     // checkpoint dirs there when re-attached
   std::map<std::string, double> adopted_at;  // checkpoint -> when it was registered
   // sync: a queue of commands; a checkpoint's step is published (renamed) when it succeeds
   struct Step {
@@ -579,7 +579,7 @@ struct SshExecutor::Impl {
           h.up = true;
           spdlog::warn("host {}: reconnected after {:.1f} s", h.cfg.name, now - h.down_since);
           for (int pid : h.superseded)  // attempts re-queued elsewhere meanwhile
-            (void)h.run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");
+            (void)h.shell_run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");
           h.superseded.clear();
           h.lost = false;
           host_events.emplace_back(std::in_place_type<HostEvent>, HostEvent{h.cfg.name, true});
@@ -716,7 +716,7 @@ Result<void> SshExecutor::start(const Launch& l) {
   // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell)
   cmd += " </dev/null >/dev/null 2>&1 & echo $! )";
   if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
-    (void)h->run("mkdir -p -- " + q(r.dir));
+    (void)h->shell_run("mkdir -p -- " + q(r.dir));
     if (auto w = h->write(r.dir + "/params.json", *params, 0644); !w)
       spdlog::warn("{}", w.error().message);
   }
@@ -735,7 +735,7 @@ Result<void> SshExecutor::start(const Launch& l) {
     if (!h->size_of(it->second)) {
       std::string dst =
           (h->cfg.user.empty() ? "" : h->cfg.user + "@") + h->cfg.host + ":" + r.dir + "/";
-      (void)h->run("mkdir -p -- " + q(r.dir));
+      (void)h->shell_run("mkdir -p -- " + q(r.dir));
       auto rc = util::run_process(
           {"rsync", "-rlt", "-e", impl.ssh_words(*h), (r.head_dir / name).string(), dst},
           impl.opts.head_exp_dir / ".tune" / ("push-" + r.id + ".log"));
@@ -774,7 +774,7 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
   r.offset = l.stdout_offset;
   // Its supervisor, by command line (as locally): "<supervisor> <trial dir> <attempt> ..."
   std::string out;
-  auto st = h->run("ps -eo pid=,args= 2>/dev/null", &out);
+  auto st = h->shell_run("ps -eo pid=,args= 2>/dev/null", &out);
   if (!st) {
     impl.check(*h);
     return Attached::kGone;
@@ -794,8 +794,8 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
     found = Attached::kEnded;
   }
   // The checkpoints it has there (for the syncs).
-  if (auto ls =
-          h->run("cd -- " + q(r.dir) + " 2>/dev/null && ls -d checkpoint_* 2>/dev/null", &out);
+  if (auto ls = h->shell_run("cd -- " + q(r.dir) + " 2>/dev/null && ls -d checkpoint_* 2>/dev/null",
+                             &out);
       ls && *ls == 0)
     for (size_t start = 0; start < out.size();) {
       size_t nl = out.find('\n', start);
@@ -816,8 +816,8 @@ void SshExecutor::stop(const std::string& trial_id, bool now) {
   if (it == impl_->runs.end() || it->second.exit || it->second.sup_pid <= 0) return;
   auto& r = it->second;
   if (!r.host->up) return;  // unreachable: it stops itself when its lease runs out
-  if (!r.host->run(std::string("kill -") + (now ? "USR1" : "TERM") + " " +
-                   std::to_string(r.sup_pid) + " 2>/dev/null; true"))
+  if (!r.host->shell_run(std::string("kill -") + (now ? "USR1" : "TERM") + " " +
+                         std::to_string(r.sup_pid) + " 2>/dev/null; true"))
     impl_->check(*r.host);
 }
 
@@ -877,9 +877,9 @@ std::optional<int> SshExecutor::pid(const std::string& trial_id) {
   auto& r = it->second;
   if (!r.child_pid && r.sup_pid > 0 && r.host->up) {
     std::string out;
-    auto st = r.host->run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
-                              std::to_string(r.sup_pid) + "/children 2>/dev/null",
-                          &out);
+    auto st = r.host->shell_run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
+                                    std::to_string(r.sup_pid) + "/children 2>/dev/null",
+                                &out);
     if (st && *st == 0 && std::atoi(out.c_str()) > 0) r.child_pid = std::atoi(out.c_str());
   }
   return r.child_pid;
@@ -926,7 +926,7 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
   std::string path = reported;
   if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
   std::string out;
-  auto st = r.host->run(
+  auto st = r.host->shell_run(
       q(r.host->supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
   if (!st) {
     impl_->check(*r.host);
@@ -945,7 +945,7 @@ void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& hea
   if (!h || !h->up) return;
   std::string dir = h->info.exp_dir + "/" + head_trial_dir.filename().string();
   std::string out;
-  auto st = h->run(q(h->supervisor) + " --rm " + q(dir) + " " + q(name), &out);
+  auto st = h->shell_run(q(h->supervisor) + " --rm " + q(dir) + " " + q(name), &out);
   if (!st || *st != 0)
     spdlog::warn("host {}: cannot delete {}/{}: {}", host, dir, name,
                  st ? out : st.error().message);
