@@ -70,7 +70,16 @@ def overhead(tmp, c):
 
 
 def launch(tmp, c):
-    return bench.bench_launch(tmp, c["trials"], 1)
+    out = bench.bench_launch(tmp, c["trials"], 1)
+    # The same with the experiment dir on tmpfs: what file creation on the disk costs.
+    shm = bench.shm_or(tmp)
+    if shm != tmp:
+        d = tempfile.mkdtemp(prefix="tune-peers-", dir=shm)
+        try:
+            out["tmpfs"] = bench.bench_launch(tmp, c["trials"], 1, storage_root=d)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    return out
 
 
 def throughput(tmp, c):
@@ -233,6 +242,10 @@ def report(res):
         if "parallel_s" in r:
             rows.append(("2 launch: vs GNU parallel -j2", "%.2f s" % r["tune_s"],
                          "%.2f s" % r["parallel_s"], "%.2fx" % r["tune_over_parallel"], "<= 0.5x"))
+        if "tmpfs" in r:
+            m = r["tmpfs"]
+            rows.append(("2 launch: experiment dir on tmpfs vs xargs", "%.2f s" % m["tune_s"],
+                         "%.2f s" % m["xargs_s"], "%.2fx" % m["tune_over_xargs"], "(disk cost)"))
     if "throughput" in res:
         r = res["throughput"]
         for l in r["levels"]:
