@@ -122,9 +122,7 @@ int RunCommand::execute() {
     c.gpus = h.gpus;
     ssh_hosts.push_back(std::move(c));
   }
-  if (!ssh_hosts.empty() && exp.trial.mode == spec::TrialMode::kStep)
-    throw Fatal(exp.source_file.string() +
-                ": step-mode trials on ssh hosts are not supported by this version yet");
+
   fs::path dir = exp.dir();
   std::error_code ec;
   bool has_state = fs::exists(dir / state::kStateFile, ec);

@@ -130,6 +130,11 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
   return env;
 }
 
+fs::path Controller::host_trial_dir(const trial::Trial& t, const Placement& p) const {
+  const auto& host = pool_.hosts()[p.host];
+  return host.remote ? fs::path(host.remote_exp_dir) / t.name : trial_dir(t);
+}
+
 std::string Controller::remote_host(const trial::Trial& t) const {
   for (const auto& h : pool_.hosts())
     if (h.remote && h.name == t.host) return h.name;

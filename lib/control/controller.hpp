@@ -100,6 +100,8 @@ class Controller {
   std::vector<std::string> trial_argv(const trial::Trial& t) const;
   std::map<std::string, std::string> trial_env(const trial::Trial& t, const Placement& p,
                                                const std::string& restore) const;
+  // The trial dir on the host where `p` places it (the head's own dir for this machine).
+  [[nodiscard]] fs::path host_trial_dir(const trial::Trial& t, const Placement& p) const;
   // The SSH host a trial last ran on ("" for this machine).
   [[nodiscard]] std::string remote_host(const trial::Trial& t) const;
   trial::Trial& new_trial();

@@ -242,28 +242,25 @@ void Controller::step_save(trial::Trial& t, Runtime& rt, bool then_stop) {
   }
   rt.pending_seq = t.checkpoint_seq + 1;
   std::string name = staging_name(rt.pending_seq);
-  fs::path dir = trial_dir(t);
-  (void)util::remove_tree_nofollow(dir, name);
-  std::error_code ec;
-  fs::create_directory(dir / name, ec);
+  // An empty staging dir where the trial runs (on its host), renamed once the trial saved.
+  if (auto r = ex_.make_staging(t.id, trial_dir(t), name); !r)
+    spdlog::warn("trial {}: {}", t.name, r.error().message);
   rt.pending = StepOp::kSave;
   rt.stop_after_save = then_stop;
-  json cmd = {{"op", "save"}, {"path", (dir / name).string()}};
+  json cmd = {{"op", "save"}, {"path", (host_trial_dir(t, rt.placement) / name).string()}};
   ex_.send(t.id, cmd.dump());
 }
 
 void Controller::step_saved(trial::Trial& t, Runtime& rt, const json& reply) {
   (void)reply;
-  fs::path dir = trial_dir(t);
   trial::Checkpoint c;
   c.seq = rt.pending_seq;
   std::string staging = staging_name(c.seq);
-  std::error_code ec;
-  if (fs::symlink_status(dir / c.dir_name(), ec).type() != fs::file_type::not_found)
-    (void)util::remove_tree_nofollow(dir, c.dir_name());
-  fs::rename(dir / staging, dir / c.dir_name(), ec);
-  if (ec) {
-    spdlog::warn("trial {}: cannot register checkpoint {}: {}", t.name, c.dir_name(), ec.message());
+  auto r = ex_.adopt(t.id, (host_trial_dir(t, rt.placement) / staging).string(), exp_.trial.workdir,
+                     trial_dir(t), c.dir_name());
+  if (!r) {
+    spdlog::warn("trial {}: cannot register checkpoint {}: {}", t.name, c.dir_name(),
+                 r.error().message);
   } else {
     json result = t.last_result;
     result["checkpoint_dir_name"] = c.dir_name();

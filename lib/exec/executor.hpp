@@ -96,6 +96,10 @@ class Executor {
   [[nodiscard]] virtual Result<void> adopt(const std::string& trial_id, const std::string& reported,
                                            const fs::path& cwd, const fs::path& head_trial_dir,
                                            const std::string& dest);
+  // Makes `name` an empty directory in the trial dir where the trial runs (step-mode saves).
+  [[nodiscard]] virtual Result<void> make_staging(const std::string& trial_id,
+                                                  const fs::path& head_trial_dir,
+                                                  const std::string& name);
   // Retention deleted a checkpoint on the head: delete the host's copy too (remote hosts).
   virtual void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                                  const std::string& name) {

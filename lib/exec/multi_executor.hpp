@@ -30,6 +30,10 @@ class MultiExecutor final : public Executor {
                      const fs::path& head_trial_dir, const std::string& dest) override {
     return of(id).adopt(id, reported, cwd, head_trial_dir, dest);
   }
+  Result<void> make_staging(const std::string& id, const fs::path& head_trial_dir,
+                            const std::string& name) override {
+    return of(id).make_staging(id, head_trial_dir, name);
+  }
   void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                          const std::string& name) override {
     if (!host.empty()) remote_.remove_checkpoint(host, head_trial_dir, name);

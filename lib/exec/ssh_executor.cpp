@@ -809,7 +809,40 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
   return found;
 }
 
-void SshExecutor::send(const std::string&, std::string_view) {}
+void SshExecutor::send(const std::string& trial_id, std::string_view line) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end() || it->second.exit || !it->second.host->up) return;
+  auto& r = it->second;
+  // One line into the trial's FIFO (the supervisor holds it open, so opening it never blocks;
+  // it may not exist for a moment right after the start).
+  std::string fifo = q(r.dir + "/stdin.fifo");
+  auto st =
+      r.host->shell_run("for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -p " +
+                            fifo + " ] && break; sleep 0.05; done; [ -p " + fifo +
+                            " ] && printf '%s\\n' " + q(std::string(line)) + " > " + fifo,
+                        nullptr);
+  if (!st)
+    impl_->check(*r.host);
+  else if (*st != 0)
+    spdlog::warn("trial {}: cannot send a command to its stdin on {}", trial_id, r.host->cfg.name);
+}
+
+Result<void> SshExecutor::make_staging(const std::string& trial_id, const fs::path&,
+                                       const std::string& name) {
+  auto it = impl_->runs.find(trial_id);
+  if (it == impl_->runs.end()) return fail("internal: no remote run for ", trial_id);
+  auto& r = it->second;
+  std::string out;
+  auto st = r.host->shell_run(q(r.host->supervisor) + " --rm " + q(r.dir) + " " + q(name) +
+                                  " && mkdir -- " + q(r.dir + "/" + name),
+                              &out);
+  if (!st) {
+    impl_->check(*r.host);
+    return std::unexpected(st.error());
+  }
+  if (*st != 0) return fail(r.host->cfg.name, ": ", util::printable(out, 300));
+  return {};
+}
 
 void SshExecutor::stop(const std::string& trial_id, bool now) {
   auto it = impl_->runs.find(trial_id);

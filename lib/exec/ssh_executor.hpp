@@ -71,6 +71,8 @@ class SshExecutor final : public Executor {
                      const fs::path& head_trial_dir, const std::string& dest) override;
   void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                          const std::string& name) override;
+  Result<void> make_staging(const std::string& trial_id, const fs::path& head_trial_dir,
+                            const std::string& name) override;
   void checkpoint_registered(const std::string& trial_id) override;
   uint64_t output_offset(const std::string& trial_id) override;
 

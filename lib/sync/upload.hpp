@@ -46,8 +46,8 @@ class Uploader {
   // --resume=auto with no local state: does the mirror hold one? (nullopt for a custom
   // template, which cannot be asked).
   [[nodiscard]] static Result<std::optional<bool>> remote_has_state(const fs::path& exp_dir,
-                                                     const std::string& name,
-                                                     const spec::SyncConfig& cfg);
+                                                                    const std::string& name,
+                                                                    const spec::SyncConfig& cfg);
   // Copies the mirror into exp_dir (blocking).
   [[nodiscard]] static Result<void> download(const fs::path& exp_dir, const std::string& name,
                                              const spec::SyncConfig& cfg);

@@ -118,6 +118,37 @@ class SshTest(TuneTest):
                 with open(os.path.join(worker, f), "rb") as a, open(os.path.join(head, f), "rb") as b:
                     self.assertEqual(a.read(), b.read(), f)
 
+    def test_step_mode_trials_on_a_worker(self):
+        step = os.path.join(SOURCE, "configs", "examples", "python_step.py")
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: steps
+            trial:
+              command: ["{PY}", "{step}"]
+              mode: step
+            param_space:
+              lr: {{uniform: [0.01, 0.02]}}  # slow: never asks for a checkpoint itself
+              target: 1.0
+            num_samples: 2
+            seed: 4
+            stop: {{training_iteration: 12}}
+            checkpoint_config: {{checkpoint_frequency: 5, checkpoint_at_end: true, num_to_keep: 2}}
+            hosts:
+            """) + self.host_lines((0,), 2) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        for t in self.trials("steps"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(self.iterations("steps", t), list(range(1, 13)))
+            # checkpoints at 5, 10 and at the end (12); the 2 latest kept, on both sides
+            self.assertEqual([c["iteration"] for c in t["checkpoints"]], [10, 12])
+            head = os.path.join(self.exp_dir("steps"), t["trial_name"])
+            worker = self.worker_dir(0, "steps", t["trial_name"])
+            for c in t["checkpoints"]:
+                with open(os.path.join(head, c["dir"], "x.json")) as a, \
+                        open(os.path.join(worker, c["dir"], "x.json")) as b:
+                    self.assertEqual(a.read(), b.read())
+            self.assertEqual(sorted(d for d in os.listdir(worker) if "checkpoint" in d),
+                             sorted(c["dir"] for c in t["checkpoints"]))
+
     def test_config_values_reach_the_remote_trial_as_literal_arguments(self):
         self.write("argv.py", ARGV_TRIAL)
         marker = os.path.join(self.dir, "pwned")
