@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "util/fs.hpp"
+#include "util/process.hpp"
 #include "util/strings.hpp"
 
 namespace tune::exec {
@@ -340,15 +341,7 @@ Result<void> LocalExecutor::start(const Launch& l) {
   envp.push_back(nullptr);
 
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  util::init_spawn_attrs(attr, POSIX_SPAWN_SETSID);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);

@@ -551,6 +551,18 @@ struct SshExecutor::Impl {
 
   std::vector<Event> host_events;
 
+  // An attempt of `l` on host `h`: its dir there and on the head, reading from l's offset.
+  Run new_run(const Launch& l, Host* h) const {
+    Run r;
+    r.id = l.trial_id;
+    r.attempt = l.attempt;
+    r.host = h;
+    r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
+    r.head_dir = opts.head_exp_dir / l.trial_dir.filename();
+    r.offset = l.stdout_offset;
+    return r;
+  }
+
   void mark_down(Host& h, double now) {
     if (!h.up) return;
     h.up = false;
@@ -690,13 +702,7 @@ Result<void> SshExecutor::start(const Launch& l) {
   auto& impl = *impl_;
   Host* h = impl.host(l.host);
   if (!h) return fail("unknown host ", l.host);
-  Run r;
-  r.id = l.trial_id;
-  r.attempt = l.attempt;
-  r.host = h;
-  r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
-  r.head_dir = impl.opts.head_exp_dir / l.trial_dir.filename();
-  r.offset = l.stdout_offset;
+  Run r = impl.new_run(l, h);
   if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
     r.checkpoints = it->second.checkpoints;
     if (it->second.sync_pid > 0) util::kill_and_reap(it->second.sync_pid);
@@ -765,13 +771,7 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
   auto& impl = *impl_;
   Host* h = impl.host(l.host);
   if (!h || !h->up) return Attached::kGone;  // restarts (from the head's latest checkpoint)
-  Run r;
-  r.id = l.trial_id;
-  r.attempt = l.attempt;
-  r.host = h;
-  r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
-  r.head_dir = impl.opts.head_exp_dir / l.trial_dir.filename();
-  r.offset = l.stdout_offset;
+  Run r = impl.new_run(l, h);
   // Its supervisor, by command line (as locally): "<supervisor> <trial dir> <attempt> ..."
   std::string out;
   auto st = h->shell_run("ps -eo pid=,args= 2>/dev/null", &out);

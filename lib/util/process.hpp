@@ -2,6 +2,7 @@
 // process group, output to a log file, waited for without blocking.
 #pragma once
 
+#include <spawn.h>
 #include <sys/types.h>
 
 #include <filesystem>
@@ -14,6 +15,11 @@
 namespace tune::util {
 
 namespace fs = std::filesystem;
+
+// Spawn attributes every helper and supervisor gets: no blocked signals, and the signals the
+// driver handles (INT, TERM, CHLD, PIPE, HUP) back to their defaults; plus `flags`
+// (POSIX_SPAWN_SETSID or POSIX_SPAWN_SETPGROUP). Destroy with posix_spawnattr_destroy.
+void init_spawn_attrs(posix_spawnattr_t& attr, short flags);
 
 // Starts argv[0] (searched on PATH) with the driver's environment; stdin is /dev/null, stdout
 // and stderr go to `log` (truncated), or /dev/null if empty.
