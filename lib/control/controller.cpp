@@ -12,6 +12,7 @@
 #include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/process.hpp"
 #include "util/strings.hpp"
 
 namespace tune::control {
@@ -20,24 +21,6 @@ using json = nlohmann::json;
 using trial::Status;
 
 namespace {
-
-// The last non-empty line of a trial's stderr.log, for error messages.
-std::string stderr_tail(const fs::path& dir) {
-  auto size = util::file_size_or_zero(dir / "stderr.log");
-  if (size == 0) return "";
-  FILE* f = std::fopen((dir / "stderr.log").c_str(), "rb");
-  if (!f) return "";
-  long from = size > 4096 ? static_cast<long>(size - 4096) : 0;
-  std::fseek(f, from, SEEK_SET);
-  std::string buf(4096, '\0');
-  size_t n = std::fread(buf.data(), 1, buf.size(), f);
-  std::fclose(f);
-  buf.resize(n);
-  while (!buf.empty() && (buf.back() == '\n' || buf.back() == '\r' || buf.back() == ' '))
-    buf.pop_back();
-  auto nl = buf.rfind('\n');
-  return util::printable(nl == std::string::npos ? buf : buf.substr(nl + 1), 300);
-}
 
 std::string describe_exit(const exec::ExitInfo& info) {
   if (!info.error.empty()) return info.error;
@@ -175,9 +158,13 @@ void Controller::prepare_restart(trial::Trial& t) {
 void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {
   fs::path dir = trial_dir(t);
   std::set<std::string> named;
+  // A trial re-attached on an SSH host has checkpoints that reach the head only with its next
+  // sync: missing here does not mean gone.
+  bool only_on_host = keep_newer && !remote_host(t).empty();
   std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
     std::error_code ec;
-    if (fs::symlink_status(dir / c.dir_name(), ec).type() == fs::file_type::directory) {
+    if (only_on_host ||
+        fs::symlink_status(dir / c.dir_name(), ec).type() == fs::file_type::directory) {
       named.insert(c.dir_name());
       return false;
     }
@@ -513,7 +500,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
   std::string why_text = describe_exit(info);
   if (info.reason != "exec_failed") {
-    std::string tail = stderr_tail(trial_dir(t));
+    std::string tail = util::last_line(trial_dir(t) / "stderr.log");
     if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos)
       why_text += ": " + tail;
   }

@@ -35,10 +35,16 @@ struct ExitInfo {
   int attempt = 0;
   std::optional<int> exit_code;
   std::optional<int> signal;
-  std::string reason;  // exited | driver_stop | orphaned | exec_failed | supervisor_died |
-                       // host_lost (its host was unreachable for host_timeout_s)
-  std::string error;   // e.g. "command not found: foo"
+  std::string reason;      // exited | driver_stop | orphaned | exec_failed | supervisor_died |
+                           // host_lost (its host was unreachable for host_timeout_s)
+  std::string error;       // e.g. "command not found: foo"
+  std::optional<int> pid;  // the trial's process, as the supervisor recorded it
 };
+
+// The supervisor's exit.json for `attempt`, from the file's text. Anything else (another
+// attempt's record, a torn or foreign file, fields of the wrong type) is nullopt: the file is in
+// the trial's own dir, so its content is not trusted.
+[[nodiscard]] std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt);
 
 // Events returned by Executor::wait(), in priority order: interrupts, output, exits.
 struct InterruptEvent {

@@ -34,12 +34,11 @@ double clock_s(clockid_t id) {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
-std::optional<nlohmann::json> read_json_file(const fs::path& p) {
-  auto text = util::read_file(p, 1 << 20);
+// The supervisor's exit record for `attempt`, if exit.json holds it.
+std::optional<ExitInfo> read_exit_record(const fs::path& dir, int attempt) {
+  auto text = util::read_file(dir / "exit.json", 1 << 20);
   if (!text) return std::nullopt;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return nlohmann::json();  // present but unreadable
-  return j;
+  return parse_exit_record(*text, attempt);
 }
 
 struct Run {
@@ -240,32 +239,19 @@ struct LocalExecutor::Impl {
     finished = false;
     // exit.json is written after the trial's process group is gone, so once it exists the
     // output is final: look for it before reading, then read to the end.
-    std::optional<nlohmann::json> exit_json = read_json_file(r.dir / "exit.json");
-    if (exit_json && exit_json->is_object() && exit_json->value("attempt", -1) != r.attempt)
-      exit_json.reset();  // a previous attempt's leftover
-    load_child_pid(r);    // while the supervisor still runs: results read now carry it
+    // (another attempt's leftover, or anything but this attempt's record, does not count)
+    std::optional<ExitInfo> exit_record = read_exit_record(r.dir, r.attempt);
+    load_child_pid(r);  // while the supervisor still runs: results read now carry it
     std::string data = read_output(r);
-    if (!data.empty()) outputs.push_back(OutputEvent{r.id, std::move(data)});
+    if (!data.empty())
+      outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{r.id, std::move(data)});
     if (r.more) return;
-    if (exit_json) {
-      ExitInfo info;
-      info.attempt = r.attempt;
-      const auto& j = *exit_json;
-      if (!j.is_object() || !j.contains("reason")) {
-        info.reason = "supervisor_died";
-        info.error = "unreadable exit.json";
-      } else {
-        if (j["exit_code"].is_number_integer()) info.exit_code = j["exit_code"].get<int>();
-        if (j["signal"].is_number_integer()) info.signal = j["signal"].get<int>();
-        info.reason = j.value("reason", "exited");
-        info.error = j.value("error", "");
-      }
-      exits.push_back(ExitEvent{r.id, std::move(info)});
+    if (exit_record) {
+      exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{r.id, std::move(*exit_record)});
       finished = true;
     } else if (r.spawned_exited) {
       // The supervisor is gone without recording an exit (killed, or failed to start).
-      auto again = read_json_file(r.dir / "exit.json");
-      if (again && again->is_object() && again->value("attempt", -1) == r.attempt) {
+      if (read_exit_record(r.dir, r.attempt)) {
         r.dirty = true;  // it appeared meanwhile: pick it up next round, after the output
         return;
       }
@@ -273,7 +259,7 @@ struct LocalExecutor::Impl {
       info.attempt = r.attempt;
       info.reason = "supervisor_died";
       info.error = "the trial's supervisor exited without recording the trial's exit";
-      exits.push_back(ExitEvent{r.id, std::move(info)});
+      exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{r.id, std::move(info)});
       finished = true;
     }
   }
@@ -385,12 +371,11 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
     if (r.start_ticks != 0) found = Attached::kRunning;
   }
   if (found == Attached::kGone) {
-    auto exit_json = read_json_file(l.trial_dir / "exit.json");
-    if (!exit_json || exit_json->value("attempt", -1) != l.attempt) return Attached::kGone;
+    auto record = read_exit_record(l.trial_dir, l.attempt);
+    if (!record) return Attached::kGone;
     r.spawned = -1;
     r.spawned_exited = true;
-    if (auto pid = exit_json->find("pid"); pid != exit_json->end() && pid->is_number_integer())
-      r.child_pid = pid->get<int>();  // for the `pid` field of results read now
+    r.child_pid = record->pid;  // for the `pid` field of results read now
     found = Attached::kEnded;
   }
   r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY | IN_MOVED_TO);
@@ -433,7 +418,8 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
     signalfd_siginfo si{};
     while (::read(impl.sig_fd, &si, sizeof si) == sizeof si) {
       if (si.ssi_signo == SIGCHLD) continue;  // reaped below
-      interrupts.push_back(InterruptEvent{static_cast<int>(si.ssi_signo)});
+      interrupts.emplace_back(std::in_place_type<InterruptEvent>,
+                              InterruptEvent{static_cast<int>(si.ssi_signo)});
     }
   }
   // Reap supervisors we spawned (they are our children until they exit).

@@ -2,25 +2,7 @@
 
 #include <algorithm>
 
-#include "checkpoint/adopt.hpp"
-#include "util/fs.hpp"
-
 namespace tune::exec {
-
-// The default adoption: on this machine.
-Result<void> Executor::adopt(const std::string&, const std::string& reported, const fs::path& cwd,
-                             const fs::path& head_trial_dir, const std::string& dest) {
-  return checkpoint::adopt(reported, cwd, head_trial_dir, dest);
-}
-
-Result<void> Executor::make_staging(const std::string&, const fs::path& head_trial_dir,
-                                    const std::string& name) {
-  (void)util::remove_tree_nofollow(head_trial_dir, name);
-  std::error_code ec;
-  fs::create_directory(head_trial_dir / name, ec);
-  if (ec) return fail("cannot create ", (head_trial_dir / name).string(), ": ", ec.message());
-  return {};
-}
 
 Result<void> MultiExecutor::start(const Launch& l) {
   remote_ids_[l.trial_id] = !l.host.empty();

@@ -232,6 +232,7 @@ struct Run {
   uint64_t offset = 0;
   int sup_pid = -1;
   std::optional<int> child_pid;
+  bool pid_asked = false;
   bool exited = false;  // exit.json read and all output delivered
   std::optional<ExitInfo> exit;
   std::set<std::string> checkpoints;         // retained, on the host
@@ -287,18 +288,7 @@ struct SshExecutor::Impl {
     fs::create_directories(r.head_dir, ec);
     auto rsync = [&](const std::string& src, const std::string& dst,
                      std::vector<std::string> extra) {
-      if (opts.syncer != "rsync") {
-        std::vector<std::string> cmd;
-        auto words = util::shell_split(opts.syncer);  // validated when the file was parsed
-        if (!words) return cmd;
-        for (auto w : *words) {
-          for (auto [k, v] : {std::pair{"{source}", remote + src}, std::pair{"{target}", dst}})
-            for (size_t at; (at = w.find(k)) != std::string::npos;)
-              w.replace(at, std::strlen(k), v);
-          cmd.push_back(w);
-        }
-        return cmd;
-      }
+      if (opts.syncer != "rsync") return util::fill_template(opts.syncer, remote + src, dst);
       std::vector<std::string> cmd = {"rsync", "-rlt", "-e", ssh_words(h)};
       cmd.insert(cmd.end(), extra.begin(), extra.end());
       cmd.push_back(remote + src);
@@ -637,16 +627,8 @@ struct SshExecutor::Impl {
   void read_exit(Run& r) {
     auto text = r.host->read(r.dir + "/exit.json", 0, 1 << 20);
     if (!text) return;
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    if (!j.is_object() || j.value("attempt", -1) != r.attempt) return;
-    ExitInfo info;
-    info.attempt = r.attempt;
-    if (j["exit_code"].is_number_integer()) info.exit_code = j["exit_code"].get<int>();
-    if (j["signal"].is_number_integer()) info.signal = j["signal"].get<int>();
-    info.reason = j.value("reason", "exited");
-    info.error = j.value("error", "");
-    if (j.contains("pid") && j["pid"].is_number_integer()) r.child_pid = j["pid"].get<int>();
-    r.exit = info;
+    r.exit = parse_exit_record(*text, r.attempt);
+    if (r.exit && r.exit->pid) r.child_pid = r.exit->pid;
   }
 };
 
@@ -729,7 +711,7 @@ Result<void> SshExecutor::start(const Launch& l) {
   // A host that went down just now: the attempt ends as host_lost and is re-queued.
   auto lost = [&](const std::string& why) -> Result<void> {
     impl.check(*h);
-    r.exit = ExitInfo{l.attempt, std::nullopt, std::nullopt, "host_lost", why};
+    r.exit = ExitInfo{l.attempt, std::nullopt, std::nullopt, "host_lost", why, std::nullopt};
     r.exited = true;
     impl.runs[l.trial_id] = std::move(r);
     return {};
@@ -908,7 +890,9 @@ std::optional<int> SshExecutor::pid(const std::string& trial_id) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return std::nullopt;
   auto& r = it->second;
-  if (!r.child_pid && r.sup_pid > 0 && r.host->up) {
+  // Asked of the host once per attempt (it is filled in on every result until known).
+  if (!r.child_pid && !r.pid_asked && r.sup_pid > 0 && r.host->up) {
+    r.pid_asked = true;
     std::string out;
     auto st = r.host->shell_run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
                                     std::to_string(r.sup_pid) + "/children 2>/dev/null",

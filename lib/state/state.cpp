@@ -76,9 +76,9 @@ json metrics_to_json(const trial::Trial& t) {
   return metrics;
 }
 
-json to_json(const ExperimentState& s) {
-  json trials = json::array();
-  for (const auto& t : s.trials) trials.push_back(trial_to_json(t));
+namespace {
+// Everything but the trials.
+json header_json(const ExperimentState& s) {
   return {{"version", kStateVersion},
           {"name", s.name},
           {"searcher",
@@ -88,8 +88,16 @@ json to_json(const ExperimentState& s) {
           {"phase", s.phase},
           {"metric", s.metric ? json(*s.metric) : json(nullptr)},
           {"mode", s.mode},
-          {"hosts", s.hosts},
-          {"trials", trials}};
+          {"hosts", s.hosts}};
+}
+}  // namespace
+
+json to_json(const ExperimentState& s) {
+  json trials = json::array();
+  for (const auto& t : s.trials) trials.push_back(trial_to_json(t));
+  json j = header_json(s);
+  j["trials"] = std::move(trials);
+  return j;
 }
 
 Result<ExperimentState> from_json(const json& j, const std::string& where) {
@@ -178,20 +186,8 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
 }
 
 Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
-  // The header is to_json() without its trials; the trials follow, one per line.
-  ExperimentState head_only;
-  head_only.name = s.name;
-  head_only.seed = s.seed;
-  head_only.total_trials = s.total_trials;
-  head_only.next_index = s.next_index;
-  head_only.start_time = s.start_time;
-  head_only.elapsed_s = s.elapsed_s;
-  head_only.phase = s.phase;
-  head_only.metric = s.metric;
-  head_only.mode = s.mode;
-  head_only.hosts = s.hosts;
-  json head = to_json(head_only);
-  head.erase("trials");
+  // The header, then the trials, one per line.
+  json head = header_json(s);
   std::string out = head.dump(-1, ' ', false, json::error_handler_t::replace);
   out.pop_back();  // '}'
   out += ",\"trials\":[\n";

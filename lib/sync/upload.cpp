@@ -64,21 +64,6 @@ std::vector<std::string> aws_base() {
   return cmd;
 }
 
-std::vector<std::string> fill(const std::string& tmpl, const std::string& source,
-                              const std::string& target) {
-  std::vector<std::string> out;
-  auto words = util::shell_split(tmpl);  // validated when the experiment file was parsed
-  if (!words) return out;
-  for (auto word : *words) {
-    for (auto [key, value] : {std::pair{"{source}", &source}, std::pair{"{target}", &target}}) {
-      for (size_t at; (at = word.find(key)) != std::string::npos;)
-        word.replace(at, std::string_view(key).size(), *value);
-    }
-    out.push_back(std::move(word));
-  }
-  return out;
-}
-
 // The gsutil -x regex for the excludes.
 std::string gs_exclude_regex() {
   return R"((^|.*/)(stdin\.fifo|\.pending_checkpoint_[^/]*|\.staged_checkpoint_[^/]*|[^/]*\.tmp\.[^/]*)(/.*)?$|^\.tune/(lock|lease|state\.journal|upload.*)$|^experiment_state\.json$)";
@@ -120,7 +105,7 @@ std::vector<std::string> upload_command(Kind kind, const fs::path& exp, const st
                 gs_exclude_regex(), exp.string(), remote};
       return {"gsutil", "-q", "cp", snapshot.string(), remote + "/experiment_state.json"};
     case Kind::kTemplate:
-      return fill(*cfg.upload_syncer, exp.string() + "/", remote);
+      return util::fill_template(*cfg.upload_syncer, exp.string() + "/", remote);
   }
   return cmd;
 }
@@ -249,7 +234,7 @@ Result<std::optional<bool>> Uploader::remote_has_state(const fs::path& exp_dir,
                                                        const std::string& name,
                                                        const spec::SyncConfig& cfg) {
   std::string remote = remote_of(cfg, name);
-  fs::path log = exp_dir.parent_path() / ("." + name + ".tune-probe.log");
+  fs::path log = exp_dir / ".tune" / "upload.log";
   std::vector<std::string> cmd;
   switch (kind_of(cfg)) {
     case Kind::kTemplate:
@@ -301,7 +286,7 @@ Result<void> Uploader::download(const fs::path& exp_dir, const std::string& name
       cmd = {"gsutil", "-m", "-q", "rsync", "-r", remote, exp_dir.string()};
       break;
     case Kind::kTemplate:
-      cmd = fill(*cfg.upload_syncer, remote + "/", exp_dir.string() + "/");
+      cmd = util::fill_template(*cfg.upload_syncer, remote + "/", exp_dir.string() + "/");
       break;
   }
   fs::path log = exp_dir / ".tune" / "upload.log";

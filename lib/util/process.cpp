@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "util/fs.hpp"
@@ -81,9 +82,13 @@ void kill_and_reap(pid_t pid) {
 std::string last_line(const fs::path& log) {
   auto size = file_size_or_zero(log);
   if (size == 0) return "";
-  auto text = read_file(log, 64ull << 20);
-  if (!text) return "";
-  std::string s = text->size() > 4096 ? text->substr(text->size() - 4096) : *text;
+  FILE* f = std::fopen(log.c_str(), "rb");
+  if (!f) return "";
+  long from = size > 4096 ? static_cast<long>(size - 4096) : 0;  // only the tail is read
+  std::fseek(f, from, SEEK_SET);
+  std::string s(4096, '\0');
+  s.resize(std::fread(s.data(), 1, s.size(), f));
+  std::fclose(f);
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   auto nl = s.rfind('\n');
   return printable(nl == std::string::npos ? s : s.substr(nl + 1), 300);

@@ -115,6 +115,29 @@ std::string format_short(double v, int digits) {
   return buf;
 }
 
+std::vector<std::string> fill_template(std::string_view tmpl, const std::string& source,
+                                       const std::string& target) {
+  std::vector<std::string> out;
+  auto words = shell_split(tmpl);
+  if (!words) return out;
+  for (const auto& word : *words) {
+    std::string filled;
+    for (size_t i = 0; i < word.size();) {
+      if (word.compare(i, 8, "{source}") == 0) {
+        filled += source;
+        i += 8;
+      } else if (word.compare(i, 8, "{target}") == 0) {
+        filled += target;
+        i += 8;
+      } else {
+        filled += word[i++];
+      }
+    }
+    out.push_back(std::move(filled));
+  }
+  return out;
+}
+
 std::string printable(std::string_view s, size_t max) {
   std::string out;
   for (char c : s.substr(0, max)) {

@@ -16,6 +16,13 @@ namespace tune::util {
 // kind. Fails on an unterminated quote or a trailing backslash.
 [[nodiscard]] Result<std::vector<std::string>> shell_split(std::string_view line);
 
+// A "CMD {source} {target}" template as argv: split like a shell would (never run through
+// one), each placeholder replaced inside its word. Values are inserted verbatim (a value that
+// contains "{target}" stays as it is). Empty if the template does not split.
+[[nodiscard]] std::vector<std::string> fill_template(std::string_view tmpl,
+                                                     const std::string& source,
+                                                     const std::string& target);
+
 // Quotes one word for a POSIX shell (single quotes), e.g. for log lines and remote commands.
 [[nodiscard]] std::string shell_quote(std::string_view word);
 

@@ -77,6 +77,30 @@ class TrialMisbehaviourTest(TuneTest):
         self.assertEqual(trials[1]["attempt"], 1)
         self.assertIn("command not found: no-such-program-xyz", p.stdout)
 
+    def test_a_trial_that_forges_its_exit_record_is_not_believed(self):
+        # exit.json lives in the trial's own dir: a trial can write anything there.
+        self.write("forge.py", """
+            import json, os, sys, time
+            bad = [{"attempt": "1", "reason": 5}, {"attempt": 1, "reason": ["x"], "error": 7},
+                   "not json {", [1, 2]]
+            path = os.path.join(os.environ["TUNE_TRIAL_DIR"], "exit.json")
+            for i, b in enumerate(bad):
+                with open(path, "w") as f:
+                    f.write(b if isinstance(b, str) else json.dumps(b))
+                print(json.dumps({"i": i}), flush=True)
+                time.sleep(1.2)  # past the driver's 1 s rescan
+            print(json.dumps({"i": 9}), flush=True)
+        """)
+        self.write("exp.yaml", """
+            name: forged
+            trial: {command: ["%s", "forge.py"]}
+            param_space: {x: 1}
+        """ % PY)
+        self.tune("run", "exp.yaml", check=0)
+        t = self.trials("forged")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        self.assertEqual([r["i"] for r in self.results("forged", t)], [0, 1, 2, 3, 9])
+
     def test_junk_huge_lines_and_silence(self):
         self.write("junk.py", """
             import sys, os

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "exec/executor.hpp"
 #include "fake_executor.hpp"
 #include "trial/trial.hpp"
 #include "util/atomic_file.hpp"
@@ -101,4 +102,29 @@ TEST_CASE("move_dir copies across filesystems keeping symlinks as links", "[util
   CHECK(*util::read_file(dst / "sub" / "w.bin") == "weights");
   CHECK_FALSE(fs::exists(d.path / "src"));
   fs::remove_all(dst);
+}
+
+TEST_CASE("fill_template puts each value into its word, once, never through a shell",
+          "[util]") {
+  auto argv = util::fill_template("rclone sync --x='a b' {source} dst={target}", "/p/{target}/",
+                                  "s3://b/$(rm -rf x)");
+  CHECK(argv == std::vector<std::string>{"rclone", "sync", "--x=a b", "/p/{target}/",
+                                         "dst=s3://b/$(rm -rf x)"});
+  CHECK(util::fill_template("cmd 'unclosed {source}", "a", "b").empty());
+}
+
+TEST_CASE("parse_exit_record believes only this attempt's well-formed supervisor record",
+          "[util]") {
+  auto ok = exec::parse_exit_record(
+      R"({"attempt":2,"exit_code":0,"signal":null,"reason":"exited","error":"","ended":1.5,"pid":7})",
+      2);
+  REQUIRE(ok);
+  CHECK(*ok->exit_code == 0);
+  CHECK(*ok->pid == 7);
+  CHECK(ok->reason == "exited");
+  for (const char* bad : {R"({"attempt":1,"reason":"exited","ended":1})",  // another attempt
+                          R"({"attempt":"2","reason":"exited","ended":1})",
+                          R"({"attempt":2,"reason":5,"ended":1})", R"({"attempt":2,"reason":"x"})",
+                          "not json {", "[2]", ""})
+    CHECK_FALSE(exec::parse_exit_record(bad, 2));
 }

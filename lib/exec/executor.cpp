@@ -1,0 +1,50 @@
+// What every executor shares: the default (local) file operations and the exit record parser.
+#include "exec/executor.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/adopt.hpp"
+#include "util/fs.hpp"
+
+namespace tune::exec {
+
+std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto field = [&](const char* key) -> const nlohmann::json* {
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  const auto* a = field("attempt");
+  if (!a || !a->is_number_integer() || a->get<int64_t>() != attempt) return std::nullopt;
+  ExitInfo info;
+  info.attempt = attempt;
+  if (const auto* v = field("exit_code"); v && v->is_number_integer())
+    info.exit_code = v->get<int>();
+  if (const auto* v = field("signal"); v && v->is_number_integer()) info.signal = v->get<int>();
+  if (const auto* v = field("pid"); v && v->is_number_integer()) info.pid = v->get<int>();
+  // The supervisor always writes a string reason and the time it ended.
+  const auto* reason = field("reason");
+  const auto* ended = field("ended");
+  if (!reason || !reason->is_string() || !ended || !ended->is_number()) return std::nullopt;
+  info.reason = reason->get<std::string>();
+  if (const auto* v = field("error"); v && v->is_string()) info.error = v->get<std::string>();
+  return info;
+}
+
+// The default adoption: on this machine.
+Result<void> Executor::adopt(const std::string&, const std::string& reported, const fs::path& cwd,
+                             const fs::path& head_trial_dir, const std::string& dest) {
+  return checkpoint::adopt(reported, cwd, head_trial_dir, dest);
+}
+
+Result<void> Executor::make_staging(const std::string&, const fs::path& head_trial_dir,
+                                    const std::string& name) {
+  (void)util::remove_tree_nofollow(head_trial_dir, name);
+  std::error_code ec;
+  fs::create_directory(head_trial_dir / name, ec);
+  if (ec) return fail("cannot create ", (head_trial_dir / name).string(), ": ", ec.message());
+  return {};
+}
+
+}  // namespace tune::exec
