@@ -7,6 +7,7 @@
 
 #include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
+#include "trial/result_line.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
 
@@ -59,10 +60,9 @@ void Controller::on_output(const std::string& id, const std::string& data) {
 void Controller::on_line(trial::Trial& t, Runtime& rt, std::string_view line) {
   // Only JSON objects are results; anything else (print debugging, binary junk) stays in
   // stdout.log and is otherwise ignored.
-  size_t first = line.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos || line[first] != '{') return;
-  json obj = json::parse(line, nullptr, false);
-  if (obj.is_discarded() || !obj.is_object()) return;
+  auto parsed = trial::parse_result_line(line);
+  if (!parsed) return;
+  json obj = std::move(*parsed);
 
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
     if (rt.stop_why != StopWhy::kNone) return;  // results after a stop are not recorded
