@@ -7,6 +7,8 @@
 #include <cmath>
 #include <csignal>
 
+#include <sys/stat.h>
+
 #include "search/space.hpp"
 #include "sync/upload.hpp"
 #include "ui/live_table.hpp"
@@ -155,47 +157,6 @@ void Controller::prepare_restart(trial::Trial& t) {
   reconcile_checkpoints(t, false, nullptr);
 }
 
-void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {
-  fs::path dir = trial_dir(t);
-  std::set<std::string> named;
-  // A trial re-attached on an SSH host has checkpoints that reach the head only with its next
-  // sync: missing here does not mean gone.
-  bool only_on_host = keep_newer && !remote_host(t).empty();
-  std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
-    std::error_code ec;
-    if (only_on_host ||
-        fs::symlink_status(dir / c.dir_name(), ec).type() == fs::file_type::directory) {
-      named.insert(c.dir_name());
-      return false;
-    }
-    spdlog::warn("trial {}: {} is named in the state but missing on disk: forgotten", t.name,
-                 c.dir_name());
-    mark_dirty();
-    return true;
-  });
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    // Staged dirs are reported by lines not read yet when re-attaching: those stay.
-    bool staging = !keep_newer && (name.starts_with(".pending_checkpoint_") ||
-                                   name.starts_with(".staged_checkpoint_"));
-    if (!staging && (!name.starts_with("checkpoint_") || named.count(name))) continue;
-    if (!staging) {
-      char* end_ptr = nullptr;
-      long long seq = std::strtoll(name.c_str() + 11, &end_ptr, 10);
-      if (end_ptr == name.c_str() + 11 || *end_ptr != '\0') continue;  // not one of ours
-      if (keep_newer && seq > t.checkpoint_seq) {
-        if (rt) rt->adopted_before.insert(name);
-        continue;
-      }
-    }
-    if (auto r = util::remove_tree_nofollow(dir, name); !r)
-      spdlog::warn("trial {}: {}", t.name, r.error().message);
-    else
-      spdlog::debug("trial {}: removed stray {}", t.name, name);
-  }
-}
-
 bool Controller::launch(trial::Trial& t, const Placement& p) {
   fs::path dir = trial_dir(t);
   std::error_code ec;
@@ -221,6 +182,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     rt.last_checkpoint_iteration = c->iteration;
   }
   t.status = Status::kRunning;
+  t.reason = trial::Reason::kNone;
   t.host = pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
   t.error.clear();
 
@@ -255,70 +217,87 @@ void Controller::launch_ready() {
   size_t limit =
       exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
   // Restarts (retries, resumed trials) are prepared first and started after one full state
-  // write: their truncated results and restore point must be on disk before they run.
-  std::vector<std::pair<trial::Trial*, Placement>> restarts;
+  // write: their truncated results and restore point must be on disk before they run. They are
+  // held by index: new_trial() below may grow state_.trials and move every Trial.
+  std::vector<std::pair<size_t, Placement>> restarts;
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
   while (running_.size() + restarts.size() < limit) {
-    if (pending_.empty() && state_.next_index >= state_.total_trials) break;
+    std::optional<size_t> ready = next_pending(ex_.now());
+    if (!ready && state_.next_index >= state_.total_trials) break;
     auto placement = pool_.acquire(exp_.trial.resources);
     if (!placement) break;
-    trial::Trial* next = nullptr;
-    if (!pending_.empty()) {
-      next = &state_.trials[*pending_.begin()];
-      pending_.erase(pending_.begin());
+    size_t at = 0;
+    if (ready) {
+      at = *ready;
+      pending_.erase(at);
+      retry_at_.erase(at);
     } else {
-      next = &new_trial();
+      at = new_trial().index;
     }
-    next->gpu_ids = placement->gpu_ids;
-    next->attempt_started = ex_.wall_time();
-    if (next->attempt > 0) {
-      prepare_restart(*next);
-      next->attempt += 1;
-      next->status = Status::kRunning;
-      next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
-      restarts.emplace_back(next, *placement);
+    trial::Trial& next = state_.trials[at];
+    next.gpu_ids = placement->gpu_ids;
+    next.attempt_started = ex_.wall_time();
+    if (next.attempt > 0) {
+      prepare_restart(next);
+      next.attempt += 1;
+      next.status = Status::kRunning;
+      next.stdout_offset = util::file_size_or_zero(trial_dir(next) / "stdout.log");
+      restarts.emplace_back(at, *placement);
       continue;
     }
-    // Write-ahead for a first attempt: one journal line rather than a rewrite of the whole
-    // state (SPEC §4). If it cannot be written, nothing starts.
-    next->attempt = 1;
-    next->status = Status::kRunning;
-    next->iteration = next->restore_iteration = 0;
-    next->time_total_s = next->time_base = 0;
-    next->stdout_offset = util::file_size_or_zero(trial_dir(*next) / "stdout.log");
-    if (next->stdout_offset > 0) {
-      // Output of a launch the state does not know (its journal line was lost, e.g. a state
-      // downloaded from upload_dir): nothing of it counts.
-      next->checkpoint_seq = 0;
-      next->checkpoints.clear();
-      prepare_restart(*next);
-    }
-    if (auto r = journal_.record_launch(*next); !r) {
-      spdlog::error("cannot record the launch of {}: {} (not started)", next->name,
-                    r.error().message);
-      next->attempt = 0;
-      set_pending(*next);
-      pool_.release(*placement);
-      last_write_failed_ = true;
-      next_state_write_ = ex_.now() + 1;
-      break;
-    }
-    launch(*next, *placement);
-    mark_dirty();
+    if (!start_first_attempt(next, *placement)) break;
   }
   if (restarts.empty()) return;
   mark_dirty();
   if (!maybe_save_state(true, false)) {
-    for (auto& [t, p] : restarts) {
-      spdlog::error("trial {} not restarted: its state could not be saved", t->name);
-      t->attempt -= 1;
-      set_pending(*t);
+    for (auto& [at, p] : restarts) {
+      trial::Trial& t = state_.trials[at];
+      spdlog::error("trial {} not restarted: its state could not be saved", t.name);
+      t.attempt -= 1;
+      set_pending(t);
       pool_.release(p);
     }
     return;
   }
-  for (auto& [t, p] : restarts) launch(*t, p);
+  for (auto& [at, p] : restarts) launch(state_.trials[at], p);
   mark_dirty();
+}
+
+bool Controller::start_first_attempt(trial::Trial& next, const Placement& placement) {
+  // Write-ahead for a first attempt: one journal line rather than a rewrite of the whole
+  // state (SPEC §4). If it cannot be written, nothing starts.
+  next.attempt = 1;
+  next.status = Status::kRunning;
+  next.iteration = next.restore_iteration = 0;
+  next.time_total_s = next.time_base = 0;
+  next.stdout_offset = util::file_size_or_zero(trial_dir(next) / "stdout.log");
+  if (next.stdout_offset > 0) {
+    // Output of a launch the state does not know (its journal line was lost, e.g. a state
+    // downloaded from upload_dir): nothing of it counts.
+    next.checkpoint_seq = 0;
+    next.checkpoints.clear();
+    prepare_restart(next);
+  }
+  if (auto r = journal_.record_launch(next); !r) {
+    spdlog::error("cannot record the launch of {}: {} (not started)", next.name, r.error().message);
+    next.attempt = 0;
+    set_pending(next);
+    pool_.release(placement);
+    last_write_failed_ = true;
+    next_state_write_ = ex_.now() + 1;
+    return false;
+  }
+  launch(next, placement);
+  mark_dirty();
+  return true;
+}
+
+std::optional<size_t> Controller::next_pending(double now) const {
+  for (uint64_t at : pending_) {
+    auto it = retry_at_.find(at);
+    if (it == retry_at_.end() || it->second <= now) return at;
+  }
+  return std::nullopt;
 }
 
 void Controller::resume_running(trial::Trial& t) {
@@ -379,7 +358,10 @@ void Controller::set_pending(trial::Trial& t) {
 }
 
 void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
-  if (rt.stop_why == StopWhy::kNone || why == StopWhy::kUser || why == StopWhy::kFailFast)
+  // A stop criterion or done is final: a later Ctrl-C does not make the trial interrupted.
+  bool final = rt.stop_why == StopWhy::kCriterion || rt.stop_why == StopWhy::kDone;
+  if (rt.stop_why == StopWhy::kNone ||
+      (!final && (why == StopWhy::kUser || why == StopWhy::kFailFast)))
     rt.stop_why = why;
   double now = ex_.now();
   if (exp_.trial.mode == spec::TrialMode::kStep && why != StopWhy::kUser &&
@@ -403,9 +385,10 @@ void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
 
 void Controller::stop_all(StopWhy why, bool now) {
   for (auto& [id, rt] : running_) {
+    if (rt.deferred_exit) continue;  // ended already
     auto& t = trial(id);
     if (now) {
-      rt.stop_why = why;
+      if (rt.stop_why != StopWhy::kCriterion && rt.stop_why != StopWhy::kDone) rt.stop_why = why;
       ex_.stop(id, true);
     } else {
       request_stop(t, rt, why);
@@ -436,7 +419,7 @@ void Controller::check_deadlines(double now) {
     stop_all(StopWhy::kBudget, false);
   }
   for (auto& [id, rt] : running_) {
-    if (rt.kill_deadline < 0 || now < rt.kill_deadline) continue;
+    if (rt.kill_deadline < 0 || now < rt.kill_deadline || rt.deferred_exit) continue;
     rt.kill_deadline = -1;
     if (!rt.term_sent) {
       ex_.stop(id, false);  // the supervisor escalates to SIGKILL after its own grace period
@@ -461,16 +444,31 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   if (it == running_.end()) return;
   auto& t = trial(id);
   Runtime& rt = it->second;
+  if (rt.copies_in_flight > 0) {  // its checkpoints are still being copied in: wait for them
+    rt.deferred_exit = info;
+    return;
+  }
   // A partial last line (no newline) still counts as a line once the process is gone.
   if (rt.splitter.pending() > 0) on_output(id, "\n");
-  if (auto r = rt.log.flush(); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+  StopWhy why = rt.stop_why;
+  bool clean = info.exit_code && *info.exit_code == 0;
+  // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
+  bool by_supervisor = info.reason == "orphaned" || info.reason == "host_lost";
+  bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
+                    why == StopWhy::kBudget || (why == StopWhy::kNone && clean && !by_supervisor);
+  // The driver ended it for another reason (SPEC §1): interrupted, resumed later from its
+  // latest checkpoint, whatever its exit code, and never counted as a failure. A supervisor
+  // that stopped its trial because the driver went silent (a stopped or suspended driver)
+  // counts as the driver's doing too, as does a host lost for longer than host_timeout_s.
+  bool interrupted =
+      !terminated && (why == StopWhy::kUser || why == StopWhy::kFailFast || by_supervisor);
+  if (auto r = terminated ? rt.log.mark_last_done() : rt.log.flush(); !r)
+    spdlog::warn("trial {}: {}", t.name, r.error().message);
   rt.log.close();
   pool_.release(rt.placement);
-  StopWhy why = rt.stop_why;
   running_.erase(it);
 
-  bool clean = info.exit_code && *info.exit_code == 0;
-  if (why == StopWhy::kCriterion || why == StopWhy::kDone || why == StopWhy::kBudget) {
+  if (terminated) {
     finish(t, Status::kTerminated, "");
     return;
   }
@@ -478,24 +476,14 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     set_pending(t);
     return;
   }
-  if (info.reason == "host_lost" && !stopping_) {
-    // Not the trial's fault: it runs again elsewhere, from the latest checkpoint the head has.
-    spdlog::warn("trial {}: {}; re-queued", t.name, info.error);
-    set_pending(t);
-    return;
-  }
-  if (why == StopWhy::kUser || why == StopWhy::kFailFast) {
-    // Stopped by us before it finished: it resumes later from its latest checkpoint.
-    if (clean)
-      t.status = Status::kTerminated;
-    else
-      set_pending(t);
-    if (clean) apply_retention(t, false);
-    mark_dirty();
-    return;
-  }
-  if (clean) {
-    finish(t, Status::kTerminated, "");
+  if (interrupted) {
+    if (info.reason == "orphaned" || info.reason == "host_lost")
+      spdlog::warn("trial {}: {}; it resumes from its latest checkpoint", t.name,
+                   info.reason == "orphaned"
+                       ? "its supervisor stopped it while the driver was silent (stopped or "
+                         "suspended past orphan_timeout_s)"
+                       : info.error);
+    interrupt(t);
     return;
   }
   std::string why_text = describe_exit(info);
@@ -508,11 +496,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   int max = exp_.failure.max_failures;
   bool retry = info.reason != "exec_failed" && !stopping_ && (max < 0 || t.failures <= max);
   if (retry) {
-    spdlog::warn("trial {} failed ({}); retrying ({} of {})", t.name, why_text, t.failures,
-                 max < 0 ? std::string("unlimited") : std::to_string(max));
-    set_pending(t);
-    t.error = why_text;
-    mark_dirty();
+    schedule_retry(t, why_text);
     return;
   }
   finish(t, Status::kError, why_text);
@@ -521,6 +505,40 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     stopping_ = true;
     stop_all(StopWhy::kFailFast, false);
   }
+}
+
+void Controller::interrupt(trial::Trial& t) {
+  set_pending(t);
+  t.reason = trial::Reason::kInterrupted;
+  mark_dirty();
+}
+
+void Controller::schedule_retry(trial::Trial& t, const std::string& why_text) {
+  int max = exp_.failure.max_failures;
+  t.fail_streak += 1;
+  // Exponential back-off between attempts that fail without reporting anything: 0.25 s, 0.5 s,
+  // 1 s, ... capped at a minute, so a script that dies at once cannot spin the driver.
+  double delay = std::min(kMaxRetryDelay, 0.25 * std::pow(2.0, std::min(t.fail_streak - 1, 16)));
+  // The same failure again and again is logged at its 1st, 2nd, 4th, 8th... occurrence.
+  bool same = t.last_failure == why_text;
+  t.last_failure = why_text;
+  int repeats = same ? t.fail_streak : 1;
+  std::string of = max < 0 ? std::string("unlimited") : std::to_string(max);
+  if (!same || (repeats & (repeats - 1)) == 0) {
+    if (repeats > 1)
+      spdlog::warn("trial {} failed again ({}), {} times in a row; retrying in {} s ({} of {})",
+                   t.name, why_text, repeats, util::format_double(delay), t.failures, of);
+    else
+      spdlog::warn("trial {} failed ({}); retrying in {} s ({} of {})", t.name, why_text,
+                   util::format_double(delay), t.failures, of);
+  } else {
+    spdlog::debug("trial {} failed again ({}); retrying in {} s", t.name, why_text,
+                  util::format_double(delay));
+  }
+  set_pending(t);
+  retry_at_[t.index] = ex_.now() + delay;
+  t.error = why_text;
+  mark_dirty();
 }
 
 bool Controller::maybe_save_state(bool force, bool durable) {
@@ -534,6 +552,8 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   auto r = writer_.save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
   if (!r) {
+    check_experiment_dir(now);
+    if (lost_) return false;  // said once, by check_experiment_dir
     // Said at once, then at most every 30 s while it lasts (a full disk stays full for a while).
     if (!last_write_failed_ || now >= next_write_error_ || force)
       spdlog::error("cannot save experiment state: {} (the previous state is intact{})",
@@ -553,18 +573,6 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   run_deletions();
   if (opts_.uploader) opts_.uploader->request(false);
   return true;
-}
-
-void Controller::run_deletions() {
-  // Only after a state write: the state on disk never names a checkpoint that is gone.
-  for (const auto& [dir, name, host] : pending_deletions_) {
-    if (!host.empty()) ex_.remove_checkpoint(host, dir, name);
-    if (auto r = util::remove_tree_nofollow(dir, name); !r)
-      spdlog::warn("cannot delete checkpoint: {}", r.error().message);
-    else
-      spdlog::debug("deleted {}/{}", dir.filename().string(), name);
-  }
-  pending_deletions_.clear();
 }
 
 void Controller::final_upload() {
@@ -649,6 +657,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   fs::create_directories(exp_.dir(), ec);
   if (ec)
     throw Fatal("cannot create experiment dir '" + exp_.dir().string() + "': " + ec.message());
+  check_experiment_dir(ex_.now());  // remembers which dir this run works in
   if (auto j = journal_.open(exp_.dir()); !j) throw Fatal(j.error());
   if (!maybe_save_state(true, true))
     throw Fatal("cannot write the experiment state in '" + exp_.dir().string() +
@@ -657,39 +666,26 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (resuming && opts_.process_started > 0)
     spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",
                  state_.trials.size(), running_.size(), ex_.now() - opts_.process_started);
-  double lease_period = std::clamp(exp_.orphan_timeout_s / 4, 0.5, 10.0);
+  lease_period_ = std::clamp(exp_.orphan_timeout_s / 4, 0.5, 10.0);
+  if (resuming)
+    for (const auto& t : state_.trials)
+      if (t.finished()) clean_finished(t);
+  double woke = ex_.now();
   while (true) {
     double now = ex_.now();
     check_deadlines(now);
     launch_ready();
     bool more = !stopping_ && (state_.next_index < state_.total_trials || !pending_.empty());
     if (running_.empty() && !more) break;
-    if (interrupts_ >= 2) break;
-    // Sleep until something happens or the next timer is due.
-    double timeout = 1.0;
-    if (state_dirty_) timeout = std::min(timeout, std::max(0.0, next_state_write_ - now));
-    for (const auto& [id, rt] : running_)
-      if (rt.kill_deadline >= 0) timeout = std::min(timeout, std::max(0.0, rt.kill_deadline - now));
-    if (exp_.time_budget_s && !budget_spent_)
-      timeout = std::min(
-          timeout, std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
-    if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
-    for (auto& ev : ex_.wait(timeout)) {
-      if (std::holds_alternative<exec::InterruptEvent>(ev)) {
-        on_interrupt();
-      } else if (auto* o = std::get_if<exec::OutputEvent>(&ev)) {
-        on_output(o->trial_id, o->data);
-      } else if (auto* x = std::get_if<exec::ExitEvent>(&ev)) {
-        on_exit(x->trial_id, x->info);
-      } else if (auto* h = std::get_if<exec::HostEvent>(&ev)) {
-        pool_.set_available(h->host, h->up);
-        state_.hosts[h->host] = h->up ? "up" : "unreachable";
-        mark_dirty();
-        if (!pool_.any_available())
-          spdlog::warn("every host is unreachable: waiting for one to come back (Ctrl-C stops)");
-        draw(true);
-      }
-    }
+    if (interrupts_ >= 2 || lost_) break;
+    double timeout = wait_timeout(now);
+    longest_stall_ = std::max(longest_stall_, ex_.now() - woke);
+    double slept_from = ex_.now(), wall_from = ex_.wall_time();
+    auto events = ex_.wait(timeout);
+    woke = ex_.now();
+    notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
+    for (auto& ev : events) dispatch(ev);
+    on_file_jobs_done();
     now = ex_.now();
     for (auto& [id, rt] : running_) {
       if (auto r = rt.log.flush(); !r && now >= rt.next_write_warning) {
@@ -700,22 +696,107 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     }
     if (now >= next_lease_) {
       ex_.renew_lease();
-      next_lease_ = now + lease_period;
+      next_lease_ = now + lease_period_;
     }
-    maybe_save_state(false, false);
+    if (now >= next_dir_check_) check_experiment_dir(now);
+    if (!lost_) maybe_save_state(false, false);
     if (opts_.uploader) opts_.uploader->poll();
     draw(false);
   }
+  if (lost_) lost_exit();
   // Ctrl-C twice: trials still running were killed; they resume from their latest checkpoint.
   for (auto& [id, rt] : running_) {
     rt.log.close();
-    set_pending(trial(id));
+    interrupt(trial(id));
   }
   state_.phase = interrupted_ ? "interrupted" : "finished";
+  finish_file_work();
   maybe_save_state(true, true);
+  finish_file_work();  // the deletions that write allowed
   final_upload();
   draw(true);
+  spdlog::info("longest loop stall: {:.0f} ms", longest_stall_ * 1000);
   return exit_code();
+}
+
+double Controller::wait_timeout(double now) const {
+  // Sleep until something happens or the next timer is due.
+  double timeout = 1.0;
+  if (state_dirty_) timeout = std::min(timeout, std::max(0.0, next_state_write_ - now));
+  for (const auto& [id, rt] : running_)
+    if (rt.kill_deadline >= 0) timeout = std::min(timeout, std::max(0.0, rt.kill_deadline - now));
+  if (exp_.time_budget_s && !budget_spent_)
+    timeout = std::min(timeout,
+                       std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
+  if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
+  for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
+  if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies
+  return timeout;
+}
+
+void Controller::dispatch(exec::Event& ev) {
+  if (std::holds_alternative<exec::InterruptEvent>(ev)) {
+    on_interrupt();
+  } else if (auto* o = std::get_if<exec::OutputEvent>(&ev)) {
+    on_output(o->trial_id, o->data);
+  } else if (auto* x = std::get_if<exec::ExitEvent>(&ev)) {
+    on_exit(x->trial_id, x->info);
+  } else if (auto* h = std::get_if<exec::HostEvent>(&ev)) {
+    pool_.set_available(h->host, h->up);
+    state_.hosts[h->host] = h->up ? "up" : "unreachable";
+    mark_dirty();
+    if (!pool_.any_available())
+      spdlog::warn("every host is unreachable: waiting for one to come back (Ctrl-C stops)");
+    draw(true);
+  }
+}
+
+void Controller::notice_gap(double overslept) {
+  // The loop slept far longer than it asked to: the driver was stopped (SIGSTOP, Ctrl-Z) or
+  // the machine suspended. Leases were not renewed meanwhile; renew them now, before anything
+  // else, so supervisors that have not given up yet keep their trials. Trials whose
+  // supervisors did give up report reason "orphaned" and are re-queued, not failed.
+  if (overslept < std::max(2.0, lease_period_)) return;
+  spdlog::warn(
+      "the driver did not run for {:.0f} s (stopped or suspended): renewing leases; "
+      "trials stopped meanwhile resume from their latest checkpoint",
+      overslept);
+  ex_.renew_lease();
+  next_lease_ = ex_.now() + lease_period_;
+}
+
+void Controller::check_experiment_dir(double now) {
+  next_dir_check_ = now + 1;
+  struct stat st {};
+  bool gone = ::stat(exp_.dir().c_str(), &st) != 0;
+  if (!gone && dir_identity_.first == 0 && dir_identity_.second == 0) {
+    dir_identity_ = {st.st_dev, st.st_ino};
+    return;
+  }
+  if (!gone && st.st_dev == dir_identity_.first && st.st_ino == dir_identity_.second) return;
+  lost_ = true;
+  stopping_ = true;
+  // Said once, as the run's one-line error (lost_exit); its tune.log went with the dir.
+  spdlog::debug("the experiment dir '{}' was {} while the driver ran: stopping its trials",
+                exp_.dir().string(), gone ? "deleted" : "replaced");
+  for (auto& [id, rt] : running_)
+    if (!rt.deferred_exit) ex_.stop(id, true);
+}
+
+void Controller::lost_exit() {
+  worker_.cancel();
+  (void)worker_.drain(5);
+  throw Fatal("the experiment dir '" + exp_.dir().string() +
+                  "' was deleted or replaced while the driver ran: its trials were stopped, and "
+                  "nothing more could be saved",
+              kExitTrialError);
+}
+
+void Controller::finish_file_work() {
+  if (interrupts_ >= 2) worker_.cancel();  // copies give up; deletions are quick
+  if (!worker_.drain(interrupts_ >= 2 ? 5 : 3600))
+    spdlog::warn("file work still running after the wait: left for the next run");
+  on_file_jobs_done();
 }
 
 }  // namespace tune::control

@@ -20,6 +20,7 @@
 #include "state/state.hpp"
 #include "trial/line_splitter.hpp"
 #include "trial/result_log.hpp"
+#include "util/file_worker.hpp"
 
 namespace tune::ui {
 class LiveTable;
@@ -81,12 +82,19 @@ class Controller {
     // Re-attached: checkpoint dirs the crashed driver adopted after its last state write; the
     // output read again names them once more and they are registered then.
     std::set<std::string> adopted_before;
+    // Checkpoints being copied in on the file worker; the attempt's exit waits for them.
+    int copies_in_flight = 0;
+    std::optional<exec::ExitInfo> deferred_exit;
   };
 
   trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }
   [[nodiscard]] fs::path trial_dir(const trial::Trial& t) const { return exp_.dir() / t.name; }
 
   void launch_ready();
+  // Journals and starts a trial's first attempt; false if it could not be journaled.
+  bool start_first_attempt(trial::Trial& t, const Placement& p);
+  // The oldest pending trial whose retry back-off has passed, by index.
+  [[nodiscard]] std::optional<size_t> next_pending(double now) const;
   bool launch(trial::Trial& t, const Placement& p);
   // A retried or resumed attempt restarts from the latest checkpoint: later results are
   // dropped (each training_iteration is recorded once) and stray checkpoint dirs removed.
@@ -112,6 +120,19 @@ class Controller {
   void record_result(trial::Trial& t, Runtime& rt, nlohmann::json result);
   [[nodiscard]] bool should_stop(const nlohmann::json& result) const;
   void register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, const nlohmann::json& result);
+  // Adds a checkpoint whose dir is in place, in seq order, and applies retention.
+  void add_checkpoint(trial::Trial& t, Runtime& rt, trial::Checkpoint c);
+  [[nodiscard]] static nlohmann::json checkpoint_metrics(const nlohmann::json& result);
+  // A checkpoint dir the trial reported with `result` (which gets checkpoint_dir_name): moved
+  // in at once if it lies in the trial's dir, else copied in on the file worker (files.cpp).
+  void take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,
+                       nlohmann::json& result);
+  // Registers the checkpoints whose copies finished; runs exits that waited for them.
+  void on_file_jobs_done();
+  // Renames dir/name out of the way now and deletes it on the file worker.
+  void delete_later(const fs::path& dir, const std::string& name);
+  // Resume: removes what a finished trial's dir holds that its state does not name (worker).
+  void clean_finished(const trial::Trial& t);
   void apply_retention(trial::Trial& t, bool can_run);
   void step_next(trial::Trial& t, Runtime& rt, const nlohmann::json& result);
   void step_save(trial::Trial& t, Runtime& rt, bool then_stop);
@@ -123,6 +144,23 @@ class Controller {
   void on_interrupt();
   void check_deadlines(double now);
   void finish(trial::Trial& t, trial::Status status, const std::string& error);
+  // The driver ended the trial's attempt (not a stop criterion): PENDING, reason interrupted.
+  void interrupt(trial::Trial& t);
+  // Queues a failed trial for its next attempt after a back-off, logging repeats sparingly.
+  void schedule_retry(trial::Trial& t, const std::string& why_text);
+  static constexpr double kMaxRetryDelay = 60;
+
+  // How long the loop may sleep before a timer is due.
+  [[nodiscard]] double wait_timeout(double now) const;
+  void dispatch(exec::Event& ev);
+  // The loop overslept by `overslept` s: the driver was stopped or suspended (leases lapsed).
+  void notice_gap(double overslept);
+  // Notices (once a second) that the experiment dir was deleted or replaced under the driver.
+  void check_experiment_dir(double now);
+  // After the dir was lost: stops what runs and throws the one-line error (exit 1).
+  [[noreturn]] void lost_exit();
+  // Waits for the file worker's jobs (copies, deletions) at the end of a run.
+  void finish_file_work();
 
   void mark_dirty() { state_dirty_ = true; }
   // Puts a trial back in the launch queue.
@@ -146,13 +184,26 @@ class Controller {
   state::StateWriter writer_;
   std::unordered_map<std::string, size_t> index_;
   std::unordered_map<std::string, Runtime> running_;
-  std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first
+  std::set<uint64_t> pending_;           // indexes of PENDING trials not running, oldest first
+  std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head
     std::string name;  // checkpoint_N
     std::string host;  // the SSH host that holds it too ("" = only here)
   };
   std::vector<Deletion> pending_deletions_;
+  util::FileWorker worker_;
+  struct Adoption {
+    std::string trial_id;
+    trial::Checkpoint checkpoint;
+  };
+  std::map<uint64_t, Adoption> adoptions_;  // file-worker job -> the checkpoint it brings in
+  double longest_stall_ = 0;                // longest loop turn (s), logged at the end
+  double lease_period_ = 10;
+  double next_dir_check_ = 0;
+  std::pair<dev_t, ino_t> dir_identity_{0, 0};  // the experiment dir this run works in
+  bool lost_ = false;                           // ... was deleted or replaced under us
+  double last_turn_ = 0;                        // monotonic time the last loop turn ended
 
   bool stopping_ = false;  // no more launches
   bool interrupted_ = false;

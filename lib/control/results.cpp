@@ -106,6 +106,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   if (auto it = result.find("done"); it != result.end() && it->is_boolean()) done = it->get<bool>();
   rt.iterations_since_restore += 1;
   t.iteration += 1;
+  t.fail_streak = 0;
   double total = rt.time_base + (now - rt.started);
   result["training_iteration"] = t.iteration;
   result["time_this_iter_s"] = now - rt.last_result_at;
@@ -123,28 +124,15 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   rt.last_result_at = now;
   t.time_total_s = total;
 
-  if (reported_checkpoint) {
-    int64_t seq = t.checkpoint_seq + 1;
-    trial::Checkpoint c;
-    c.seq = seq;
-    Result<void> r;
-    if (rt.adopted_before.erase(c.dir_name()))
-      r = {};  // moved in by the driver that crashed; this line is being read again
-    else
-      r = ex_.adopt(t.id, *reported_checkpoint, exp_.trial.workdir, trial_dir(t), c.dir_name());
-    if (r) {
-      result["checkpoint_dir_name"] = c.dir_name();
-      register_checkpoint(t, rt, seq, result);
-    } else {
-      spdlog::warn("trial {}: {}", t.name, r.error().message);
-    }
-  }
+  if (reported_checkpoint) take_checkpoint(t, rt, *reported_checkpoint, result);
 
   if (!rt.log
            .is_open()) {  // opened at the first result: a trial that reports nothing gets no files
     if (auto r = rt.log.open(trial_dir(t)); !r)
       spdlog::warn("trial {}: {}", t.name, r.error().message);
   }
+  // The result that meets a stop criterion is the trial's last: it says done, as Ray's does.
+  if (should_stop(result)) result["done"] = true;
   rt.log.append(result);
   t.track_metrics(result);
   t.last_result = std::move(result);
@@ -172,21 +160,30 @@ void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq,
   c.iteration = t.iteration;
   c.time_total_s = t.time_total_s;
   c.metrics = numeric_metrics(result);
-  t.checkpoint_seq = seq;
-  t.checkpoints.push_back(std::move(c));
-  rt.last_checkpoint_iteration = t.iteration;
-  spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, t.checkpoints.back().dir_name(),
-               t.iteration);
+  t.checkpoint_seq = std::max(t.checkpoint_seq, seq);
+  add_checkpoint(t, rt, std::move(c));
+}
+
+void Controller::add_checkpoint(trial::Trial& t, Runtime& rt, trial::Checkpoint c) {
+  rt.last_checkpoint_iteration = std::max(rt.last_checkpoint_iteration, c.iteration);
+  spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, c.dir_name(), c.iteration);
   if (const auto& attr = exp_.checkpoint.score_attribute) {
-    auto it = t.checkpoints.back().metrics.find(*attr);
-    if (it == t.checkpoints.back().metrics.end() || !it->is_number() ||
-        std::isnan(it->get<double>()))
+    auto it = c.metrics.find(*attr);
+    if (it == c.metrics.end() || !it->is_number() || std::isnan(it->get<double>()))
       spdlog::warn("trial {}: {} has no numeric '{}' in its result: it ranks worst", t.name,
-                   t.checkpoints.back().dir_name(), *attr);
+                   c.dir_name(), *attr);
   }
+  // In seq order (copies finish in the order they were asked for, after any earlier move).
+  auto at = std::find_if(t.checkpoints.begin(), t.checkpoints.end(),
+                         [&](const trial::Checkpoint& k) { return k.seq > c.seq; });
+  t.checkpoints.insert(at, std::move(c));
   apply_retention(t, true);
   ex_.checkpoint_registered(t.id);
   mark_dirty();
+}
+
+json Controller::checkpoint_metrics(const json& result) {
+  return numeric_metrics(result);
 }
 
 void Controller::apply_retention(trial::Trial& t, bool can_run) {

@@ -29,6 +29,7 @@ json trial_to_json(const trial::Trial& t) {
           {"index", t.index},
           {"config", t.config},
           {"status", trial::status_name(t.status)},
+          {"reason", trial::reason_name(t.reason)},
           {"attempt", t.attempt},
           {"failures", t.failures},
           {"host", t.host},
@@ -153,6 +154,11 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     if (tj.contains("restore_iteration"))
       t.restore_iteration = r.get<int64_t>(tj, "restore_iteration", ctx);
     if (tj.contains("time_base")) t.time_base = r.get<double>(tj, "time_base", ctx);
+    if (tj.contains("reason")) {  // (absent in states written before reasons existed)
+      auto why = trial::parse_reason(r.get<std::string>(tj, "reason", ctx));
+      if (r.ok && !why) return fail(where, ": ", ctx, ": unknown reason");
+      t.reason = why.value_or(trial::Reason::kNone);
+    }
     if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
     json metrics = r.get<json>(tj, "metrics", ctx);
     json ckpts = r.get<json>(tj, "checkpoints", ctx);
@@ -200,6 +206,7 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
   for (size_t i = 0; i < s.trials.size(); ++i) {
     const auto& t = s.trials[i];
     Key key{static_cast<int>(t.status),
+            static_cast<int>(t.reason),
             t.attempt,
             t.failures,
             t.iteration,
@@ -266,6 +273,7 @@ void replay(ExperimentState& s, const json& j) {
   if (attempt > t->attempt) {
     t->attempt = attempt;
     t->status = trial::Status::kRunning;
+    t->reason = trial::Reason::kNone;
     if (l.contains("stdout_offset") && l["stdout_offset"].is_number_unsigned())
       t->stdout_offset = l["stdout_offset"].get<uint64_t>();
     if (l.contains("started") && l["started"].is_number()) t->attempt_started = l["started"];

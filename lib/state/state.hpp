@@ -71,7 +71,7 @@ class StateWriter {
  private:
   // What changes whenever anything persisted of a trial changes.
   struct Key {
-    int status = -1, attempt = 0, failures = 0;
+    int status = -1, reason = 0, attempt = 0, failures = 0;
     int64_t iteration = 0, checkpoint_seq = 0;
     size_t checkpoints = 0;
     uint64_t stdout_offset = 0;

@@ -108,6 +108,9 @@ Result<void> ResultLog::open(const fs::path& trial_dir) {
   dir_ = trial_dir;
   columns_.clear();
   known_.clear();
+  last_row_.clear();
+  last_json_buf_ = last_csv_buf_ = std::string::npos;
+  last_json_file_ = last_csv_file_ = -1;
   // Keep the existing header, if progress.csv has one.
   if (auto text = util::read_file(dir_ / "progress.csv", 1ull << 40); text && !text->empty()) {
     auto nl = text->find('\n');
@@ -146,12 +149,43 @@ void ResultLog::add_columns(const json& obj, const std::string& prefix, bool& ad
 }
 
 void ResultLog::append(const json& result) {
+  last_json_buf_ = json_buf_.size();
   json_buf_ += result.dump(-1, ' ', false, json::error_handler_t::replace);
+  last_row_.assign(json_buf_, last_json_buf_);
   json_buf_.push_back('\n');
   bool added = false;
   add_columns(result, "", added);
   if (added) csv_rewrite_ = true;
+  last_csv_buf_ = csv_buf_.size();
   if (!csv_rewrite_) csv_row(csv_buf_, columns_, result);
+}
+
+Result<void> ResultLog::mark_last_done() {
+  if (json_fd_ < 0 || last_row_.empty()) return flush();
+  json row = json::parse(last_row_, nullptr, false);
+  if (!row.is_object() || row.value("done", false) == true) return flush();
+  row["done"] = true;
+  std::string text = row.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (last_json_buf_ != std::string::npos) {
+    json_buf_.resize(last_json_buf_);
+  } else if (last_json_file_ >= 0) {
+    if (auto r = flush(); !r) return r;
+    if (::ftruncate(json_fd_, last_json_file_) != 0)
+      return fail("cannot rewrite the last row of '", (dir_ / "result.json").string(),
+                  "': ", std::strerror(errno));
+  } else {
+    return flush();
+  }
+  json_buf_ += text + "\n";
+  if (!csv_rewrite_) {
+    if (last_csv_buf_ != std::string::npos && last_csv_buf_ <= csv_buf_.size())
+      csv_buf_.resize(last_csv_buf_);
+    else if (last_csv_file_ < 0 || ::ftruncate(csv_fd_, last_csv_file_) != 0)
+      csv_rewrite_ = true;  // regenerated from result.json
+    if (!csv_rewrite_) csv_row(csv_buf_, columns_, row);
+  }
+  last_row_ = std::move(text);
+  return flush();
 }
 
 Result<void> ResultLog::flush() {
@@ -159,6 +193,10 @@ Result<void> ResultLog::flush() {
   if (!json_buf_.empty()) {
     off_t before = ::lseek(json_fd_, 0, SEEK_END);
     auto r = write_all(json_fd_, json_buf_, dir_ / "result.json");
+    if (r && last_json_buf_ != std::string::npos && before >= 0) {
+      last_json_file_ = before + static_cast<off_t>(last_json_buf_);
+      last_json_buf_ = std::string::npos;
+    }
     if (!r) {
       // Disk full or similar: take back any partial write and keep the rows for the next
       // flush, so result.json never holds a torn row and loses none (up to kMaxPending).
@@ -177,10 +215,16 @@ Result<void> ResultLog::flush() {
   if (csv_rewrite_) {
     csv_rewrite_ = false;
     csv_buf_.clear();
+    last_csv_buf_ = std::string::npos;
+    last_csv_file_ = -1;  // (rare: the next mark_last_done() regenerates the file)
     return rewrite_csv();
   }
   if (!csv_buf_.empty()) {
+    off_t before = ::lseek(csv_fd_, 0, SEEK_END);
     auto r = write_all(csv_fd_, csv_buf_, dir_ / "progress.csv");
+    if (r && last_csv_buf_ != std::string::npos && before >= 0)
+      last_csv_file_ = before + static_cast<off_t>(last_csv_buf_);
+    last_csv_buf_ = std::string::npos;
     csv_buf_.clear();
     return r;
   }

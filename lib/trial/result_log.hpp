@@ -31,6 +31,9 @@ class ResultLog {
   // Buffers one result; flush() writes everything buffered with one write() per file.
   void append(const json& result);
   [[nodiscard]] Result<void> flush();
+  // The trial ended normally: its last row (of this log's rows) gets "done": true, in
+  // result.json and progress.csv, then everything is flushed. Nothing to do without a row.
+  [[nodiscard]] Result<void> mark_last_done();
   void close();
   [[nodiscard]] bool is_open() const { return json_fd_ >= 0; }
 
@@ -57,6 +60,11 @@ class ResultLog {
   std::unordered_set<std::string> known_;
   std::string json_buf_, csv_buf_;
   bool csv_rewrite_ = false;
+  // Where the last appended row starts: in the buffer while unwritten (npos once written),
+  // then in the file.
+  std::string last_row_;  // its result.json text, without the newline
+  size_t last_json_buf_ = std::string::npos, last_csv_buf_ = std::string::npos;
+  off_t last_json_file_ = -1, last_csv_file_ = -1;
 };
 
 }  // namespace tune::trial

@@ -27,6 +27,22 @@ void Trial::track_metrics(const json& result) {
   }
 }
 
+const char* reason_name(Reason r) {
+  switch (r) {
+    case Reason::kNone:
+      return "";
+    case Reason::kInterrupted:
+      return "interrupted";
+  }
+  return "";
+}
+
+std::optional<Reason> parse_reason(std::string_view s) {
+  for (Reason r : {Reason::kNone, Reason::kInterrupted})
+    if (s == reason_name(r)) return r;
+  return std::nullopt;
+}
+
 const char* status_name(Status s) {
   switch (s) {
     case Status::kPending:

@@ -19,6 +19,18 @@ enum class Status { kPending, kRunning, kPaused, kTerminated, kError };
 // Parses "PENDING" etc.; nullopt for anything else.
 [[nodiscard]] std::optional<Status> parse_status(std::string_view s);
 
+// Why a trial is where it is, beyond its status (shown by `tune status`, kept in the state).
+enum class Reason {
+  kNone,
+  kInterrupted,  // the driver ended its attempt for another reason than a stop criterion
+                 // (Ctrl-C, fail_fast, an orphan timeout, a lost host): resumed from its
+                 // latest checkpoint, never counted as a failure
+};
+
+[[nodiscard]] const char* reason_name(Reason r);
+// Parses a reason_name(); nullopt for anything else.
+[[nodiscard]] std::optional<Reason> parse_reason(std::string_view s);
+
 // last/min/max of one numeric metric over the trial's recorded results.
 struct MetricStats {
   double last = 0, min = 0, max = 0;
@@ -40,6 +52,7 @@ struct Trial {
   uint64_t index = 0;
   json config;
   Status status = Status::kPending;
+  Reason reason = Reason::kNone;
   int attempt = 0;  // attempts started so far
   int failures = 0;
   std::string host;
@@ -56,6 +69,9 @@ struct Trial {
   int64_t restore_iteration = 0;  // training_iteration it restored from (0 = from scratch)
   double time_base = 0;           // time_total_s it restored from
   std::vector<int> gpu_ids;       // the GPUs it holds (CUDA_VISIBLE_DEVICES)
+  // Failures in a row since its last recorded result (the retry back-off; not persisted).
+  int fail_streak = 0;
+  std::string last_failure;  // how its last attempt failed (to log a repeated failure once)
 
   // Updates last/min/max from one result's numeric values (not the driver's bookkeeping).
   void track_metrics(const json& result);

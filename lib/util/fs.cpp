@@ -1,5 +1,7 @@
 #include "util/fs.hpp"
 
+#include <atomic>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -154,7 +156,9 @@ Result<void> remove_tree_nofollow(const fs::path& dir, std::string_view name) {
 }
 
 namespace {
-Result<void> copy_tree(const fs::path& src, const fs::path& dst) {
+Result<void> copy_tree(const fs::path& src, const fs::path& dst,
+                       const std::atomic<bool>* cancel = nullptr) {
+  if (cancel && *cancel) return fail("cancelled");
   struct stat st {};
   if (::lstat(src.c_str(), &st) != 0)
     return fail("cannot stat '", src.string(), "': ", errno_text());
@@ -172,7 +176,7 @@ Result<void> copy_tree(const fs::path& src, const fs::path& dst) {
     std::error_code ec;
     for (auto it = fs::directory_iterator(src, ec); !ec && it != fs::directory_iterator();
          it.increment(ec)) {
-      if (auto r = copy_tree(it->path(), dst / it->path().filename()); !r) return r;
+      if (auto r = copy_tree(it->path(), dst / it->path().filename(), cancel); !r) return r;
     }
     if (ec) return fail("cannot list '", src.string(), "': ", ec.message());
     return {};
@@ -225,6 +229,12 @@ Result<void> move_dir(const fs::path& src, const fs::path& dst) {
   if (::rename(staging.c_str(), dst.c_str()) != 0)
     return fail("cannot rename '", staging.string(), "': ", errno_text());
   return remove_tree_nofollow(src.parent_path(), src.filename().string());
+}
+
+Result<void> copy_dir(const fs::path& src, const fs::path& dst, const std::atomic<bool>& cancel) {
+  auto r = copy_tree(src, dst, &cancel);
+  if (!r) (void)remove_tree_nofollow(dst.parent_path(), dst.filename().string());
+  return r;
 }
 
 uint64_t file_size_or_zero(const fs::path& path) {

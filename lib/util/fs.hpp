@@ -2,6 +2,7 @@
 // containment checks after resolving links, bounded reads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -34,6 +35,12 @@ namespace fs = std::filesystem;
 // Moves directory `src` to `dst` (which must not exist): rename(2) on one filesystem, otherwise
 // a copy that keeps symlinks as symlinks, fsyncs the files, then removes `src`.
 [[nodiscard]] Result<void> move_dir(const fs::path& src, const fs::path& dst);
+
+// Copies directory `src` to `dst` (which must not exist), keeping symlinks as symlinks (never
+// following one) and fsyncing each file; gives up when `cancel` turns true. On failure nothing
+// is left at `dst`.
+[[nodiscard]] Result<void> copy_dir(const fs::path& src, const fs::path& dst,
+                                    const std::atomic<bool>& cancel);
 
 // Size of a file, or 0 if it does not exist.
 [[nodiscard]] uint64_t file_size_or_zero(const fs::path& path);

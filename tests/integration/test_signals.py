@@ -59,13 +59,17 @@ class SignalTest(TuneTest):
         self.assertEqual(st["phase"], "interrupted")
         self.assertEqual({t["status"] for t in st["trials"]}, {"PENDING"})
         self.assertEqual(self.processes_under(self.dir), [])
-        # resume with a stop rule: restarts from the latest checkpoint, each iteration once
-        self.tune("run", "exp.yaml", "--resume=auto", "--set", "stop={training_iteration: 12}", "--quiet", check=0)
+        # resume with a stop rule past what ran (on a loaded machine the trials may have run
+        # further before Ctrl-C took effect): restarts from the latest checkpoint, each
+        # iteration once
+        stop = max(max(self.iterations("ctrlc", t)) for t in st["trials"]) + 6
+        self.tune("run", "exp.yaml", "--resume=auto", "--set", "stop={training_iteration: %d}" % stop,
+                  "--quiet", check=0)
         for t in self.trials("ctrlc"):
             self.assertEqual(t["status"], "TERMINATED")
             self.assertEqual(t["attempt"], 2)
-            self.assertEqual(self.iterations("ctrlc", t), list(range(1, 13)))
-            self.assertEqual([r["i"] for r in self.results("ctrlc", t)], list(range(1, 13)))
+            self.assertEqual(self.iterations("ctrlc", t), list(range(1, stop + 1)))
+            self.assertEqual([r["i"] for r in self.results("ctrlc", t)], list(range(1, stop + 1)))
 
     def test_an_interrupted_experiment_resumes_after_being_moved(self):
         import shutil

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "control/controller.hpp"
+#include "controller_fixtures.hpp"
 #include "fake_executor.hpp"
 #include "spec/parse.hpp"
 #include "trial/result_log.hpp"
@@ -15,58 +16,16 @@ using namespace tune;
 using testing::FakeContext;
 using testing::FakeExecutor;
 using testing::FakeProcess;
+using testing::iterations;
+using testing::make_exp;
+using testing::opts;
+using testing::Reporter;
+using testing::results_of;
 using testing::ScratchDir;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-spec::Experiment make_exp(const ScratchDir& dir, const std::string& yaml) {
-  spec::Overrides ov;
-  ov.storage_path = (dir.path / "results").string();
-  auto e = spec::parse_experiment(yaml, dir.path / "exp.yaml", ov);
-  if (!e) FAIL(e.error().message);
-  return *e;
-}
-
-control::ControllerOptions opts(double cpus = 8, int gpus = 0) {
-  spdlog::set_level(spdlog::level::off);
-  control::ControllerOptions o;
-  o.grace_s = 2;
-  control::ResourcePool::Host h;
-  h.name = "local";
-  h.cpus = h.cpu_free = cpus;
-  h.gpu_free.assign(static_cast<size_t>(gpus), 1.0);
-  o.hosts = {h};
-  return o;
-}
-
-// A function-mode trial that reports `n` results (one per tick) and exits with `code`.
-// `on_result(i, ctx)` may add fields; returning false from it stops reporting.
-struct Reporter : FakeProcess {
-  int n, code, i = 0;
-  std::function<json(int, FakeContext&)> make;
-  Reporter(int n_, int code_, std::function<json(int, FakeContext&)> m = nullptr)
-      : n(n_), code(code_), make(std::move(m)) {}
-  void on_tick(FakeContext& c, double) override {
-    if (i >= n) return c.exit(code);
-    ++i;
-    json r = make ? make(i, c) : json{{"loss", 1.0 / i}};
-    c.print(r.dump());
-  }
-};
-
-std::vector<json> results_of(const spec::Experiment& e, const trial::Trial& t) {
-  auto rows = trial::ResultLog::read_results(e.dir() / t.name);
-  REQUIRE(rows);
-  return *rows;
-}
-
-std::vector<int64_t> iterations(const std::vector<json>& rows) {
-  std::vector<int64_t> out;
-  for (const auto& r : rows) out.push_back(r["training_iteration"].get<int64_t>());
-  return out;
-}
 
 const char* kBase = R"(
 name: exp
@@ -310,9 +269,10 @@ checkpoint_config: {num_to_keep: 2, checkpoint_score_attribute: loss, checkpoint
 TEST_CASE("a reported checkpoint outside the trial dir is refused and left alone",
           "[controller][checkpoint]") {
   ScratchDir d;
+  fs::create_directories(d.path / "work");  // the workdir: what lies there would be copied
   auto e = make_exp(d, R"(
 name: exp
-trial: {command: ["train"]}
+trial: {command: ["train"], workdir: work}
 param_space: {x: 1}
 )");
   // The scratch dir is itself under /tmp: point TMPDIR elsewhere so "outside" really is.

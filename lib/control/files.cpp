@@ -1,0 +1,210 @@
+// The controller's file work on trial dirs: taking over reported checkpoints, deleting the
+// ones retention dropped, and removing leftovers. Anything that may take long (a copy across
+// filesystems, deleting a tree, walking a finished trial's dir) runs on the file worker, off
+// the loop; the loop itself only renames.
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "checkpoint/adopt.hpp"
+#include "control/controller.hpp"
+#include "util/fs.hpp"
+
+namespace tune::control {
+
+using json = nlohmann::json;
+
+namespace {
+
+// A hidden name for a tree on its way out, so its own name is free at once.
+constexpr std::string_view kTrashPrefix = ".deleting_";
+
+// Prefixes of dirs that only ever hold unfinished work of an attempt.
+bool is_leftover(std::string_view name, bool keep_staged) {
+  if (name.starts_with(kTrashPrefix) || name.starts_with(".copying_")) return true;
+  // Staged dirs are reported by lines not read yet when re-attaching: those may stay.
+  return !keep_staged &&
+         (name.starts_with(".pending_checkpoint_") || name.starts_with(".staged_checkpoint_"));
+}
+
+// N of "checkpoint_N", or -1 for any other name.
+int64_t checkpoint_seq_of(std::string_view name) {
+  if (!name.starts_with("checkpoint_") || name.size() == 11) return -1;
+  int64_t seq = 0;
+  for (char c : name.substr(11)) {
+    if (c < '0' || c > '9' || seq > (INT64_MAX - 9) / 10) return -1;
+    seq = seq * 10 + (c - '0');
+  }
+  return seq;
+}
+
+}  // namespace
+
+void Controller::delete_later(const fs::path& dir, const std::string& name) {
+  // Renamed on the loop (one syscall), so the name can be taken again at once; the tree is
+  // then deleted on the worker, never following a symlink.
+  std::string trash = std::string(kTrashPrefix) + name;
+  std::string target = name;
+  if (::rename((dir / name).c_str(), (dir / trash).c_str()) == 0) {
+    target = trash;
+  } else if (errno == ENOENT) {
+    return;
+  } else {
+    spdlog::debug("cannot rename {} for deletion: {}", (dir / name).string(), std::strerror(errno));
+  }
+  worker_.submit([dir, target](const std::atomic<bool>&) -> Result<std::string> {
+    if (auto r = util::remove_tree_nofollow(dir, target); !r) return std::unexpected(r.error());
+    return std::string();
+  });
+}
+
+void Controller::run_deletions() {
+  // Only after a state write: the state on disk never names a checkpoint that is gone.
+  for (const auto& [dir, name, host] : pending_deletions_) {
+    if (!host.empty()) ex_.remove_checkpoint(host, dir, name);
+    delete_later(dir, name);
+    spdlog::debug("deleting {}/{}", dir.filename().string(), name);
+  }
+  pending_deletions_.clear();
+}
+
+void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {
+  fs::path dir = trial_dir(t);
+  std::set<std::string> named;
+  // A trial re-attached on an SSH host has checkpoints that reach the head only with its next
+  // sync: missing here does not mean gone.
+  bool only_on_host = keep_newer && !remote_host(t).empty();
+  std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
+    std::error_code ec;
+    if (only_on_host ||
+        fs::symlink_status(dir / c.dir_name(), ec).type() == fs::file_type::directory) {
+      named.insert(c.dir_name());
+      return false;
+    }
+    spdlog::warn("trial {}: {} is named in the state but missing on disk: forgotten", t.name,
+                 c.dir_name());
+    mark_dirty();
+    return true;
+  });
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (!is_leftover(name, keep_newer)) {
+      int64_t seq = checkpoint_seq_of(name);
+      if (seq < 0 || named.count(name)) continue;  // not one of ours, or kept
+      if (keep_newer && seq > t.checkpoint_seq) {
+        if (rt) rt->adopted_before.insert(name);
+        continue;
+      }
+    }
+    spdlog::debug("trial {}: removing stray {}", t.name, name);
+    delete_later(dir, name);
+  }
+}
+
+void Controller::clean_finished(const trial::Trial& t) {
+  // A deletion the previous driver had not finished when it died leaves checkpoint dirs that
+  // no state names; a finished trial's set never changes, so its dir is walked on the worker.
+  std::set<std::string> named;
+  for (const auto& c : t.checkpoints) named.insert(c.dir_name());
+  fs::path dir = trial_dir(t);
+  std::string name = t.name;
+  worker_.submit([dir, named, name](const std::atomic<bool>&) -> Result<std::string> {
+    std::error_code ec;
+    std::vector<std::string> doomed;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      std::string n = it->path().filename().string();
+      if (is_leftover(n, false) || (checkpoint_seq_of(n) >= 0 && !named.count(n)))
+        doomed.push_back(std::move(n));
+    }
+    std::string removed;
+    for (const auto& n : doomed) {
+      if (auto r = util::remove_tree_nofollow(dir, n); !r) return std::unexpected(r.error());
+      removed += (removed.empty() ? "" : ", ") + n;
+    }
+    if (removed.empty()) return removed;
+    return "trial " + name + ": removed " + removed + " (left over from an unfinished deletion)";
+  });
+}
+
+void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,
+                                 json& result) {
+  trial::Checkpoint c;
+  c.seq = t.checkpoint_seq + 1;
+  c.iteration = t.iteration;
+  c.time_total_s = t.time_total_s;
+  std::string dest = c.dir_name();
+  auto done = [&] {
+    result["checkpoint_dir_name"] = dest;
+    c.metrics = checkpoint_metrics(result);
+  };
+  if (rt.adopted_before.erase(dest)) {  // moved in by the driver that crashed: read again
+    done();
+    t.checkpoint_seq = c.seq;
+    return add_checkpoint(t, rt, std::move(c));
+  }
+  if (!remote_host(t).empty()) {  // on its host, by the host's own tools
+    auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), dest);
+    if (!r) return spdlog::warn("trial {}: {}", t.name, r.error().message);
+    done();
+    t.checkpoint_seq = c.seq;
+    return add_checkpoint(t, rt, std::move(c));
+  }
+  fs::path dir = trial_dir(t);
+  auto src = checkpoint::locate(reported, {dir, exp_.dir(), exp_.trial.workdir});
+  if (!src) return spdlog::warn("trial {}: {}", t.name, src.error().message);
+  done();
+  t.checkpoint_seq = c.seq;
+  if (src->how == checkpoint::Source::How::kMove && rt.copies_in_flight == 0) {
+    if (auto r = checkpoint::move_in(*src, dir, dest); !r) {
+      result.erase("checkpoint_dir_name");
+      return spdlog::warn("trial {}: {}", t.name, r.error().message);
+    }
+    return add_checkpoint(t, rt, std::move(c));
+  }
+  // A copy (or a move queued behind one, to keep the order): done on the worker, registered
+  // when it completes; the trial's exit waits for it.
+  uint64_t job = worker_.submit(
+      [src = *src, dir, dest](const std::atomic<bool>& cancel) -> Result<std::string> {
+        auto r = src.how == checkpoint::Source::How::kMove
+                     ? checkpoint::move_in(src, dir, dest)
+                     : checkpoint::copy_in(src, dir, dest, cancel);
+        if (!r) return std::unexpected(r.error());
+        return std::string();
+      });
+  rt.copies_in_flight += 1;
+  adoptions_[job] = {t.id, std::move(c)};
+}
+
+void Controller::on_file_jobs_done() {
+  for (auto& d : worker_.take_done()) {
+    auto it = adoptions_.find(d.id);
+    if (it == adoptions_.end()) {  // a deletion or a clean-up
+      if (!d.result)
+        spdlog::warn("{}", d.result.error().message);
+      else if (!d.result->empty())
+        spdlog::info("{}", *d.result);
+      continue;
+    }
+    auto [id, c] = std::move(it->second);
+    adoptions_.erase(it);
+    auto rit = running_.find(id);
+    if (rit == running_.end()) continue;
+    auto& t = trial(id);
+    Runtime& rt = rit->second;
+    rt.copies_in_flight -= 1;
+    if (d.result)
+      add_checkpoint(t, rt, std::move(c));
+    else
+      spdlog::warn("trial {}: checkpoint {} not taken: {}", t.name, c.dir_name(),
+                   d.result.error().message);
+    if (rt.copies_in_flight == 0 && rt.deferred_exit) {
+      exec::ExitInfo info = std::move(*rt.deferred_exit);
+      rt.deferred_exit.reset();
+      on_exit(id, info);
+    }
+  }
+}
+
+}  // namespace tune::control

@@ -1,0 +1,310 @@
+"""Regression tests for the driver hardening work, each named after the item it guards: a driver
+that must not crash, hang, lose or misattribute results when used as a hostile or unlucky user
+would. Real binary, real trial processes, one scratch dir per test."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+from harness import PY, TuneTest
+
+# Reports `n` results, checkpointing through the Python helper every `every` iterations; restores
+# from its checkpoint; fails its first attempt at iteration `fail_at` when asked to.
+COUNTER = """
+import json, os, sys, tempfile, time, tune_trial
+n, every, fail_at, pause = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+start = 0
+ck = tune_trial.get_checkpoint()
+if ck:
+    start = int(open(os.path.join(ck, "i")).read())
+first = os.path.exists(os.path.join(os.environ["TUNE_TRIAL_DIR"], "failed-once")) is False
+for i in range(start + 1, n + 1):
+    if fail_at and i == fail_at and first:
+        open(os.path.join(os.environ["TUNE_TRIAL_DIR"], "failed-once"), "w").close()
+        sys.exit(3)
+    d = None
+    if every and i % every == 0:
+        d = tempfile.mkdtemp()
+        open(os.path.join(d, "i"), "w").write(str(i))
+    tune_trial.report({"i": i, "loss": 1.0 / i}, checkpoint_dir=d)
+    time.sleep(pause)
+"""
+
+
+class HardeningTest(TuneTest):
+    def setUp(self):
+        super().setUp()
+        self.write("counter.py", COUNTER)
+
+    def log(self, name):
+        with open(os.path.join(self.exp_dir(name), "tune.log")) as f:
+            return f.read()
+
+    def test_item3_200_trials_that_each_fail_once(self):
+        # A 40-value grid x num_samples 5, concurrency 4, each trial failing its first attempt:
+        # this crashed the driver in 6 runs of 6 (a Trial& kept across growth of the trials).
+        self.write("exp.yaml", """
+            name: flaky
+            trial: {command: ["%s", "counter.py", "3", "0", "2", "0"]}
+            param_space: {x: {grid_search: [%s]}}
+            num_samples: 5
+            seed: 7
+            max_concurrent_trials: 4
+            failure_config: {max_failures: 1}
+        """ % (PY, ", ".join(str(i) for i in range(40))))
+        p = self.tune("run", "exp.yaml", "--quiet", timeout=600)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        trials = self.trials("flaky")
+        self.assertEqual(len(trials), 200)
+        for t in trials:
+            self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 1), t["trial_name"])
+            self.assertEqual(self.iterations("flaky", t), [1, 2, 3])
+
+    def test_item8_experiment_dir_deleted_under_a_running_driver(self):
+        self.write("exp.yaml", """
+            name: doomed
+            trial: {command: ["%s", "counter.py", "1000", "0", "0", "0.05"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("doomed")) == 2 and
+                      len(self.results("doomed", self.trials("doomed")[1])) >= 3, what="results")
+        subprocess.run(["rm", "-rf", self.exp_dir("doomed")], check=True)
+        out, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 1, err)
+        lines = [l for l in err.splitlines() if l.startswith("tune: error:")]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("was deleted", lines[0])
+        self.assertNotIn("intact", err)
+        self.assertNotIn("supervisor exited", err)
+        self.assertFalse(os.path.exists(self.exp_dir("doomed")), "the driver recreated the dir")
+
+    def test_item7_driver_stopped_past_the_orphan_timeout(self):
+        # SIGSTOP the driver (a suspended laptop) for longer than orphan_timeout_s: supervisors
+        # stop their trials; on SIGCONT those are re-queued from their checkpoint, not failed.
+        self.write("exp.yaml", """
+            name: napping
+            trial: {command: ["%s", "counter.py", "30", "2", "0", "0.1"]}
+            param_space: {x: {grid_search: [1, 2]}}
+            orphan_timeout_s: 2
+            failure_config: {max_failures: 0}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: all(len(self.results("napping", t)) >= 5 for t in self.trials("napping"))
+                      and len(self.trials("napping")) == 2, what="results")
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(5)
+        p.send_signal(signal.SIGCONT)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        for t in self.trials("napping"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(t["failures"], 0)
+            self.assertGreaterEqual(t["attempt"], 2)
+            self.assertEqual(self.iterations("napping", t), list(range(1, 31)))
+            self.assertEqual([r["i"] for r in self.results("napping", t)], list(range(1, 31)))
+        self.assertIn("did not run for", self.log("napping"))
+
+    def test_item9_ctrl_c_and_a_trial_that_exits_0_on_sigterm(self):
+        # What a PyTorch script with a SIGTERM handler does: saves and exits 0.
+        self.write("graceful.py", """
+            import os, signal, sys, time, tune_trial
+            signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+            ck = tune_trial.get_checkpoint()
+            start = int(open(os.path.join(ck, "i")).read()) if ck else 0
+            for i in range(start + 1, 21):
+                d = os.path.join(os.environ["TUNE_TRIAL_DIR"], "ck%d" % i)
+                os.makedirs(d)
+                open(os.path.join(d, "i"), "w").write(str(i))
+                tune_trial.report({"i": i}, checkpoint_dir=d)
+                time.sleep(0.1)
+        """)
+        self.write("exp.yaml", """
+            name: graceful
+            trial: {command: ["%s", "graceful.py"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("graceful")) == 2 and
+                      all(len(self.results("graceful", t)) >= 3 for t in self.trials("graceful")),
+                      what="results")
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 130)
+        for t in self.trials("graceful"):
+            self.assertEqual((t["status"], t["reason"]), ("PENDING", "interrupted"))
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        for t in self.trials("graceful"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(t["failures"], 0)
+            self.assertEqual([r["i"] for r in self.results("graceful", t)], list(range(1, 21)))
+
+    def test_item11_checkpoint_paths_that_are_not_the_trials_own(self):
+        # Trial x=2 reports as its checkpoint: trial x=1's dir, a symlink to it, a dir in its
+        # workdir, one in the temp dir, and one elsewhere. Only the workdir and temp dirs are
+        # taken, as copies; nothing of trial x=1 or elsewhere is moved or deleted.
+        for d in ("work", "tmp", "outside/cko"):
+            os.makedirs(os.path.join(self.dir, d), exist_ok=True)
+        with open(os.path.join(self.dir, "outside/cko/keep"), "w") as f:
+            f.write("outside")
+        self.write("work/attack.py", """
+            import glob, json, os, sys, time
+            me = os.environ["TUNE_TRIAL_DIR"]
+            if sys.argv[1] == "1":
+                open(os.path.join(me, "victim.txt"), "w").write("mine")
+                time.sleep(3)
+                print(json.dumps({"i": 1}))
+                sys.exit(0)
+            while not glob.glob(os.path.join(os.path.dirname(me), "trial_00000*", "victim.txt")):
+                time.sleep(0.05)
+            victim = glob.glob(os.path.join(os.path.dirname(me), "trial_00000*"))[0]
+            os.symlink(victim, os.path.join(me, "link"))
+            for name in ("ckw", os.path.join(os.environ["TMPDIR"], "ckt")):
+                os.makedirs(name)
+                open(os.path.join(name, "data"), "w").write(name)
+            for path in (victim, os.path.join(me, "link"), "ckw",
+                         os.path.join(os.environ["TMPDIR"], "ckt"), sys.argv[2]):
+                print(json.dumps({"checkpoint": path}), flush=True)
+        """)
+        self.write("exp.yaml", """
+            name: paths
+            trial: {command: ["%s", "attack.py", "{x}", "%s"], workdir: work}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % (PY, os.path.join(self.dir, "outside/cko")))
+        env = dict(self.env, TMPDIR=os.path.join(self.dir, "tmp"))
+        self.tune("run", "exp.yaml", "--quiet", check=0, env=env)
+        victim, attacker = self.trials("paths")
+        vdir = os.path.join(self.exp_dir("paths"), victim["trial_name"])
+        adir = os.path.join(self.exp_dir("paths"), attacker["trial_name"])
+        with open(os.path.join(vdir, "victim.txt")) as f:
+            self.assertEqual(f.read(), "mine")
+        with open(os.path.join(self.dir, "outside/cko/keep")) as f:
+            self.assertEqual(f.read(), "outside")
+        # the copies were taken, the originals left where they were
+        self.assertEqual(attacker["iteration"], 5)
+        names = sorted(c["dir"] for c in attacker["checkpoints"])
+        self.assertEqual(names, ["checkpoint_000001", "checkpoint_000002"])
+        with open(os.path.join(adir, "checkpoint_000001/data")) as f:
+            self.assertEqual(f.read(), "ckw")
+        with open(os.path.join(adir, "checkpoint_000002/data")) as f:
+            self.assertTrue(f.read().endswith("ckt"))
+        self.assertTrue(os.path.isdir(os.path.join(self.dir, "work/ckw")))
+        self.assertTrue(os.path.isdir(os.path.join(self.dir, "tmp/ckt")))
+        log = self.log("paths")
+        self.assertIn("inside the experiment but not in this trial's dir: refused", log)
+        self.assertIn("is a symlink", log)
+        self.assertIn("outside the trial dir, the temp dir and the workdir: refused", log)
+
+    def test_item6_a_huge_checkpoint_is_copied_off_the_loop(self):
+        # 30,000 files handed over from tmpfs to the disk: copied on the file worker, so the
+        # loop keeps serving the other trial; tune.log ends with the longest loop stall.
+        if not os.path.isdir("/dev/shm"):
+            self.skipTest("no /dev/shm")
+        shm = os.path.join("/dev/shm", os.path.basename(self.dir))
+        os.makedirs(shm)
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", shm]))
+        self.write("big.py", """
+            import json, os, sys, time
+            if sys.argv[1] == "1":
+                d = os.path.join(os.environ["TMPDIR"], "big")
+                os.makedirs(d)
+                for i in range(30000):
+                    with open(os.path.join(d, "f%05d" % i), "w") as f:
+                        f.write("x" * 64)
+                print(json.dumps({"i": 1, "checkpoint": d}), flush=True)
+                sys.exit(0)
+            for i in range(1, 81):
+                print(json.dumps({"i": i}), flush=True)
+                time.sleep(0.05)
+        """)
+        self.write("exp.yaml", """
+            name: big
+            trial: {command: ["%s", "big.py", "{x}"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        env = dict(self.env, TMPDIR=shm)
+        self.tune("run", "exp.yaml", "--quiet", check=0, env=env, timeout=600)
+        big, other = self.trials("big")
+        self.assertEqual([c["dir"] for c in big["checkpoints"]], ["checkpoint_000001"])
+        ck = os.path.join(self.exp_dir("big"), big["trial_name"], "checkpoint_000001")
+        self.assertEqual(len(os.listdir(ck)), 30000)
+        self.assertEqual(len(os.listdir(os.path.join(shm, "big"))), 30000)  # left where it was
+        self.assertEqual(other["iteration"], 80)
+        stalls = re.findall(r"longest loop stall: (\d+) ms", self.log("big"))
+        self.assertEqual(len(stalls), 1)
+        self.assertLess(int(stalls[0]), 2000)
+
+    def test_item21_leftovers_of_an_unfinished_deletion_are_removed_on_resume(self):
+        # A driver killed between a state write and its deletions leaves checkpoint dirs that
+        # no state names, in trials that are finished: resume removes them for every trial.
+        self.write("exp.yaml", """
+            name: leftovers
+            trial: {command: ["%s", "counter.py", "6", "1", "0", "0"]}
+            param_space: {x: {grid_search: [1, 2, 3]}}
+            num_samples: 2
+            checkpoint_config: {num_to_keep: 2}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        planted = []
+        for t in self.trials("leftovers"):
+            tdir = os.path.join(self.exp_dir("leftovers"), t["trial_name"])
+            self.assertEqual(sorted(os.listdir(tdir)).count("checkpoint_000006"), 1)
+            for name in ("checkpoint_000002", ".deleting_checkpoint_000003", ".copying_checkpoint_000007"):
+                os.makedirs(os.path.join(tdir, name, "sub"))
+                planted.append(os.path.join(tdir, name))
+        # a symlink planted as a checkpoint dir: removed, its target untouched
+        os.makedirs(os.path.join(self.dir, "target"))
+        open(os.path.join(self.dir, "target", "keep"), "w").close()
+        t0 = self.trials("leftovers")[0]
+        os.symlink(os.path.join(self.dir, "target"),
+                   os.path.join(self.exp_dir("leftovers"), t0["trial_name"], "checkpoint_000001"))
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        for p in planted:
+            self.assertFalse(os.path.lexists(p), p)
+        self.assertFalse(os.path.lexists(os.path.join(self.exp_dir("leftovers"), t0["trial_name"], "checkpoint_000001")))
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "target", "keep")))
+        for t in self.trials("leftovers"):
+            tdir = os.path.join(self.exp_dir("leftovers"), t["trial_name"])
+            self.assertEqual(sorted(n for n in os.listdir(tdir) if "checkpoint" in n),
+                             ["checkpoint_000005", "checkpoint_000006"])
+
+    def test_item17_last_row_says_done(self):
+        self.write("exp.yaml", """
+            name: done
+            trial: {command: ["%s", "counter.py", "4", "0", "0", "0"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        for t in self.trials("done"):
+            self.assertEqual([r["done"] for r in self.results("done", t)], [False, False, False, True])
+            with open(os.path.join(self.exp_dir("done"), t["trial_name"], "progress.csv")) as f:
+                rows = f.read().splitlines()
+            col = rows[0].split(",").index("done")
+            self.assertEqual([r.split(",")[col] for r in rows[1:]], ["false", "false", "false", "true"])
+
+    def test_item22_crash_loop_backs_off(self):
+        self.write("exp.yaml", """
+            name: crashloop
+            trial: {command: ["%s", "-c", "import sys; print('boom', file=sys.stderr); sys.exit(1)"]}
+            param_space: {x: {grid_search: [1]}}
+            failure_config: {max_failures: -1}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml", "--quiet")
+        time.sleep(6)
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        attempts = self.trials("crashloop")[0]["attempt"]
+        # Without back-off: ~11 attempts a second. With it: 0.25 + 0.5 + 1 + 2 s ... about 6.
+        self.assertLessEqual(attempts, 8)
+        self.assertGreaterEqual(attempts, 3)
+        log = self.log("crashloop")
+        # logged at its 1st, 2nd and 4th occurrence, not every time
+        self.assertLess(log.count("exit code 1"), attempts)
+        self.assertIn("times in a row", log)
+
+
+if __name__ == "__main__":
+    unittest.main()
