@@ -10,7 +10,7 @@ status=0
 ctest --preset default -j"$jobs" || status=1
 if [ "${TUNE_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan >/dev/null
-  cmake --build build-asan -j"$jobs" --target tune_unit_tests
+  cmake --build build-asan -j"$jobs" --target tune_unit_tests tune
   ctest --preset asan -j"$jobs" || status=1
 fi
 exit "$status"

@@ -1,0 +1,69 @@
+"""Hundreds of short trials that fail, retry, are interrupted and resume: what users run, and
+what once crashed the driver every time. CI runs this against the ASan+UBSan build of `tune`
+(TUNE_BIN=build-asan/tune), so a memory error anywhere on these paths fails it."""
+import os
+import signal
+import unittest
+
+from harness import PY, TuneTest
+
+# Fails its first attempt at iteration 2; checkpoints every iteration; restores.
+TRIAL = """
+import json, os, sys, tempfile, time
+d = os.environ["TUNE_TRIAL_DIR"]
+ck = os.environ.get("TUNE_RESTORE_CHECKPOINT")
+start = int(open(os.path.join(ck, "i")).read()) if ck else 0
+for i in range(start + 1, 4):
+    if i == 2 and not os.path.exists(os.path.join(d, "failed")):
+        open(os.path.join(d, "failed"), "w").close()
+        sys.exit(1)
+    c = tempfile.mkdtemp(dir=d)
+    open(os.path.join(c, "i"), "w").write(str(i))
+    print(json.dumps({"i": i, "loss": 1.0 / i, "checkpoint": c}), flush=True)
+    time.sleep(0.01)
+"""
+
+
+class ScaleTest(TuneTest):
+    def test_300_trials_fail_retry_interrupt_resume(self):
+        self.write("t.py", TRIAL)
+        self.write("exp.yaml", """
+            name: scale
+            trial: {command: ["%s", "t.py"]}
+            param_space: {x: {grid_search: [%s]}}
+            num_samples: 5
+            seed: 11
+            max_concurrent_trials: 4
+            failure_config: {max_failures: 1}
+            checkpoint_config: {num_to_keep: 1, checkpoint_score_attribute: loss,
+                                checkpoint_score_order: min}
+        """ % (PY, ", ".join(str(i) for i in range(60))))
+        p = self.start_tune("run", "exp.yaml", "--quiet")
+
+        def far_enough():
+            st = self.state("scale")
+            return sum(t["status"] == "TERMINATED" for t in st["trials"]) >= 40
+        self.wait_for(far_enough, timeout=300, what="40 trials done")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        self.assertNotIn("Sanitizer", err)
+        self.assertEqual(p.returncode, 130, err[-3000:])
+        r = self.tune("run", "exp.yaml", "--resume=auto", "--quiet", timeout=900)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        trials = self.trials("scale")
+        self.assertEqual(len(trials), 300)
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertEqual(t["failures"], 1, t["trial_name"])
+            rows = self.results("scale", t)
+            self.assertEqual([x["training_iteration"] for x in rows], [1, 2, 3], t["trial_name"])
+            self.assertEqual([x["i"] for x in rows], [1, 2, 3], t["trial_name"])
+            self.assertEqual([c["dir"] for c in t["checkpoints"]], ["checkpoint_%06d" % t["checkpoint_seq"]])
+            names = [n for n in os.listdir(os.path.join(self.exp_dir("scale"), t["trial_name"]))
+                     if "checkpoint" in n]
+            self.assertEqual(names, [t["checkpoints"][0]["dir"]])
+
+
+if __name__ == "__main__":
+    unittest.main()
