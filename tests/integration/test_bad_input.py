@@ -186,5 +186,57 @@ class TrialMisbehaviourTest(TuneTest):
             self.assertEqual(argv, ["--v=" + v, v])
 
 
+class UntrustedInputTest(TuneTest):
+    """Hostile or broken bytes in the experiment file, --set and trial output: an error naming
+    the place, or a warning, never a crash or a wrong trial count."""
+
+    def config_error_bytes(self, yaml_bytes, *extra, timeout=20):
+        with open(os.path.join(self.dir, "exp.yaml"), "wb") as f:
+            f.write(yaml_bytes)
+        t0 = time.time()
+        p = self.tune("run", "exp.yaml", *extra, check=2, timeout=timeout)
+        self.assertLess(time.time() - t0, 10)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertTrue(p.stderr.startswith("tune: error: "), p.stderr)
+        self.assertFalse(os.path.exists(self.storage), "a config error must start nothing")
+        return p.stderr
+
+    def test_recursive_alias_is_an_error_not_a_crash(self):
+        err = self.config_error_bytes(b"trial: {command: [a]}\nparam_space: {a: &x [*x]}\n")
+        self.assertIn("exp.yaml:2:22: recursive alias '*x'", err)
+
+    def bomb(self, levels):
+        """A "billion laughs" param_space: `levels` levels of 10 aliases (10^levels nodes)."""
+        lines = [b"trial: {command: [a]}", b"param_space:",
+                 b"  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+        for i in range(1, levels + 1):
+            lines.append(b"  a%d: &a%d [%s]" % (i, i, b", ".join([b"*a%d" % (i - 1)] * 10)))
+        return b"\n".join(lines) + b"\n"
+
+    def test_alias_bomb_is_refused_fast(self):
+        # 9 levels expand to ~17 GB in memory unchecked; 6 levels (just over 1 M nodes) too.
+        for levels in (9, 6):
+            err = self.config_error_bytes(self.bomb(levels))
+            self.assertRegex(err, r"exp\.yaml:\d+:\d+: the document expands to more than 1,000,000 nodes")
+
+    def test_non_utf8_yaml_and_set_values_are_config_errors(self):
+        err = self.config_error_bytes(b'trial: {command: [a]}\nparam_space: {a: "x\xffy"}\n')
+        self.assertIn("exp.yaml:2:20: not valid UTF-8", err)
+        # A --set value: argv bytes (surrogateescape turns \udcff into the byte 0xff).
+        err = self.config_error_bytes(b"trial: {command: [a]}\nparam_space: {a: 1}\n",
+                                      "--set", "param_space.a=x\udcffy")
+        self.assertIn("--set param_space.a: not valid UTF-8", err)
+
+    def test_nul_in_a_yaml_string_is_a_config_error(self):
+        err = self.config_error_bytes(b'trial: {command: [a, "--v={a}"]}\nparam_space: {a: "a\\0b"}\n')
+        self.assertIn("exp.yaml:2:18: a string holds a NUL byte", err)
+
+    def test_num_samples_times_grid_does_not_wrap(self):
+        err = self.config_error_bytes(b"trial: {command: [a]}\n"
+                                      b"param_space: {g: {grid_search: [1, 2, 3, 4, 5]}}\n"
+                                      b"num_samples: 3689348814741910324\n")
+        self.assertIn("exp.yaml:3:14: num_samples x grid sizes yields more than 2^64 trials", err)
+
+
 if __name__ == "__main__":
     unittest.main()
