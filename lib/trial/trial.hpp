@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "trial/result_line.hpp"
+
 namespace tune::trial {
 
 using json = nlohmann::json;
@@ -56,6 +58,7 @@ struct Trial {
   int64_t restore_iteration = 0;  // training_iteration it restored from (0 = from scratch)
   double time_base = 0;           // time_total_s it restored from
   std::vector<int> gpu_ids;       // the GPUs it holds (CUDA_VISIBLE_DEVICES)
+  LineIssueLog line_issues;       // warnings said about its output lines (not persisted)
 
   // Updates last/min/max from one result's numeric values (not the driver's bookkeeping).
   void track_metrics(const json& result);

@@ -1,4 +1,6 @@
 """Bad input gets a one-line error naming the place, and nothing is lost or started."""
+import json
+import math
 import os
 import time
 import unittest
@@ -236,6 +238,84 @@ class UntrustedInputTest(TuneTest):
                                       b"param_space: {g: {grid_search: [1, 2, 3, 4, 5]}}\n"
                                       b"num_samples: 3689348814741910324\n")
         self.assertIn("exp.yaml:3:14: num_samples x grid sizes yields more than 2^64 trials", err)
+
+    def test_nan_and_infinity_results_are_kept_and_rank_last(self):
+        # What a diverged PyTorch loss looks like through json.dumps, plus junk in between.
+        self.write("diverge.py", r"""
+            import json, os, sys
+            out = sys.stdout.buffer
+            def result(loss, i):
+                d = os.path.join(os.environ["TUNE_TRIAL_DIR"], "ck_%d" % i)
+                os.makedirs(d)
+                open(os.path.join(d, "w"), "w").write(str(i))
+                out.write(json.dumps({"loss": loss, "checkpoint": d}).encode() + b"\n")
+            result(0.5, 1)
+            out.write(b"epoch 1 done\n")                      # print debugging
+            result(float("nan"), 2)
+            out.write(b'{"loss": "caf\xe9"}\n')                # not UTF-8: line 4
+            out.write(b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}\n")   # far too deep
+            result(0.3, 3)
+            result(float("inf"), 4)
+            result(0.4, 5)
+            result(float("nan"), 6)
+            out.flush()
+        """)
+        self.write("exp.yaml", """
+            name: nan
+            trial: {command: ["%s", "diverge.py"]}
+            param_space: {x: 1}
+            metric: loss
+            mode: max
+            checkpoint_config: {num_to_keep: 3, checkpoint_score_attribute: loss,
+                                checkpoint_score_order: max}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+
+        def check_state():
+            t = self.trials("nan")[0]
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(t["iteration"], 6)
+            self.assertTrue(math.isnan(t["last_result"]["loss"]))
+            self.assertTrue(math.isnan(t["metrics"]["loss"]["last"]))
+            # Retention by max: 0.5, 0.4, 0.3 kept; NaN and Infinity rank last (Infinity too,
+            # though it is the largest number).
+            self.assertEqual([c["seq"] for c in t["checkpoints"]], [1, 3, 5])
+            return t
+
+        t = check_state()
+        self.assertEqual(self.iterations("nan", t), [1, 2, 3, 4, 5, 6])   # nothing shifted
+        tdir = os.path.join(self.exp_dir("nan"), t["trial_name"])
+        with open(os.path.join(tdir, "result.json")) as f:
+            text = f.read()
+        self.assertIn('"loss":NaN', text)
+        self.assertIn('"loss":Infinity', text)
+        losses = [r["loss"] for r in self.results("nan", t)]
+        self.assertTrue(math.isnan(losses[1]) and math.isinf(losses[3]) and math.isnan(losses[5]))
+        with open(os.path.join(tdir, "progress.csv")) as f:
+            rows = f.read().splitlines()
+        col = rows[0].split(",").index("loss")
+        self.assertEqual([r.split(",")[col] for r in rows[1:]], ["0.5", "", "0.3", "", "0.4", ""])
+        with open(os.path.join(self.exp_dir("nan"), "tune.log")) as f:
+            log = f.read()
+        self.assertEqual(log.count("holds NaN or Infinity"), 1, log)
+        self.assertIn("output line 4 of this attempt starts like a result but is not valid UTF-8", log)
+        self.assertIn("output line 5 of this attempt starts like a result but is not a JSON object", log)
+
+        # checkpoints ls/best rank a non-finite score last, whichever the order.
+        p = self.tune("checkpoints", "ls", "nan", "--format", "json", check=0)
+        self.assertEqual([r["checkpoint"] for r in json.loads(p.stdout)],
+                         ["checkpoint_000001", "checkpoint_000005", "checkpoint_000003"])
+        p = self.tune("checkpoints", "ls", "nan", "--mode", "min", "--format", "json", check=0)
+        self.assertEqual([r["checkpoint"] for r in json.loads(p.stdout)],
+                         ["checkpoint_000003", "checkpoint_000005", "checkpoint_000001"])
+        p = self.tune("checkpoints", "best", "nan", check=0)
+        self.assertTrue(p.stdout.strip().endswith("checkpoint_000001"), p.stdout)
+
+        # The state keeps NaN (not null) through a resume that reads and rewrites it.
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        check_state()
+        with open(os.path.join(self.exp_dir("nan"), "experiment_state.json")) as f:
+            self.assertIn('"loss":NaN', f.read())
 
 
 if __name__ == "__main__":
