@@ -317,6 +317,18 @@ class UntrustedInputTest(TuneTest):
         with open(os.path.join(self.exp_dir("nan"), "experiment_state.json")) as f:
             self.assertIn('"loss":NaN', f.read())
 
+    def test_an_unexpected_exception_is_one_line_and_exit_1_not_an_abort(self):
+        # A symlink loop under the storage path made `tune ls` die of an uncaught
+        # std::filesystem error (abort, rc 134). Whatever `ls` makes of it, tune never aborts.
+        os.makedirs(self.storage)
+        os.symlink("loop", os.path.join(self.storage, "loop"))
+        p = self.tune("ls")
+        self.assertIn(p.returncode, (0, 1), p.stderr)
+        self.assertNotIn("terminate called", p.stderr)
+        if p.returncode == 1:
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+            self.assertTrue(p.stderr.startswith("tune: error: "), p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
