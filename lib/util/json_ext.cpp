@@ -136,13 +136,15 @@ void write_ext(const json& j, std::string& out) {
 
 json parse_json_ext(std::string_view text, size_t max_depth) noexcept {
   try {
-    // Fast path (nearly every line): no token to restore, and too few brackets to nest deeper
-    // than allowed.
+    // Fast path (nearly every line): no token to restore, and too short or too few brackets to
+    // nest deeper than allowed.
     bool tokens = text.find("NaN") != std::string_view::npos ||
                   text.find("Infinity") != std::string_view::npos;
-    auto opens = static_cast<size_t>(
-        std::count_if(text.begin(), text.end(), [](char c) { return c == '{' || c == '['; }));
-    if (!tokens && opens <= max_depth) return json::parse(text, nullptr, false);
+    bool shallow = text.size() <= max_depth ||
+                   static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+                     return c == '{' || c == '[';
+                   })) <= max_depth;
+    if (!tokens && shallow) return json::parse(text, nullptr, false);
     return parse_rewritten(text, max_depth);
   } catch (...) {  // bad_alloc: treat as unparsable rather than end the driver
     return json::value_t::discarded;
