@@ -11,7 +11,7 @@ std::optional<double> score_of(const trial::Checkpoint& c, const std::optional<s
   auto it = c.metrics.find(*attr);
   if (it == c.metrics.end() || !it->is_number()) return std::nullopt;
   double v = it->get<double>();
-  if (std::isnan(v)) return std::nullopt;
+  if (!std::isfinite(v)) return std::nullopt;  // NaN/Infinity (diverged) rank last, as missing
   return v;
 }
 }  // namespace

@@ -20,14 +20,15 @@ struct Policy {
   }
 };
 
-// The checkpoints to delete: all but the N best by the policy's score (a missing or NaN score
-// ranks worst; on a tie the older wins), and never the latest while `trial_can_run`.
+// The checkpoints to delete: all but the N best by the policy's score (a missing, NaN or infinite
+// score ranks worst; on a tie the older wins), and never the latest while `trial_can_run`.
 // `warnings` receives one line per checkpoint that lacks the score attribute.
 [[nodiscard]] std::vector<int64_t> select_for_deletion(
     const std::vector<trial::Checkpoint>& ckpts, const Policy& policy, bool trial_can_run,
     std::vector<std::string>* warnings = nullptr);
 
-// Orders checkpoints best first by `metric`/`order` (missing/NaN last, older first on ties).
+// Orders checkpoints best first by `metric`/`order` (missing/NaN/±Infinity last, older first on
+// ties).
 [[nodiscard]] std::vector<const trial::Checkpoint*> rank(
     const std::vector<trial::Checkpoint>& ckpts, const std::optional<std::string>& metric,
     spec::Order order);

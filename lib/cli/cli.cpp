@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "util/error.hpp"
+#include "util/strings.hpp"
 
 namespace tune::cli {
 
@@ -62,6 +63,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::fprintf(stderr, "tune: error: %s\n", e.what());
     return e.code();
+  } catch (const std::exception& e) {
+    // A bug, or a resource we could not get: one line and exit 1, never an abort (`tune run`
+    // saved the state before this, so the experiment can be resumed).
+    std::fflush(stdout);
+    std::fprintf(stderr, "tune: error: internal error: %s\n", util::printable(e.what()).c_str());
+    return kExitTrialError;
   }
   return kExitUsage;
 }

@@ -49,7 +49,8 @@ std::vector<Row> ranked_checkpoints(const state::ExperimentState& s,
       std::optional<double> score;
       if (metric) {
         auto it = c.metrics.find(*metric);
-        if (it != c.metrics.end() && it->is_number() && !std::isnan(it->get<double>()))
+        // NaN and ±Infinity (a diverged metric) rank last, with the missing scores.
+        if (it != c.metrics.end() && it->is_number() && std::isfinite(it->get<double>()))
           score = it->get<double>();
       }
       rows.push_back({&t, &c, score});

@@ -269,7 +269,20 @@ int RunCommand::execute() {
   co.base_env = environment();
   co.python_helpers_dir = python_helpers_dir();
   control::Controller controller(exp, *ex, co, &table);
-  int code = controller.run(std::move(resume));
+  int code = kExitOk;
+  try {
+    code = controller.run(std::move(resume));
+  } catch (const Fatal&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Not a refusal but a failure while running: keep what the run got so far resumable.
+    auto saved = state::save(dir, controller.state(), true);
+    throw Fatal(std::string("internal error while running: ") + e.what() +
+                    (saved ? "; the state was saved: resume with: tune run " +
+                                 util::shell_quote(file_) + " --resume=auto"
+                           : "; the state could not be saved: " + saved.error().message),
+                kExitTrialError);
+  }
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
     std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_)

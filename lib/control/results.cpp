@@ -60,7 +60,10 @@ void Controller::on_output(const std::string& id, const std::string& data) {
 void Controller::on_line(trial::Trial& t, Runtime& rt, std::string_view line) {
   // Only JSON objects are results; anything else (print debugging, binary junk) stays in
   // stdout.log and is otherwise ignored.
-  auto parsed = trial::parse_result_line(line);
+  trial::LineIssue issue;
+  auto parsed = trial::parse_result_line(line, &issue);
+  if (auto note = t.line_issues.note(issue, rt.splitter.lines()))
+    spdlog::warn("trial {}: {}", t.name, *note);
   if (!parsed) return;
   json obj = std::move(*parsed);
 

@@ -8,11 +8,18 @@
 namespace tune::search {
 
 namespace {
-uint64_t grid_size(const Space& space) {
+// The product of the grid sizes, or nullopt if it overflows.
+std::optional<uint64_t> checked_grid_size(const Space& space) {
   uint64_t n = 1;
   for (const auto& p : space.params)
-    if (p.domain.kind == Domain::Kind::kGrid) n *= p.domain.values.size();
+    if (p.domain.kind == Domain::Kind::kGrid &&
+        __builtin_mul_overflow(n, static_cast<uint64_t>(p.domain.values.size()), &n))
+      return std::nullopt;
   return n;
+}
+
+uint64_t grid_size(const Space& space) {
+  return checked_grid_size(space).value_or(UINT64_MAX);
 }
 
 json* slot(json& config, const std::vector<std::string>& path) {
@@ -57,8 +64,15 @@ json sample(const Domain& d, Rng& rng) {
 }
 }  // namespace
 
+std::optional<uint64_t> checked_trial_count(const Space& space, uint64_t num_samples) {
+  auto grid = checked_grid_size(space);
+  uint64_t n = 0;
+  if (!grid || __builtin_mul_overflow(num_samples, *grid, &n)) return std::nullopt;
+  return n;
+}
+
 uint64_t trial_count(const Space& space, uint64_t num_samples) {
-  return num_samples * grid_size(space);
+  return checked_trial_count(space, num_samples).value_or(UINT64_MAX);
 }
 
 TrialConfig generate(const Space& space, uint64_t seed, uint64_t index) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,10 @@ struct TrialConfig {
   std::vector<std::pair<std::string, json>> varying;  // dotted path -> value, in param order
 };
 
-// Number of trials the space yields: num_samples x product of grid sizes.
+// Number of trials the space yields: num_samples x product of grid sizes, or nullopt if that
+// does not fit in 64 bits.
+[[nodiscard]] std::optional<uint64_t> checked_trial_count(const Space& space, uint64_t num_samples);
+// Same, saturating at UINT64_MAX (a validated experiment has at most 10 M trials).
 [[nodiscard]] uint64_t trial_count(const Space& space, uint64_t num_samples);
 
 // Generates trial `index` (0-based) of the experiment. Depends only on (space, seed, index):

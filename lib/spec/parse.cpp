@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "spec/yaml_guard.hpp"
 #include "spec/yaml_json.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -220,10 +221,12 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     if (v < 1) error(n, "num_samples must be at least 1, got " + std::to_string(v));
     e.num_samples = static_cast<uint64_t>(v);
   }
-  uint64_t total = search::trial_count(e.space, e.num_samples);
-  if (total > 10'000'000)
-    error(ps,
-          "the search space yields " + std::to_string(total) + " trials; the limit is 10,000,000");
+  auto total = search::checked_trial_count(e.space, e.num_samples);
+  if (!total || *total > 10'000'000) {
+    std::string n = total ? std::to_string(*total) : "more than 2^64";
+    error(root["num_samples"] ? root["num_samples"] : ps,
+          "num_samples x grid sizes yields " + n + " trials; the limit is 10,000,000");
+  }
   if (auto n = root["seed"]) {
     auto v = integer(n, "seed");
     if (v < 0) error(n, "seed must be >= 0");
@@ -632,10 +635,14 @@ std::vector<std::pair<YAML::Node, std::string>> apply_sets(YAML::Node& root,
     if (eq == std::string::npos || eq == 0)
       throw ParseError{"--set '" + util::printable(s, 60) + "': expected KEY=VALUE"};
     std::string key = s.substr(0, eq);
+    if (util::invalid_utf8_at(key) != std::string::npos || key.find('\0') != std::string::npos)
+      throw ParseError{"--set '" + util::printable(key, 60) + "': the key is not valid UTF-8 text"};
     std::string label = "--set " + util::printable(key, 60);
+    std::string text = s.substr(eq + 1);
+    if (auto r = check_yaml(text, label, false); !r) throw ParseError{r.error().message};
     YAML::Node value;
     try {
-      value = YAML::Load(s.substr(eq + 1));
+      value = YAML::Load(text);
     } catch (const YAML::Exception& ex) {
       throw ParseError{label + ": cannot parse value: " + ex.msg};
     }
@@ -743,6 +750,8 @@ fs::path default_storage_path() {
 
 Result<Experiment> parse_experiment(const std::string& yaml_text, const fs::path& path,
                                     const Overrides& ov) {
+  // Before any tree exists: recursive aliases and alias bombs, non-UTF-8 bytes and NULs.
+  if (auto r = check_yaml(yaml_text, path.string(), true); !r) return std::unexpected(r.error());
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);

@@ -5,9 +5,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 
 namespace tune::state {
 
@@ -67,6 +69,14 @@ struct Reader {
     }
   }
 };
+
+// One of a metric's last/min/max: NaN if it is not a number (a state written before NaN was
+// kept wrote it as null).
+double stat(const json& m, const char* key) {
+  auto it = m.find(key);
+  return it != m.end() && it->is_number() ? it->get<double>()
+                                          : std::numeric_limits<double>::quiet_NaN();
+}
 
 }  // namespace
 
@@ -171,8 +181,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     if (metrics.is_object()) {
       for (auto it = metrics.begin(); it != metrics.end(); ++it) {
         if (!it->is_object()) continue;
-        t.metrics[it.key()] = {it->value("last", 0.0), it->value("min", 0.0),
-                               it->value("max", 0.0)};
+        t.metrics[it.key()] = {stat(*it, "last"), stat(*it, "min"), stat(*it, "max")};
       }
     }
     if (!ckpts.is_array()) return fail(where, ": ", ctx, ": 'checkpoints' is not a list");
@@ -194,7 +203,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
 Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
   // The header, then the trials, one per line.
   json head = header_json(s);
-  std::string out = head.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out = util::dump_json_ext(head);
   out.pop_back();  // '}'
   out += ",\"trials\":[\n";
 
@@ -220,7 +229,7 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);
-      e.text = trial_to_json(t).dump(-1, ' ', false, json::error_handler_t::replace);
+      e.text = util::dump_json_ext(trial_to_json(t));  // NaN stays NaN (not null)
       ++last_serialized_;
     }
     out += e.text;
@@ -313,7 +322,7 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
                  {"stdout_offset", t.stdout_offset},
                  {"started", t.attempt_started},
                  {"gpu_ids", t.gpu_ids}}}};
-  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::string text = util::dump_json_ext(line) + "\n";
   ssize_t n =
       ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed
   if (n != static_cast<ssize_t>(text.size())) {
@@ -337,7 +346,7 @@ Result<ExperimentState> load(const fs::path& exp_dir) {
   auto text = util::read_file(p, 1ull << 32);
   if (!text) return std::unexpected(text.error());
   if (text->empty()) return fail(p.string(), ": empty file");
-  auto j = json::parse(*text, nullptr, false);
+  auto j = util::parse_json_ext(*text);
   if (j.is_discarded()) return fail(p.string(), ": not valid JSON (torn or corrupt)");
   auto s = from_json(j, p.string());
   if (!s) return s;
@@ -346,7 +355,7 @@ Result<ExperimentState> load(const fs::path& exp_dir) {
     while (start < journal->size()) {
       size_t nl = journal->find('\n', start);
       if (nl == std::string::npos) break;  // torn last line
-      replay(*s, json::parse(std::string_view(*journal).substr(start, nl - start), nullptr, false));
+      replay(*s, util::parse_json_ext(std::string_view(*journal).substr(start, nl - start)));
       start = nl + 1;
     }
   }

@@ -10,6 +10,7 @@ uint64_t LineSplitter::feed(std::string_view data,
     size_t nl = data.find('\n');
     bool complete = nl != std::string_view::npos;
     std::string_view piece = data.substr(0, complete ? nl : data.size());
+    if (complete) ++lines_;
     line_bytes_ += piece.size();
     if (!skipping_) {
       if (line_bytes_ > max_) {

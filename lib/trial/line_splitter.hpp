@@ -20,13 +20,17 @@ class LineSplitter {
                 const std::function<void(uint64_t length)>& on_overlong);
   // Bytes held for an unfinished line.
   [[nodiscard]] size_t pending() const { return partial_.size(); }
-  void reset() { partial_.clear(), skipping_ = false, line_bytes_ = 0; }
+  // Complete lines seen so far, overlong ones included (inside on_line: the current line's
+  // 1-based number).
+  [[nodiscard]] uint64_t lines() const { return lines_; }
+  void reset() { partial_.clear(), skipping_ = false, line_bytes_ = 0, lines_ = 0; }
 
  private:
   size_t max_;
   std::string partial_;
   bool skipping_ = false;
   uint64_t line_bytes_ = 0;  // bytes of the current line so far
+  uint64_t lines_ = 0;
 };
 
 }  // namespace tune::trial

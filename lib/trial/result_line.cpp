@@ -1,17 +1,47 @@
 #include "trial/result_line.hpp"
 
+#include "util/json_ext.hpp"
+#include "util/strings.hpp"
+
 namespace tune::trial {
 
 std::optional<nlohmann::json> parse_result_line(std::string_view line, LineIssue* issue) {
   if (issue) *issue = LineIssue::kNone;
   size_t first = line.find_first_not_of(" \t\r");
   if (first == std::string_view::npos || line[first] != '{') return std::nullopt;
-  nlohmann::json obj = nlohmann::json::parse(line, nullptr, false);
+  nlohmann::json obj = util::parse_json_ext(line, kMaxResultDepth);
   if (obj.is_discarded() || !obj.is_object()) {
-    if (issue) *issue = LineIssue::kMalformed;
+    // (a parsed value is valid UTF-8: nlohmann checks every string, and JSON outside strings
+    // is ASCII)
+    if (issue)
+      *issue = util::invalid_utf8_at(line) != std::string_view::npos ? LineIssue::kNotUtf8
+                                                                     : LineIssue::kMalformed;
     return std::nullopt;
   }
+  if (issue && util::has_non_finite(obj)) *issue = LineIssue::kNonFinite;
   return obj;
+}
+
+std::optional<std::string> LineIssueLog::note(LineIssue issue, uint64_t line_no) {
+  std::string where = "output line " + std::to_string(line_no) + " of this attempt";
+  switch (issue) {
+    case LineIssue::kNone:
+      return std::nullopt;
+    case LineIssue::kNonFinite:
+      if (non_finite_said_) return std::nullopt;
+      non_finite_said_ = true;
+      return "result on " + where +
+             " holds NaN or Infinity: recorded, and such a value ranks last (said once per trial)";
+    case LineIssue::kNotUtf8:
+    case LineIssue::kMalformed:
+      break;
+  }
+  if (++bad_lines_ > kMaxBadLines) return std::nullopt;
+  std::string msg = where + (issue == LineIssue::kNotUtf8
+                                 ? " starts like a result but is not valid UTF-8: ignored"
+                                 : " starts like a result but is not a JSON object: ignored");
+  if (bad_lines_ == kMaxBadLines) msg += " (further such lines of this trial are not logged)";
+  return msg;
 }
 
 }  // namespace tune::trial

@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 
 namespace tune::trial {
 
@@ -25,7 +27,8 @@ Result<void> write_all(int fd, std::string_view data, const fs::path& what) {
 
 void csv_cell(std::string& out, const json& v) {
   std::string text;
-  if (v.is_null()) return;
+  // null, and NaN/Infinity (a diverged metric), are empty cells, as pandas writes NaN.
+  if (v.is_null() || (v.is_number_float() && !std::isfinite(v.get<double>()))) return;
   if (v.is_string())
     text = v.get_ref<const std::string&>();
   else
@@ -150,7 +153,7 @@ void ResultLog::add_columns(const json& obj, const std::string& prefix, bool& ad
 
 void ResultLog::append(const json& result) {
   last_json_buf_ = json_buf_.size();
-  json_buf_ += result.dump(-1, ' ', false, json::error_handler_t::replace);
+  util::dump_json_ext(result, json_buf_);  // NaN stays NaN, as in Ray's result.json
   last_row_.assign(json_buf_, last_json_buf_);
   json_buf_.push_back('\n');
   bool added = false;
@@ -162,10 +165,10 @@ void ResultLog::append(const json& result) {
 
 Result<void> ResultLog::mark_last_done() {
   if (json_fd_ < 0 || last_row_.empty()) return flush();
-  json row = json::parse(last_row_, nullptr, false);
+  json row = util::parse_json_ext(last_row_);
   if (!row.is_object() || row.value("done", false) == true) return flush();
   row["done"] = true;
-  std::string text = row.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string text = util::dump_json_ext(row);
   if (last_json_buf_ != std::string::npos) {
     json_buf_.resize(last_json_buf_);
   } else if (last_json_file_ >= 0) {
@@ -259,7 +262,7 @@ Result<std::vector<json>> ResultLog::read_results(const fs::path& trial_dir, siz
       ++bad;
       break;
     }
-    auto j = json::parse(std::string_view(*text).substr(start, nl - start), nullptr, false);
+    auto j = util::parse_json_ext(std::string_view(*text).substr(start, nl - start));
     if (j.is_object())
       rows.push_back(std::move(j));
     else
@@ -274,7 +277,7 @@ namespace {
 
 // training_iteration of one result.json line, or -1.
 int64_t line_iteration(std::string_view line) {
-  auto j = json::parse(line, nullptr, false);
+  auto j = util::parse_json_ext(line);
   if (!j.is_object()) return -1;
   auto it = j.find("training_iteration");
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
@@ -341,7 +344,7 @@ Result<void> ResultLog::truncate_after(const fs::path& trial_dir, int64_t iterat
   for (auto& row : *rows) {
     auto it = row.find("training_iteration");
     if (it == row.end() || !it->is_number_integer() || it->get<int64_t>() > iteration) continue;
-    out += row.dump(-1, ' ', false, json::error_handler_t::replace);
+    util::dump_json_ext(row, out);
     out.push_back('\n');
     kept.push_back(std::move(row));
   }

@@ -39,6 +39,10 @@ namespace tune::util {
 // A compact form for names and tables: up to `digits` significant digits ("0.0012", "2.5e-05").
 [[nodiscard]] std::string format_short(double v, int digits = 4);
 
+// The offset of the first byte that is not part of well-formed UTF-8 (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or npos if `s` is valid UTF-8.
+[[nodiscard]] size_t invalid_utf8_at(std::string_view s);
+
 // Replaces control characters so untrusted text can go on one log line; cuts at `max` bytes.
 [[nodiscard]] std::string printable(std::string_view s, size_t max = 200);
 

@@ -1,4 +1,6 @@
 """Bad input gets a one-line error naming the place, and nothing is lost or started."""
+import json
+import math
 import os
 import time
 import unittest
@@ -184,6 +186,148 @@ class TrialMisbehaviourTest(TuneTest):
                 argv = _json.load(f)
             v = t["config"]["v"]
             self.assertEqual(argv, ["--v=" + v, v])
+
+
+class UntrustedInputTest(TuneTest):
+    """Hostile or broken bytes in the experiment file, --set and trial output: an error naming
+    the place, or a warning, never a crash or a wrong trial count."""
+
+    def config_error_bytes(self, yaml_bytes, *extra, timeout=20):
+        with open(os.path.join(self.dir, "exp.yaml"), "wb") as f:
+            f.write(yaml_bytes)
+        t0 = time.time()
+        p = self.tune("run", "exp.yaml", *extra, check=2, timeout=timeout)
+        self.assertLess(time.time() - t0, 10)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertTrue(p.stderr.startswith("tune: error: "), p.stderr)
+        self.assertFalse(os.path.exists(self.storage), "a config error must start nothing")
+        return p.stderr
+
+    def test_recursive_alias_is_an_error_not_a_crash(self):
+        err = self.config_error_bytes(b"trial: {command: [a]}\nparam_space: {a: &x [*x]}\n")
+        self.assertIn("exp.yaml:2:22: recursive alias '*x'", err)
+
+    def bomb(self, levels):
+        """A "billion laughs" param_space: `levels` levels of 10 aliases (10^levels nodes)."""
+        lines = [b"trial: {command: [a]}", b"param_space:",
+                 b"  a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+        for i in range(1, levels + 1):
+            lines.append(b"  a%d: &a%d [%s]" % (i, i, b", ".join([b"*a%d" % (i - 1)] * 10)))
+        return b"\n".join(lines) + b"\n"
+
+    def test_alias_bomb_is_refused_fast(self):
+        # 9 levels expand to ~17 GB in memory unchecked; 6 levels (just over 1 M nodes) too.
+        for levels in (9, 6):
+            err = self.config_error_bytes(self.bomb(levels))
+            self.assertRegex(err, r"exp\.yaml:\d+:\d+: the document expands to more than 1,000,000 nodes")
+
+    def test_non_utf8_yaml_and_set_values_are_config_errors(self):
+        err = self.config_error_bytes(b'trial: {command: [a]}\nparam_space: {a: "x\xffy"}\n')
+        self.assertIn("exp.yaml:2:20: not valid UTF-8", err)
+        # A --set value: argv bytes (surrogateescape turns \udcff into the byte 0xff).
+        err = self.config_error_bytes(b"trial: {command: [a]}\nparam_space: {a: 1}\n",
+                                      "--set", "param_space.a=x\udcffy")
+        self.assertIn("--set param_space.a: not valid UTF-8", err)
+
+    def test_nul_in_a_yaml_string_is_a_config_error(self):
+        err = self.config_error_bytes(b'trial: {command: [a, "--v={a}"]}\nparam_space: {a: "a\\0b"}\n')
+        self.assertIn("exp.yaml:2:18: a string holds a NUL byte", err)
+
+    def test_num_samples_times_grid_does_not_wrap(self):
+        err = self.config_error_bytes(b"trial: {command: [a]}\n"
+                                      b"param_space: {g: {grid_search: [1, 2, 3, 4, 5]}}\n"
+                                      b"num_samples: 3689348814741910324\n")
+        self.assertIn("exp.yaml:3:14: num_samples x grid sizes yields more than 2^64 trials", err)
+
+    def test_nan_and_infinity_results_are_kept_and_rank_last(self):
+        # What a diverged PyTorch loss looks like through json.dumps, plus junk in between.
+        self.write("diverge.py", r"""
+            import json, os, sys
+            out = sys.stdout.buffer
+            def result(loss, i):
+                d = os.path.join(os.environ["TUNE_TRIAL_DIR"], "ck_%d" % i)
+                os.makedirs(d)
+                open(os.path.join(d, "w"), "w").write(str(i))
+                out.write(json.dumps({"loss": loss, "checkpoint": d}).encode() + b"\n")
+            result(0.5, 1)
+            out.write(b"epoch 1 done\n")                      # print debugging
+            result(float("nan"), 2)
+            out.write(b'{"loss": "caf\xe9"}\n')                # not UTF-8: line 4
+            out.write(b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}\n")   # far too deep
+            result(0.3, 3)
+            result(float("inf"), 4)
+            result(0.4, 5)
+            result(float("nan"), 6)
+            out.flush()
+        """)
+        self.write("exp.yaml", """
+            name: nan
+            trial: {command: ["%s", "diverge.py"]}
+            param_space: {x: 1}
+            metric: loss
+            mode: max
+            checkpoint_config: {num_to_keep: 3, checkpoint_score_attribute: loss,
+                                checkpoint_score_order: max}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+
+        def check_state():
+            t = self.trials("nan")[0]
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual(t["iteration"], 6)
+            self.assertTrue(math.isnan(t["last_result"]["loss"]))
+            self.assertTrue(math.isnan(t["metrics"]["loss"]["last"]))
+            # Retention by max: 0.5, 0.4, 0.3 kept; NaN and Infinity rank last (Infinity too,
+            # though it is the largest number).
+            self.assertEqual([c["seq"] for c in t["checkpoints"]], [1, 3, 5])
+            return t
+
+        t = check_state()
+        self.assertEqual(self.iterations("nan", t), [1, 2, 3, 4, 5, 6])   # nothing shifted
+        tdir = os.path.join(self.exp_dir("nan"), t["trial_name"])
+        with open(os.path.join(tdir, "result.json")) as f:
+            text = f.read()
+        self.assertIn('"loss":NaN', text)
+        self.assertIn('"loss":Infinity', text)
+        losses = [r["loss"] for r in self.results("nan", t)]
+        self.assertTrue(math.isnan(losses[1]) and math.isinf(losses[3]) and math.isnan(losses[5]))
+        with open(os.path.join(tdir, "progress.csv")) as f:
+            rows = f.read().splitlines()
+        col = rows[0].split(",").index("loss")
+        self.assertEqual([r.split(",")[col] for r in rows[1:]], ["0.5", "", "0.3", "", "0.4", ""])
+        with open(os.path.join(self.exp_dir("nan"), "tune.log")) as f:
+            log = f.read()
+        self.assertEqual(log.count("holds NaN or Infinity"), 1, log)
+        self.assertIn("output line 4 of this attempt starts like a result but is not valid UTF-8", log)
+        self.assertIn("output line 5 of this attempt starts like a result but is not a JSON object", log)
+
+        # checkpoints ls/best rank a non-finite score last, whichever the order.
+        p = self.tune("checkpoints", "ls", "nan", "--format", "json", check=0)
+        self.assertEqual([r["checkpoint"] for r in json.loads(p.stdout)],
+                         ["checkpoint_000001", "checkpoint_000005", "checkpoint_000003"])
+        p = self.tune("checkpoints", "ls", "nan", "--mode", "min", "--format", "json", check=0)
+        self.assertEqual([r["checkpoint"] for r in json.loads(p.stdout)],
+                         ["checkpoint_000003", "checkpoint_000005", "checkpoint_000001"])
+        p = self.tune("checkpoints", "best", "nan", check=0)
+        self.assertTrue(p.stdout.strip().endswith("checkpoint_000001"), p.stdout)
+
+        # The state keeps NaN (not null) through a resume that reads and rewrites it.
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        check_state()
+        with open(os.path.join(self.exp_dir("nan"), "experiment_state.json")) as f:
+            self.assertIn('"loss":NaN', f.read())
+
+    def test_an_unexpected_exception_is_one_line_and_exit_1_not_an_abort(self):
+        # A symlink loop under the storage path made `tune ls` die of an uncaught
+        # std::filesystem error (abort, rc 134). Whatever `ls` makes of it, tune never aborts.
+        os.makedirs(self.storage)
+        os.symlink("loop", os.path.join(self.storage, "loop"))
+        p = self.tune("ls")
+        self.assertIn(p.returncode, (0, 1), p.stderr)
+        self.assertNotIn("terminate called", p.stderr)
+        if p.returncode == 1:
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+            self.assertTrue(p.stderr.startswith("tune: error: "), p.stderr)
 
 
 if __name__ == "__main__":

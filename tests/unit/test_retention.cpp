@@ -50,3 +50,22 @@ TEST_CASE("ties keep the older, missing and NaN scores rank worst with a warning
         std::vector<int64_t>{1, 3});
   CHECK(warnings.size() == 2);
 }
+
+TEST_CASE("NaN and Infinity scores (a diverged metric) rank last in either order", "[retention]") {
+  for (auto order : {spec::Order::kMin, spec::Order::kMax}) {
+    std::vector<trial::Checkpoint> c(5);
+    double losses[] = {0.5, NAN, 0.3, INFINITY, -INFINITY};
+    for (size_t i = 0; i < c.size(); ++i) {
+      c[i].seq = static_cast<int64_t>(i + 1);
+      c[i].iteration = c[i].seq;
+      c[i].metrics["loss"] = losses[i];
+    }
+    auto ranked = checkpoint::rank(c, std::string("loss"), order);
+    std::vector<int64_t> seqs;
+    for (const auto* r : ranked) seqs.push_back(r->seq);
+    CHECK(seqs == (order == spec::Order::kMin ? std::vector<int64_t>{3, 1, 2, 4, 5}
+                                              : std::vector<int64_t>{1, 3, 2, 4, 5}));
+    CHECK(checkpoint::select_for_deletion(c, by_loss(2, order), false) ==
+          std::vector<int64_t>{2, 4, 5});
+  }
+}

@@ -1,6 +1,7 @@
 // The experiment file parser: every error located (file:line:col), with suggestions.
 #include <catch2/catch.hpp>
 
+#include "search/space.hpp"
 #include "spec/parse.hpp"
 
 using namespace tune;
@@ -240,4 +241,88 @@ TEST_CASE("a resume may change only stop, budget, concurrency, retention, sync a
           base,
           eff("stop: {training_iteration: 5}\ncheckpoint_config: {num_to_keep: 2}\nname: moved\n"))
           .has_value() == false);
+}
+
+TEST_CASE("a self-referential alias is refused before any tree walk", "[spec][errors]") {
+  CHECK(error_of(kMin + "stop: &x [*x]\n") ==
+        "exp.yaml:3:11: recursive alias '*x': the anchored node contains its own alias");
+  CHECK(error_of(kMin + "stop: &x {a: {b: *x}}\n").find("exp.yaml:3:") == 0);
+  spec::Overrides ov;
+  ov.set = {"stop=&y [1, *y]"};
+  CHECK(error_of(kMin, ov) ==
+        "--set stop: recursive alias '*y': the anchored node contains its own alias");
+}
+
+TEST_CASE("an alias bomb is refused by its expanded size", "[spec][errors]") {
+  // "billion laughs": 9 levels of 10 aliases = 10^9 nodes from a few hundred bytes
+  std::string yaml = kMin + "x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 9; ++i) {
+    std::string p = "*a" + std::to_string(i - 1);
+    yaml += "x" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) yaml += (k ? ", " : "") + p;
+    yaml += "]\n";
+  }
+  auto err = error_of(yaml);
+  CHECK(err.find("exp.yaml:") == 0);
+  CHECK(err.find("expands to more than 1,000,000 nodes") != std::string::npos);
+  // bytes: few nodes, long strings
+  std::string big(1 << 20, 'z');
+  std::string bytes = kMin + "s: &s \"" + big + "\"\nt: [";
+  for (int k = 0; k < 70; ++k) bytes += (k ? ", " : "") + std::string("*s");
+  CHECK(error_of(bytes + "]\n").find("expands to more than 64 MiB") != std::string::npos);
+  // depth: aliases of nested lists nest deeper than the text does
+  std::string deep = kMin + "d0: &d0 " + std::string(400, '[') + std::string(400, ']') + "\n";
+  for (int i = 1; i <= 3; ++i)
+    deep += "d" + std::to_string(i) + ": &d" + std::to_string(i) + " " + std::string(400, '[') +
+            "*d" + std::to_string(i - 1) + std::string(400, ']') + "\n";
+  CHECK(error_of(deep).find("nests deeper than 1000 levels") != std::string::npos);
+  // A few aliases of a small anchor are fine.
+  auto e = ok("trial: {command: [a]}\nparam_space: {x: &v [1, 2], y: *v, z: {grid_search: *v}}\n");
+  CHECK(e.space.base["y"] == nlohmann::json({1, 2}));
+}
+
+TEST_CASE("strings must be UTF-8 without NUL bytes, in the file and in --set", "[spec][errors]") {
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {a: \"x\xffy\"}\n") ==
+        "exp.yaml:2:20: not valid UTF-8 text");
+  // An escape can make a NUL (which cuts argv words and paths); a lone surrogate is yaml-cpp's
+  // own error.
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {a: \"x\\ud800y\"}\n")
+            .starts_with("exp.yaml:2:"));
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {a: \"a\\0b\"}\n") ==
+        "exp.yaml:2:18: a string holds a NUL byte (\\0), which no argument, path or environment "
+        "value can carry");
+  CHECK(
+      error_of("trial: {command: [\"a\\0b\"]}\nparam_space: {a: 1}\n").starts_with("exp.yaml:1:"));
+  CHECK(error_of(kMin + "# caf\xe9\n").starts_with("exp.yaml:3:6: not valid UTF-8"));
+  spec::Overrides ov;
+  ov.set = {"param_space.a=\"x\xffy\""};
+  CHECK(error_of(kMin, ov) == "--set param_space.a: not valid UTF-8 text");
+  ov.set = {"param_space.a=\"x\\0y\""};
+  CHECK(error_of(kMin, ov).starts_with("--set param_space.a: a string holds a NUL byte"));
+  ov.set = {"param_space.\xff=1"};
+  CHECK(error_of(kMin, ov).find("not valid UTF-8") != std::string::npos);
+  // UTF-8 itself is welcome.
+  auto e = ok("trial: {command: [a]}\nparam_space: {a: \"caf\xc3\xa9 \xe2\x82\xac\"}\n");
+  CHECK(e.space.base["a"] == "caf\xc3\xa9 \xe2\x82\xac");
+}
+
+TEST_CASE("num_samples x grid may not wrap around 64 bits", "[spec][errors]") {
+  // 3689348814741910324 x 5 = 2^64 + 4: it used to run 4 trials.
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {g: {grid_search: [1, 2, 3, 4, 5]}}\n"
+                 "num_samples: 3689348814741910324\n") ==
+        "exp.yaml:3:14: num_samples x grid sizes yields more than 2^64 trials; the limit is "
+        "10,000,000");
+  // The grids alone can overflow too: 16 grids of 16 values = 2^64.
+  std::string grids = "trial: {command: [a]}\nparam_space:\n";
+  for (int g = 0; g < 16; ++g)
+    grids +=
+        "  g" + std::to_string(g) + ": {grid_search: [0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}\n";
+  CHECK(error_of(grids).find("more than 2^64 trials") != std::string::npos);
+  CHECK(error_of("trial: {command: [a]}\nparam_space: {g: {grid_search: [1, 2]}}\n"
+                 "num_samples: 5000001\n")
+            .find("yields 10000002 trials") != std::string::npos);
+  CHECK(search::trial_count(ok("trial: {command: [a]}\nparam_space: {g: {grid_search: [1, 2]}}\n"
+                               "num_samples: 5000000\n")
+                                .space,
+                            5000000) == 10000000);
 }

@@ -1,5 +1,7 @@
 // experiment_state.json: round trip, and every truncation is detected, never a crash.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 
 #include "fake_executor.hpp"
 #include "state/state.hpp"
@@ -78,4 +80,59 @@ TEST_CASE("foreign, versioned and hostile states are refused", "[state]") {
   j["trials"][0]["checkpoints"][0]["seq"] = "x";
   CHECK(!state::from_json(j, "f"));
   CHECK(!state::from_json(json::array(), "f"));
+}
+
+TEST_CASE("NaN and Infinity of results survive the state file and the journal", "[state]") {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  testing::ScratchDir d;
+  auto s = sample();
+  auto& t = s.trials[0];
+  t.last_result = {{"loss", std::nan("")}, {"grad", kInf}, {"training_iteration", 9}};
+  t.metrics["loss"] = {std::nan(""), 0.1, 0.9};
+  t.metrics["grad"] = {kInf, -kInf, kInf};
+  t.checkpoints[0].metrics = {{"loss", std::nan("")}, {"grad", -kInf}};
+  t.config = {{"lr", std::nan("")}};
+  state::StateWriter w;
+  REQUIRE(w.save(d.path, s, false));
+  auto text = *util::read_file(d.path / state::kStateFile);
+  CHECK(text.find("\"loss\":NaN") != std::string::npos);
+  auto back = state::load(d.path);
+  REQUIRE(back);
+  const auto& b = back->trials[0];
+  CHECK(std::isnan(b.last_result["loss"].get<double>()));
+  CHECK(b.last_result["grad"].get<double>() == kInf);
+  CHECK(std::isnan(b.metrics.at("loss").last));
+  CHECK(b.metrics.at("grad").min == -kInf);
+  CHECK(std::isnan(b.checkpoints[0].metrics["loss"].get<double>()));
+  CHECK(b.checkpoints[0].metrics["grad"].get<double>() == -kInf);
+  CHECK(std::isnan(b.config["lr"].get<double>()));
+  // Written again, the file is the same: nothing became null on the way.
+  testing::ScratchDir d2;
+  REQUIRE(state::save(d2.path, *back, false));
+  CHECK(*util::read_file(d2.path / state::kStateFile) == text);
+
+  // A launch line in the journal carries the config as well.
+  state::Journal journal;
+  REQUIRE(journal.open(d.path));
+  trial::Trial fresh;
+  fresh.id = "00002";
+  fresh.name = "trial_00002";
+  fresh.index = 2;
+  fresh.attempt = 1;
+  fresh.config = {{"lr", kInf}};
+  REQUIRE(journal.record_launch(fresh));
+  auto replayed = state::load(d.path);
+  REQUIRE(replayed);
+  REQUIRE(replayed->trials.size() == 3);
+  CHECK(replayed->trials[2].config["lr"].get<double>() == kInf);
+}
+
+TEST_CASE("a state written with null for NaN metrics (before NaN was kept) still loads",
+          "[state]") {
+  auto j = state::to_json(sample());
+  j["trials"][0]["metrics"]["loss"] = {{"last", nullptr}, {"min", 0.1}, {"max", nullptr}};
+  auto s = state::from_json(j, "f");
+  REQUIRE(s);
+  CHECK(std::isnan(s->trials[0].metrics.at("loss").last));
+  CHECK(s->trials[0].metrics.at("loss").min == 0.1);
 }

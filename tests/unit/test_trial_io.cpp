@@ -1,8 +1,11 @@
 // Line splitting with the length cap; result.json / progress.csv writing and truncation.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 
 #include "fake_executor.hpp"
 #include "trial/line_splitter.hpp"
+#include "trial/result_line.hpp"
 #include "trial/result_log.hpp"
 #include "util/fs.hpp"
 
@@ -91,8 +94,7 @@ TEST_CASE("a failed result write (disk full) is reported and the rows are kept f
   CHECK(again.error().message.find("result.json") != std::string::npos);
 }
 
-TEST_CASE("truncate_after's line-count fast path writes what the full rewrite writes",
-          "[trial]") {
+TEST_CASE("truncate_after's line-count fast path writes what the full rewrite writes", "[trial]") {
   for (int64_t keep : {0, 1, 3, 6, 9}) {
     testing::ScratchDir fast, slow;
     for (const auto& dir : {fast.path, slow.path}) {
@@ -134,4 +136,91 @@ TEST_CASE("truncate_after falls back to parsing every row when line K is not ite
   }
   REQUIRE(trial::ResultLog::truncate_after(d.path, 3));
   CHECK(iterations_of(*trial::ResultLog::read_results(d.path)) == std::vector<int64_t>{1, 2});
+}
+
+TEST_CASE("a result line may hold NaN, Infinity and -Infinity (Python's json.dumps)", "[trial]") {
+  trial::LineIssue issue;
+  auto r =
+      trial::parse_result_line(R"({"loss": NaN, "hi": Infinity, "lo": -Infinity, "i": 1})", &issue);
+  REQUIRE(r);
+  CHECK(issue == trial::LineIssue::kNonFinite);
+  CHECK(std::isnan((*r)["loss"].get<double>()));
+  CHECK((*r)["hi"].get<double>() == std::numeric_limits<double>::infinity());
+  CHECK((*r)["lo"].get<double>() == -std::numeric_limits<double>::infinity());
+  r = trial::parse_result_line(R"({"loss": 0.5, "note": "NaN"})", &issue);
+  REQUIRE(r);
+  CHECK(issue == trial::LineIssue::kNone);
+  CHECK((*r)["note"] == "NaN");
+}
+
+TEST_CASE("result lines that are not UTF-8, not JSON or too deep are refused with a reason",
+          "[trial]") {
+  trial::LineIssue issue;
+  CHECK_FALSE(trial::parse_result_line("{\"loss\": \"x\xffy\"}", &issue));
+  CHECK(issue == trial::LineIssue::kNotUtf8);
+  CHECK_FALSE(trial::parse_result_line("{'loss': 0.5}", &issue));  // print(dict)
+  CHECK(issue == trial::LineIssue::kMalformed);
+  std::string deep = "{\"a\":" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  CHECK_FALSE(trial::parse_result_line(deep, &issue));
+  CHECK(issue == trial::LineIssue::kMalformed);
+  CHECK_FALSE(trial::parse_result_line("epoch 3 done", &issue));  // print debugging: no issue
+  CHECK(issue == trial::LineIssue::kNone);
+}
+
+TEST_CASE("line issues are warned about sparingly: NaN once, bad lines a few times", "[trial]") {
+  trial::LineIssueLog log;
+  CHECK_FALSE(log.note(trial::LineIssue::kNone, 1));
+  auto first = log.note(trial::LineIssue::kNonFinite, 2);
+  REQUIRE(first);
+  CHECK(first->find("line 2") != std::string::npos);
+  CHECK_FALSE(log.note(trial::LineIssue::kNonFinite, 3));
+  int said = 0;
+  for (uint64_t line = 10; line < 100; ++line)
+    if (auto m = log.note(trial::LineIssue::kNotUtf8, line)) {
+      ++said;
+      CHECK(m->find("line " + std::to_string(line)) != std::string::npos);
+      CHECK(m->find("UTF-8") != std::string::npos);
+    }
+  CHECK(said == trial::LineIssueLog::kMaxBadLines);
+}
+
+TEST_CASE("LineSplitter numbers the lines it delivers", "[trial]") {
+  trial::LineSplitter s(8);
+  std::vector<uint64_t> numbers;
+  auto on = [&](std::string_view) { numbers.push_back(s.lines()); };
+  (void)s.feed("a\nb", on, [](uint64_t) {});
+  (void)s.feed("\n0123456789\nc\n", on, [](uint64_t) {});
+  CHECK(numbers == std::vector<uint64_t>{1, 2, 4});  // line 3 was over the cap
+}
+
+TEST_CASE("NaN and Infinity are NaN/Infinity in result.json and empty cells in progress.csv",
+          "[trial]") {
+  testing::ScratchDir d;
+  {
+    trial::ResultLog log;
+    REQUIRE(log.open(d.path));
+    log.append(json{{"training_iteration", 1}, {"loss", 0.5}});
+    log.append(json{{"training_iteration", 2}, {"loss", std::nan("")}});
+    log.append(json{{"training_iteration", 3}, {"loss", std::numeric_limits<double>::infinity()}});
+    REQUIRE(log.flush());
+  }
+  CHECK(*util::read_file(d.path / "result.json") ==
+        "{\"loss\":0.5,\"training_iteration\":1}\n"
+        "{\"loss\":NaN,\"training_iteration\":2}\n"
+        "{\"loss\":Infinity,\"training_iteration\":3}\n");
+  CHECK(*util::read_file(d.path / "progress.csv") == "loss,training_iteration\n0.5,1\n,2\n,3\n");
+  auto rows = trial::ResultLog::read_results(d.path);
+  REQUIRE(rows);
+  REQUIRE(rows->size() == 3);
+  CHECK(std::isnan((*rows)[1]["loss"].get<double>()));
+  CHECK(std::isinf((*rows)[2]["loss"].get<double>()));
+  // Truncation after a restore keeps them (both paths).
+  std::vector<json> kept;
+  REQUIRE(trial::ResultLog::truncate_after(d.path, 2, &kept));
+  REQUIRE(kept.size() == 2);
+  CHECK(std::isnan(kept[1]["loss"].get<double>()));
+  CHECK(*util::read_file(d.path / "result.json") ==
+        "{\"loss\":0.5,\"training_iteration\":1}\n{\"loss\":NaN,\"training_iteration\":2}\n");
+  REQUIRE(trial::ResultLog::truncate_after(d.path, 1));
+  CHECK(*util::read_file(d.path / "progress.csv") == "loss,training_iteration\n0.5,1\n");
 }

@@ -128,3 +128,18 @@ TEST_CASE("parse_exit_record believes only this attempt's well-formed supervisor
                           "not json {", "[2]", ""})
     CHECK_FALSE(exec::parse_exit_record(bad, 2));
 }
+
+TEST_CASE("invalid_utf8_at finds the first byte that is not well-formed UTF-8", "[util]") {
+  using util::invalid_utf8_at;
+  constexpr auto npos = std::string_view::npos;
+  CHECK(invalid_utf8_at("plain ascii") == npos);
+  CHECK(invalid_utf8_at("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == npos);  // é € 😀
+  CHECK(invalid_utf8_at("x\xffy") == 1);
+  CHECK(invalid_utf8_at("ab\xc3") == 2);                        // cut short
+  CHECK(invalid_utf8_at("\xc0\xaf") == 0);                      // overlong '/'
+  CHECK(invalid_utf8_at("\xe0\x80\xaf") == 0);                  // overlong
+  CHECK(invalid_utf8_at("a\xed\xa0\x80") == 1);                 // a UTF-16 surrogate
+  CHECK(invalid_utf8_at("\xf4\x90\x80\x80") == 0);              // above U+10FFFF
+  CHECK(invalid_utf8_at("\xe2\x82\x28") == 0);                  // bad continuation
+  CHECK(invalid_utf8_at(std::string_view("a\0b", 3)) == npos);  // NUL is UTF-8 (checked apart)
+}

@@ -1,0 +1,182 @@
+#include "util/json_ext.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace tune::util {
+
+using json = nlohmann::json;
+
+namespace {
+
+// What a bare `null` of the rewritten text stands for, in document order.
+enum class NullToken : uint8_t { kNull, kNaN, kInfinity, kMinusInfinity };
+
+// The text with every bare NaN/Infinity/-Infinity outside strings replaced by `null`, and what
+// each bare `null` of the result stands for. False if nesting goes deeper than `max_depth`.
+// (In valid JSON, letters outside strings only spell true, false, null and exponents, so the
+// nulls counted here are exactly the null values nlohmann's parser reports, in order.)
+bool rewrite_non_finite(std::string_view in, size_t max_depth, std::string& out,
+                        std::vector<NullToken>& tokens) {
+  out.reserve(in.size() + 16);
+  size_t depth = 0;
+  size_t i = 0;
+  while (i < in.size()) {
+    char c = in[i];
+    if (c == '"') {  // copy the whole string: nothing inside it is a token
+      size_t j = i + 1;
+      while (j < in.size() && in[j] != '"') j += in[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, in.size());
+      out.append(in.substr(i, j - i));
+      i = j;
+      continue;
+    }
+    std::string_view rest = in.substr(i);
+    if (c == '{' || c == '[') {
+      if (++depth > max_depth) return false;
+    } else if (c == '}' || c == ']') {
+      depth -= depth > 0 ? 1 : 0;
+    } else if (rest.starts_with("NaN")) {
+      out += "null", tokens.push_back(NullToken::kNaN), i += 3;
+      continue;
+    } else if (rest.starts_with("Infinity")) {
+      out += "null", tokens.push_back(NullToken::kInfinity), i += 8;
+      continue;
+    } else if (rest.starts_with("-Infinity")) {
+      out += "null", tokens.push_back(NullToken::kMinusInfinity), i += 9;
+      continue;
+    } else if (rest.starts_with("null")) {
+      out += "null", tokens.push_back(NullToken::kNull), i += 4;
+      continue;
+    }
+    out.push_back(c);
+    ++i;
+  }
+  return true;
+}
+
+json parse_rewritten(std::string_view text, size_t max_depth) {
+  std::string rewritten;
+  std::vector<NullToken> tokens;
+  if (!rewrite_non_finite(text, max_depth, rewritten, tokens)) return json::value_t::discarded;
+  if (std::none_of(tokens.begin(), tokens.end(), [](NullToken t) { return t != NullToken::kNull; }))
+    return json::parse(rewritten, nullptr, false);
+  size_t next = 0;
+  bool mismatch = false;
+  json::parser_callback_t restore = [&](int, json::parse_event_t event, json& value) {
+    if (event != json::parse_event_t::value || !value.is_null()) return true;
+    if (next >= tokens.size()) {
+      mismatch = true;
+      return true;
+    }
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    switch (tokens[next++]) {
+      case NullToken::kNull:
+        break;
+      case NullToken::kNaN:
+        value = std::numeric_limits<double>::quiet_NaN();
+        break;
+      case NullToken::kInfinity:
+        value = kInf;
+        break;
+      case NullToken::kMinusInfinity:
+        value = -kInf;
+        break;
+    }
+    return true;
+  };
+  json j = json::parse(rewritten, restore, false);
+  if (mismatch || (!j.is_discarded() && next != tokens.size())) return json::value_t::discarded;
+  return j;
+}
+
+void write_ext(const json& j, std::string& out) {
+  switch (j.type()) {
+    case json::value_t::object: {
+      out.push_back('{');
+      bool first = true;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!first) out.push_back(',');
+        first = false;
+        out += json(it.key()).dump(-1, ' ', false, json::error_handler_t::replace);
+        out.push_back(':');
+        write_ext(*it, out);
+      }
+      out.push_back('}');
+      return;
+    }
+    case json::value_t::array: {
+      out.push_back('[');
+      for (size_t i = 0; i < j.size(); ++i) {
+        if (i) out.push_back(',');
+        write_ext(j[i], out);
+      }
+      out.push_back(']');
+      return;
+    }
+    case json::value_t::number_float: {
+      double d = j.get<double>();
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d > 0 ? "Infinity" : "-Infinity";
+      else
+        out += j.dump();
+      return;
+    }
+    default:
+      out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+}  // namespace
+
+json parse_json_ext(std::string_view text, size_t max_depth) noexcept {
+  try {
+    // Fast path (nearly every line): no token to restore, and too short or too few brackets to
+    // nest deeper than allowed.
+    bool tokens = text.find("NaN") != std::string_view::npos ||
+                  text.find("Infinity") != std::string_view::npos;
+    bool shallow = text.size() <= max_depth ||
+                   static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+                     return c == '{' || c == '[';
+                   })) <= max_depth;
+    if (!tokens && shallow) return json::parse(text, nullptr, false);
+    return parse_rewritten(text, max_depth);
+  } catch (...) {  // bad_alloc: treat as unparsable rather than end the driver
+    return json::value_t::discarded;
+  }
+}
+
+bool has_non_finite(const json& j) {
+  switch (j.type()) {
+    case json::value_t::object:
+    case json::value_t::array:
+      for (const auto& v : j)
+        if (has_non_finite(v)) return true;
+      return false;
+    case json::value_t::number_float:
+      return !std::isfinite(j.get<double>());
+    default:
+      return false;
+  }
+}
+
+void dump_json_ext(const json& j, std::string& out) {
+  if (!has_non_finite(j)) {
+    out += j.dump(-1, ' ', false, json::error_handler_t::replace);
+    return;
+  }
+  write_ext(j, out);
+}
+
+std::string dump_json_ext(const json& j) {
+  std::string out;
+  dump_json_ext(j, out);
+  return out;
+}
+
+}  // namespace tune::util
