@@ -172,7 +172,7 @@ void Controller::add_checkpoint(trial::Trial& t, Runtime& rt, trial::Checkpoint 
   spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, c.dir_name(), c.iteration);
   if (const auto& attr = exp_.checkpoint.score_attribute) {
     auto it = c.metrics.find(*attr);
-    if (it == c.metrics.end() || !it->is_number() || std::isnan(it->get<double>()))
+    if (it == c.metrics.end() || !it->is_number() || !std::isfinite(it->get<double>()))
       spdlog::warn("trial {}: {} has no numeric '{}' in its result: it ranks worst", t.name,
                    c.dir_name(), *attr);
   }

@@ -120,7 +120,7 @@ const trial::Trial* best_trial(const state::ExperimentState& s, const std::strin
   double bv = 0;
   for (const auto& t : s.trials) {
     auto it = t.metrics.find(metric);
-    if (it == t.metrics.end() || std::isnan(it->second.last)) continue;
+    if (it == t.metrics.end() || !std::isfinite(it->second.last)) continue;
     double v = it->second.last;
     if (!best || (max_mode ? v > bv : v < bv)) best = &t, bv = v;
   }
