@@ -228,8 +228,7 @@ class SshTest(TuneTest):
 
         def head_log(t):
             path = os.path.join(self.exp_dir("lost"), t["trial_name"], "stdout.log")
-            with open(path) as f:
-                return f.read()
+            return open(path).read() if os.path.exists(path) else ""
         # A trial on worker1 with a checkpoint, and with output already on the head.
         self.wait_for(lambda: any(t["host"] == w1 and t["checkpoints"] and head_log(t)
                                   for t in self.trials("lost")),
@@ -257,13 +256,14 @@ class SshTest(TuneTest):
                 self.assertIn("=== attempt %d ===" % t["attempt"], log)
 
     def test_sshd_killed_mid_checkpoint_sync_never_leaves_a_partial_checkpoint_on_the_head(self):
-        # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy.
+        # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy. The trial
+        # runs 3 s past its first checkpoint, so the kill comes while it still runs.
         self.write("big.py", """
             import os, tempfile, time, tune_trial
-            for i in range(1, 7):
+            for i in range(1, 10):
                 time.sleep(0.5)
                 d = None
-                if i % 3 == 0:
+                if i % 6 == 3:
                     d = tempfile.mkdtemp()
                     with open(os.path.join(d, "weights.bin"), "wb") as f:
                         f.write(bytes([i]) * (4 << 20))
