@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "control/controller.hpp"
+#include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
 #include "exec/multi_executor.hpp"
 #include "search/space.hpp"
@@ -223,6 +224,9 @@ int RunCommand::execute() {
   lo.lease_file = dir / ".tune" / "lease";
   lo.orphan_timeout_s = exp.orphan_timeout_s;
   lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);
+  auto key = exec::load_record_key(dir / ".tune" / "supervisor.key");
+  if (!key) throw Fatal(key.error());
+  lo.record_key = *key;
   exec::LocalExecutor executor(lo);
 
   std::optional<sync::Uploader> uploader;
@@ -246,6 +250,7 @@ int RunCommand::execute() {
     so.sync_period = exp.sync.sync_period;
     so.sync_on_checkpoint = exp.sync.sync_on_checkpoint;
     so.syncer = exp.sync.syncer;
+    so.record_key = lo.record_key;
     ssh.emplace(so);
     co.hosts = control::local_hosts(exp);
     for (const auto& info : ssh->connect(ssh_hosts)) {

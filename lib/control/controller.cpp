@@ -489,7 +489,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   std::string why_text = describe_exit(info);
   if (info.reason != "exec_failed") {
     std::string tail = util::last_line(trial_dir(t) / "stderr.log");
-    if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos)
+    if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos &&
+        !exec::is_attempt_marker(tail))  // the attempt wrote nothing there
       why_text += ": " + tail;
   }
   t.failures += 1;

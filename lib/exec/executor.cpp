@@ -23,6 +23,11 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
     info.exit_code = v->get<int>();
   if (const auto* v = field("signal"); v && v->is_number_integer()) info.signal = v->get<int>();
   if (const auto* v = field("pid"); v && v->is_number_integer()) info.pid = v->get<int>();
+  if (const auto* v = field("supervisor"); v && v->is_number_integer())
+    info.supervisor = v->get<int>();
+  if (const auto* v = field("started"); v && v->is_number_unsigned())
+    info.started = v->get<uint64_t>();
+  if (const auto* v = field("nonce"); v && v->is_string()) info.nonce = v->get<std::string>();
   // The supervisor always writes a string reason and the time it ended.
   const auto* reason = field("reason");
   const auto* ended = field("ended");
@@ -30,6 +35,12 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   info.reason = reason->get<std::string>();
   if (const auto* v = field("error"); v && v->is_string()) info.error = v->get<std::string>();
   return info;
+}
+
+bool is_attempt_marker(std::string_view line) {
+  if (!line.starts_with("=== attempt ") || !line.ends_with(" ===")) return false;
+  std::string_view n = line.substr(12, line.size() - 16);
+  return !n.empty() && n.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
 // The default adoption: on this machine.

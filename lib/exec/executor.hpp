@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 struct Launch {
   std::string trial_id;
   int attempt = 1;
-  fs::path trial_dir;  // absolute; holds stdout.log, stderr.log, the FIFO, exit.json
+  fs::path trial_dir;  // absolute; holds stdout.log, stderr.log, the FIFO
   fs::path cwd;        // the trial's working directory
   std::string host;    // empty: this machine; else the SSH host's name
   std::vector<std::string> argv;
@@ -39,12 +39,21 @@ struct ExitInfo {
                            // host_lost (its host was unreachable for host_timeout_s)
   std::string error;       // e.g. "command not found: foo"
   std::optional<int> pid;  // the trial's process, as the supervisor recorded it
+  // What identifies the record's writer (checked by check_exit_record, exit_record.hpp):
+  std::string nonce;                // the attempt's secret nonce
+  std::optional<int> supervisor;    // the supervisor's pid
+  std::optional<uint64_t> started;  // the trial process's start time (ticks since boot)
 };
 
-// The supervisor's exit.json for `attempt`, from the file's text. Anything else (another
-// attempt's record, a torn or foreign file, fields of the wrong type) is nullopt: the file is in
-// the trial's own dir, so its content is not trusted.
+// The supervisor's exit record for `attempt`, from the file's text. Anything else (another
+// attempt's record, a torn or foreign file, fields of the wrong type) is nullopt. Whether the
+// record is genuine is checked separately (check_exit_record): any process of the user can
+// write a file.
 [[nodiscard]] std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt);
+
+// True for the "=== attempt N ===" line the supervisor writes into stdout.log and stderr.log
+// before an attempt's output when an earlier attempt wrote there.
+[[nodiscard]] bool is_attempt_marker(std::string_view line);
 
 // Events returned by Executor::wait(), in priority order: interrupts, output, exits.
 struct InterruptEvent {

@@ -17,6 +17,9 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include <spdlog/spdlog.h>
+
+#include "exec/exit_record.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -34,17 +37,13 @@ double clock_s(clockid_t id) {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
-// The supervisor's exit record for `attempt`, if exit.json holds it.
-std::optional<ExitInfo> read_exit_record(const fs::path& dir, int attempt) {
-  auto text = util::read_file(dir / "exit.json", 1 << 20);
-  if (!text) return std::nullopt;
-  return parse_exit_record(*text, attempt);
-}
-
 struct Run {
   std::string id;
   int attempt = 0;
   fs::path dir;
+  fs::path record;      // where its supervisor records the exit
+  AttemptIdentity who;  // what a genuine record must say
+  bool warned_forged = false;
   uint64_t offset = 0;
   int out_fd = -1;
   pid_t spawned = -1;        // the supervisor
@@ -154,6 +153,42 @@ struct LocalExecutor::Impl {
     }
   }
 
+  // A run of `l`: its dirs, where its record goes and the nonce that record must hold.
+  Run new_run(const Launch& l) const {
+    Run r;
+    r.id = l.trial_id;
+    r.attempt = l.attempt;
+    r.dir = l.trial_dir;
+    r.offset = l.stdout_offset;
+    std::string name = l.trial_dir.filename().string();
+    r.record = l.trial_dir.parent_path() / record_path(name);
+    r.who.nonce = attempt_nonce(opts.record_key, name, l.attempt);
+    return r;
+  }
+
+  // This attempt's exit, if its supervisor recorded it. A record it did not write (the trial,
+  // or anyone, can write a file there) is ignored, with a warning once per attempt.
+  std::optional<ExitInfo> read_record(Run& r) {
+    ExitInfo info;
+    std::optional<std::string> text;
+    if (auto t = util::read_file(r.record, 1 << 20)) text = std::move(*t);
+    switch (check_exit_record(text, r.attempt, r.who, info)) {
+      case RecordCheck::kGenuine:
+        return info;
+      case RecordCheck::kForged:
+        if (!r.warned_forged)
+          spdlog::warn(
+              "trial {}: ignoring an exit record for attempt {} that its supervisor did not "
+              "write ({}); the trial is still supervised",
+              r.dir.filename().string(), r.attempt, r.record.string());
+        r.warned_forged = true;
+        return std::nullopt;
+      case RecordCheck::kAbsent:
+        break;
+    }
+    return std::nullopt;
+  }
+
   std::unordered_map<std::string, int> last_pid;  // trial id -> pid of its last attempt
   std::vector<pid_t> unreaped;  // supervisors of finished runs that have not exited yet
 
@@ -184,7 +219,10 @@ struct LocalExecutor::Impl {
     auto text = util::read_file(p, 4096);
     if (!text || text->empty()) return;
     int pid = std::atoi(text->c_str());
-    if (pid > 0) r.child_pid = pid;
+    if (pid <= 0) return;
+    r.child_pid = pid;  // the first child: the trial (orphans it leaves come back later)
+    r.who.pid = pid;
+    if (uint64_t ticks = start_ticks(pid)) r.who.started = ticks;
   }
 
   void flush_stdin(Run& r) {
@@ -237,11 +275,11 @@ struct LocalExecutor::Impl {
   // Output first, then (if the attempt has ended and all output is read) the exit.
   void collect(Run& r, std::vector<Event>& outputs, std::vector<Event>& exits, bool& finished) {
     finished = false;
-    // exit.json is written after the trial's process group is gone, so once it exists the
+    // The record is written after every process of the attempt is gone, so once it exists the
     // output is final: look for it before reading, then read to the end.
     // (another attempt's leftover, or anything but this attempt's record, does not count)
-    std::optional<ExitInfo> exit_record = read_exit_record(r.dir, r.attempt);
     load_child_pid(r);  // while the supervisor still runs: results read now carry it
+    std::optional<ExitInfo> exit_record = read_record(r);
     std::string data = read_output(r);
     if (!data.empty())
       outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{r.id, std::move(data)});
@@ -251,7 +289,7 @@ struct LocalExecutor::Impl {
       finished = true;
     } else if (r.spawned_exited) {
       // The supervisor is gone without recording an exit (killed, or failed to start).
-      if (read_exit_record(r.dir, r.attempt)) {
+      if (read_record(r)) {
         r.dirty = true;  // it appeared meanwhile: pick it up next round, after the output
         return;
       }
@@ -295,14 +333,10 @@ Result<void> LocalExecutor::start(const Launch& l) {
   std::error_code ec;
   fs::create_directories(l.trial_dir, ec);
   if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
-  for (const char* stale : {"exit.json", "stdin.fifo"}) ::unlink((l.trial_dir / stale).c_str());
-
-  Run r;
-  r.id = l.trial_id;
-  r.attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
-  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY | IN_MOVED_TO);
+  Run r = impl.new_run(l);
+  ::unlink(r.record.c_str());  // an earlier attempt's
+  ::unlink((l.trial_dir / "stdin.fifo").c_str());
+  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY);
   if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
 
   std::vector<std::string> argv_in = l.argv;
@@ -315,6 +349,7 @@ Result<void> LocalExecutor::start(const Launch& l) {
                                    util::format_double(impl.opts.grace_s),
                                    l.cwd.string(),
                                    l.stdin_fifo ? "fifo" : "null",
+                                   r.record.string(),
                                    "--"};
   args.insert(args.end(), argv_in.begin(), argv_in.end());
   std::vector<char*> argv;
@@ -326,23 +361,35 @@ Result<void> LocalExecutor::start(const Launch& l) {
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
+  // The nonce goes on the supervisor's stdin: not in its argv or environment, which the trial
+  // could read in /proc.
+  int nonce_pipe[2];
+  if (::pipe2(nonce_pipe, O_CLOEXEC) != 0) {
+    impl.close_run(r);
+    return fail("cannot start supervisor: pipe: ", std::strerror(errno));
+  }
+  std::string nonce_line = r.who.nonce + "\n";  // fits the pipe's buffer: never blocks
+  (void)!::write(nonce_pipe[1], nonce_line.data(), nonce_line.size());
+  ::close(nonce_pipe[1]);
   posix_spawnattr_t attr;
   util::init_spawn_attrs(attr, POSIX_SPAWN_SETSID);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, nonce_pipe[0], 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  ::close(nonce_pipe[0]);
   if (rc != 0) {
     impl.close_run(r);
     return fail("cannot start supervisor '", impl.opts.supervisor.string(),
                 "': ", std::strerror(rc));
   }
   r.spawned = pid;
+  r.who.supervisor = pid;
   impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
   return {};
@@ -354,31 +401,29 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
     impl.close_run(it->second);
     impl.runs.erase(it);
   }
-  Run r;
-  r.id = l.trial_id;
-  r.attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
+  Run r = impl.new_run(l);
   r.child = false;
   // Look for the live supervisor first: one that is not running any more has already written
-  // its exit.json (it writes it, then exits).
+  // its exit record (it writes it, then exits).
   if (!impl.supervisors) impl.scan_supervisors();
   Attached found = Attached::kGone;
   if (auto it = impl.supervisors->find(l.trial_dir.string() + '\0' + std::to_string(l.attempt));
       it != impl.supervisors->end()) {
     r.spawned = it->second;
     r.start_ticks = start_ticks(r.spawned);
+    r.who.supervisor = r.spawned;
     if (r.start_ticks != 0) found = Attached::kRunning;
   }
   if (found == Attached::kGone) {
-    auto record = read_exit_record(l.trial_dir, l.attempt);
+    r.who.supervisor.reset();
+    auto record = impl.read_record(r);
     if (!record) return Attached::kGone;
     r.spawned = -1;
     r.spawned_exited = true;
     r.child_pid = record->pid;  // for the `pid` field of results read now
     found = Attached::kEnded;
   }
-  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY | IN_MOVED_TO);
+  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY);
   if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
   impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
@@ -441,8 +486,7 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
         auto* ev = reinterpret_cast<inotify_event*>(buf + off);
         if (ev->mask & IN_Q_OVERFLOW) {
           for (auto& [id, r] : impl.runs) r.dirty = true;
-        } else if (std::string_view name = ev->len ? ev->name : "";
-                   name != "stdout.log" && name != "exit.json") {
+        } else if (std::string_view name = ev->len ? ev->name : ""; name != "stdout.log") {
           // other files of the trial dir (stderr.log, checkpoints, temp files) do not matter here
         } else if (auto it = impl.by_wd.find(ev->wd); it != impl.by_wd.end()) {
           if (auto rit = impl.runs.find(it->second); rit != impl.runs.end())

@@ -12,7 +12,8 @@ struct LocalOptions {
   fs::path supervisor;  // the tune-supervisor binary
   fs::path lease_file;  // touched by renew_lease(); supervisors watch its age
   double orphan_timeout_s = 600;
-  double grace_s = 10;  // SIGTERM -> SIGKILL delay
+  double grace_s = 10;     // SIGTERM -> SIGKILL delay
+  std::string record_key;  // the experiment's key for attempt nonces (exit_record.hpp)
 };
 
 // Owns a signalfd (SIGINT, SIGTERM, SIGCHLD) and an inotify fd; wait() is one ppoll over both.

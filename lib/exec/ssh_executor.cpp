@@ -21,6 +21,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "exec/exit_record.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -227,13 +228,16 @@ struct Run {
   std::string id;
   int attempt = 0;
   Host* host = nullptr;
-  std::string dir;    // on the host
-  fs::path head_dir;  // on the head
+  std::string dir;      // on the host
+  fs::path head_dir;    // on the head
+  std::string record;   // on the host: where its supervisor records the exit
+  AttemptIdentity who;  // what a genuine record must say
+  bool warned_forged = false;
   uint64_t offset = 0;
   int sup_pid = -1;
   std::optional<int> child_pid;
   bool pid_asked = false;
-  bool exited = false;  // exit.json read and all output delivered
+  bool exited = false;  // exit record read and all output delivered
   std::optional<ExitInfo> exit;
   std::set<std::string> checkpoints;         // retained, on the host
   std::set<std::string> found_at_attach;     // checkpoint dirs there when re-attached
@@ -550,7 +554,49 @@ struct SshExecutor::Impl {
     r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
     r.head_dir = opts.head_exp_dir / l.trial_dir.filename();
     r.offset = l.stdout_offset;
+    std::string name = l.trial_dir.filename().string();
+    r.record = h->info.exp_dir + "/" + record_path(name);
+    r.who.nonce = attempt_nonce(opts.record_key, name, l.attempt);
     return r;
+  }
+
+  // Stops a trial's sync, if one runs, and drops what it was copying.
+  void drop_sync(Run& r) {
+    if (r.sync_pid <= 0) return;
+    util::kill_and_reap(r.sync_pid);
+    r.sync_pid = -1;
+    if (r.current && !r.current->staging.empty())
+      (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+    r.current.reset();
+  }
+
+  // Copies of checkpoints that a sync killed with an earlier driver left half done.
+  static void remove_sync_leftovers(const fs::path& head_dir) {
+    std::error_code ec;
+    std::vector<std::string> stale;
+    for (fs::directory_iterator it(head_dir, ec), end; !ec && it != end; it.increment(ec))
+      if (auto name = it->path().filename().string(); name.starts_with(".sync_checkpoint_"))
+        stale.push_back(name);
+    for (const auto& name : stale) (void)util::remove_tree_nofollow(head_dir, name);
+  }
+
+  // The head's stdout.log and stderr.log go to the host first when the host's copies are
+  // shorter (the trial ran elsewhere before), so that the host's files, which the syncs bring
+  // back over the head's, keep every earlier attempt.
+  void push_logs(Host& h, const Run& r) {
+    for (const char* log : {"stdout.log", "stderr.log"}) {
+      uint64_t here = util::file_size_or_zero(r.head_dir / log);
+      if (here == 0 || h.size_of(r.dir + "/" + log).value_or(0) >= here) continue;
+      (void)h.shell_run("mkdir -p -- " + q(r.dir));
+      auto content = util::read_file(r.head_dir / log);
+      auto w = content ? h.write(r.dir + "/" + log, *content, 0644)
+                       : Result<void>(std::unexpected(content.error()));
+      if (!w)
+        spdlog::warn(
+            "trial {}: cannot copy {} to {}: earlier attempts' output stays on the "
+            "head only: {}",
+            r.id, log, h.cfg.name, w.error().message);
+    }
   }
 
   void mark_down(Host& h, double now) {
@@ -609,7 +655,7 @@ struct SshExecutor::Impl {
           info.error = "host " + h.cfg.name + " unreachable for " +
                        util::format_short(now - h.down_since) + " s";
           exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{it->first, info});
-          if (r.sync_pid > 0) util::kill_and_reap(r.sync_pid);
+          drop_sync(r);
           it = runs.erase(it);
         }
       }
@@ -624,11 +670,26 @@ struct SshExecutor::Impl {
     }
   }
 
+  // This attempt's exit, if its supervisor recorded it; a record it did not write is ignored,
+  // with a warning once per attempt.
   void read_exit(Run& r) {
-    auto text = r.host->read(r.dir + "/exit.json", 0, 1 << 20);
-    if (!text) return;
-    r.exit = parse_exit_record(*text, r.attempt);
-    if (r.exit && r.exit->pid) r.child_pid = r.exit->pid;
+    ExitInfo info;
+    switch (check_exit_record(r.host->read(r.record, 0, 1 << 20), r.attempt, r.who, info)) {
+      case RecordCheck::kGenuine:
+        r.exit = std::move(info);
+        if (r.exit->pid) r.child_pid = r.exit->pid;
+        break;
+      case RecordCheck::kForged:
+        if (!r.warned_forged)
+          spdlog::warn(
+              "trial {}: ignoring an exit record for attempt {} that its supervisor did not "
+              "write ({} on {}); the trial is still supervised",
+              r.head_dir.filename().string(), r.attempt, r.record, r.host->cfg.name);
+        r.warned_forged = true;
+        break;
+      case RecordCheck::kAbsent:
+        break;
+    }
   }
 };
 
@@ -654,8 +715,7 @@ SshExecutor::~SshExecutor() {
         impl.start_ms.size(), median_of(impl.start_ms), impl.sync_ms.size(),
         median_of(impl.sync_ms), impl.sync_poll_max_ms, impl.publish_ms.size(),
         impl.published_bytes, median_of(impl.publish_ms));
-  for (auto& [id, r] : impl_->runs)
-    if (r.sync_pid > 0) util::kill_and_reap(r.sync_pid);
+  for (auto& [id, r] : impl_->runs) impl.drop_sync(r);
 }
 
 std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& configs) {
@@ -687,22 +747,24 @@ Result<void> SshExecutor::start(const Launch& l) {
   Run r = impl.new_run(l, h);
   if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
     r.checkpoints = it->second.checkpoints;
-    if (it->second.sync_pid > 0) util::kill_and_reap(it->second.sync_pid);
+    impl.drop_sync(it->second);
   }
+  impl.remove_sync_leftovers(r.head_dir);
   // params.json, then the supervisor in the background; each word quoted for the host's shell.
   // The attempt's output starts where stdout.log ends now on the host (the head's copy may
   // lag, or be missing while the host has one from an earlier run): it prints that first.
-  std::string cmd = "mkdir -p -- " + q(r.dir) + " && rm -f -- " + q(r.dir + "/exit.json") +
+  std::string cmd = "mkdir -p -- " + q(r.dir) + " && rm -f -- " + q(r.record) +
                     " && { stat -c %s -- " + q(r.dir + "/stdout.log") +
                     " 2>/dev/null || echo 0; } && ( env";
   for (const auto& [k, v] : l.env) cmd += " " + q(k + "=" + v);
   cmd += " " + q(h->supervisor) + " " + q(r.dir) + " " + std::to_string(l.attempt) + " " +
          q(h->lease) + " " + util::format_double(impl.opts.orphan_timeout_s) + " " +
          util::format_double(impl.opts.grace_s) + " " + q(l.cwd.string()) + " " +
-         (l.stdin_fifo ? "fifo" : "null") + " --";
+         (l.stdin_fifo ? "fifo" : "null") + " " + q(r.record) + " --";
   for (const auto& a : l.argv) cmd += " " + q(a);
-  // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell)
-  cmd += " </dev/null >/dev/null 2>&1 & echo $! )";
+  // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell;
+  // the nonce reaches its stdin through a here-document, never a command line)
+  cmd += " <<'TUNE_NONCE' >/dev/null 2>&1 & echo $! )\n" + r.who.nonce + "\nTUNE_NONCE";
   if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
     (void)h->shell_run("mkdir -p -- " + q(r.dir));
     if (auto w = h->write(r.dir + "/params.json", *params, 0644); !w)
@@ -711,12 +773,16 @@ Result<void> SshExecutor::start(const Launch& l) {
   // A host that went down just now: the attempt ends as host_lost and is re-queued.
   auto lost = [&](const std::string& why) -> Result<void> {
     impl.check(*h);
-    r.exit = ExitInfo{l.attempt, std::nullopt, std::nullopt, "host_lost", why, std::nullopt};
+    r.exit = ExitInfo{};
+    r.exit->attempt = l.attempt;
+    r.exit->reason = "host_lost";
+    r.exit->error = why;
     r.exited = true;
     impl.runs[l.trial_id] = std::move(r);
     return {};
   };
   if (!h->up) return lost("host " + h->cfg.name + " is unreachable");
+  impl.push_logs(*h, r);
   // A restore point the host lacks (the trial ran elsewhere before) is pushed there first.
   if (auto it = l.env.find("TUNE_RESTORE_CHECKPOINT"); it != l.env.end()) {
     std::string name = fs::path(it->second).filename().string();
@@ -745,6 +811,7 @@ Result<void> SshExecutor::start(const Launch& l) {
   r.sup_pid = nl == std::string::npos ? -1 : std::atoi(out.c_str() + nl + 1);
   if (r.sup_pid <= 0)
     return fail(h->cfg.name, ": the supervisor did not start: ", util::printable(out, 300));
+  r.who.supervisor = r.sup_pid;
   impl.runs[l.trial_id] = std::move(r);
   return {};
 }
@@ -770,6 +837,8 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
     start = nl + 1;
   }
   Attached found = Attached::kRunning;
+  impl.remove_sync_leftovers(r.head_dir);
+  if (r.sup_pid > 0) r.who.supervisor = r.sup_pid;
   if (r.sup_pid <= 0) {
     impl.read_exit(r);
     if (!r.exit) return Attached::kGone;
@@ -897,7 +966,8 @@ std::optional<int> SshExecutor::pid(const std::string& trial_id) {
     auto st = r.host->shell_run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
                                     std::to_string(r.sup_pid) + "/children 2>/dev/null",
                                 &out);
-    if (st && *st == 0 && std::atoi(out.c_str()) > 0) r.child_pid = std::atoi(out.c_str());
+    if (st && *st == 0 && std::atoi(out.c_str()) > 0)
+      r.child_pid = r.who.pid = std::atoi(out.c_str());
   }
   return r.child_pid;
 }

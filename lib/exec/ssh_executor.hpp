@@ -36,6 +36,7 @@ struct SshOptions {
   double sync_period = 300;
   bool sync_on_checkpoint = true;
   std::string syncer = "rsync";  // rsync | none | "CMD {source} {target}"
+  std::string record_key;        // the experiment's key for attempt nonces (exit_record.hpp)
 };
 
 // What connect() learned of a host that is ready for trials.

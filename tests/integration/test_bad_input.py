@@ -80,7 +80,8 @@ class TrialMisbehaviourTest(TuneTest):
         self.assertIn("command not found: no-such-program-xyz", p.stdout)
 
     def test_a_trial_that_forges_its_exit_record_is_not_believed(self):
-        # exit.json lives in the trial's own dir: a trial can write anything there.
+        # A trial can write anything in its own dir, e.g. junk named like an exit record (the
+        # supervisor's record is elsewhere and checked: test_supervisor.py).
         self.write("forge.py", """
             import json, os, sys, time
             bad = [{"attempt": "1", "reason": 5}, {"attempt": 1, "reason": ["x"], "error": 7},

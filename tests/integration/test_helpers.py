@@ -13,10 +13,12 @@ sys.path.insert(0, HELPERS)
 import tune_trial  # noqa: E402
 
 
-def run_py(code, env, stdin=""):
+def run_py(code, env, stdin="", cwd=None, drop=()):
     full = dict(os.environ, PYTHONPATH=HELPERS, **env)
+    for k in drop:
+        full.pop(k, None)
     return subprocess.run([sys.executable, "-c", code], env=full, input=stdin, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, cwd=cwd)
 
 
 class PythonHelperTest(unittest.TestCase):
@@ -32,10 +34,64 @@ class PythonHelperTest(unittest.TestCase):
 
     def test_config_and_report(self):
         p = run_py("import tune_trial as t; c = t.config(); t.report({'lr': c['lr'], 'm': c['opt']['m'], "
-                   "'nan': float('nan'), 'inf': float('inf')})", self.env)
+                   "'nan': float('nan'), 'inf': float('inf'), 'ninf': [float('-inf')]})", self.env)
         self.assertEqual(p.returncode, 0, p.stderr)
-        line = json.loads(p.stdout)
-        self.assertEqual(line, {"lr": 0.1, "m": 0.9, "nan": None, "inf": None})
+        # NaN and infinities as json.dumps writes them, which tune reads (not null).
+        self.assertEqual(p.stdout, '{"lr": 0.1, "m": 0.9, "nan": NaN, "inf": Infinity, "ninf": [-Infinity]}\n')
+
+    def test_outside_tune_nothing_is_staged_in_the_cwd(self):
+        cwd = os.path.join(self.tmp, "cwd")
+        os.makedirs(cwd)
+        code = """
+import os, tempfile, tune_trial
+with tempfile.TemporaryDirectory() as d:
+    open(os.path.join(d, "w.bin"), "w").write("weights")
+    tune_trial.report({"loss": 1}, checkpoint_dir=d)
+    print(d)
+"""
+        p = run_py(code, {}, cwd=cwd, drop=("TUNE_TRIAL_DIR", "TUNE_CHECKPOINT_STAGING"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        line, given = p.stdout.splitlines()
+        self.assertEqual(json.loads(line)["checkpoint"], given)
+        self.assertEqual(os.listdir(cwd), [])
+
+    def test_a_copy_cut_short_by_a_kill_is_removed_at_the_next_start(self):
+        import signal
+        import time
+        # The checkpoint holds a FIFO: copying it blocks, so the helper is caught mid-copy.
+        src = os.path.join(self.tmp, "ck")
+        os.makedirs(src)
+        with open(os.path.join(src, "a.bin"), "w") as f:
+            f.write("a")
+        os.mkfifo(os.path.join(src, "z.fifo"))
+        code = "import tune_trial; tune_trial.report({}, checkpoint_dir=%r)" % src
+        p = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=HELPERS, **self.env))
+        partial = lambda: [x for x in os.listdir(self.trial) if x.endswith(".partial")]
+        deadline = time.time() + 30
+        while not (partial() and os.path.exists(os.path.join(self.trial, partial()[0], "a.bin"))):
+            self.assertLess(time.time(), deadline, "the helper never started copying")
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        # Left for a process that still runs (this one) and complete staged dirs: kept.
+        mine = ".staged_checkpoint_%d_1.partial" % os.getpid()
+        os.makedirs(os.path.join(self.trial, mine))
+        os.makedirs(os.path.join(self.trial, ".staged_checkpoint_%d_1" % p.pid))
+        q = run_py("import tune_trial", self.env)
+        self.assertEqual(q.returncode, 0, q.stderr)
+        self.assertEqual(partial(), [mine])
+        self.assertTrue(os.path.isdir(os.path.join(self.trial, ".staged_checkpoint_%d_1" % p.pid)))
+
+    def test_copies_go_to_the_staging_dir_when_there_is_one(self):
+        staging = os.path.join(self.trial, ".staging")
+        code = """
+import os, tempfile, tune_trial
+with tempfile.TemporaryDirectory() as d:
+    tune_trial.report({"loss": 1}, checkpoint_dir=d)
+"""
+        p = run_py(code, dict(self.env, TUNE_CHECKPOINT_STAGING=staging))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(os.path.dirname(json.loads(p.stdout)["checkpoint"]), staging)
 
     def test_temporary_directory_checkpoint_is_copied_in_before_report_returns(self):
         code = """

@@ -60,9 +60,10 @@ class ReattachTest(TuneTest):
 
     def test_trials_that_ended_meanwhile_are_finished_from_their_files(self):
         self.kill_driver_while_running()
-        dirs = [os.path.join(self.exp_dir("re"), t["trial_name"]) for t in self.trials("re")]
-        for d in dirs:
-            self.wait_for(lambda: os.path.exists(os.path.join(d, "exit.json")), what="trial end")
+        records = [os.path.join(self.exp_dir("re"), ".tune", "exit", t["trial_name"] + ".json")
+                   for t in self.trials("re")]
+        for r in records:
+            self.wait_for(lambda: os.path.exists(r), what="trial end")
         self.tune("run", "exp.yaml", "--resume=auto", check=0)
         self.assertEqual(self.tune_log().count("re-attached (ended meanwhile)"), 2)
         self.check_finished_once()

@@ -123,7 +123,8 @@ class SignalTest(TuneTest):
         self.wait_running("orphan", 2)
         p.kill()
         p.communicate()
-        trial_dirs = [os.path.join(self.exp_dir("orphan"), t["trial_name"]) for t in self.trials("orphan")]
+        names = [t["trial_name"] for t in self.trials("orphan")]
+        trial_dirs = [os.path.join(self.exp_dir("orphan"), n) for n in names]
         def lines(d):
             with open(os.path.join(d, "stdout.log")) as f:
                 return len(f.read().splitlines())
@@ -131,9 +132,10 @@ class SignalTest(TuneTest):
         time.sleep(1.0)
         n_after = [lines(d) for d in trial_dirs]
         self.assertTrue(all(a > b for a, b in zip(n_after, n_before)), "trials keep running without a driver")
-        for d in trial_dirs:
-            self.wait_for(lambda: os.path.exists(os.path.join(d, "exit.json")), timeout=20, what="orphan stop")
-            with open(os.path.join(d, "exit.json")) as f:
+        for n in names:
+            record = os.path.join(self.exp_dir("orphan"), ".tune", "exit", n + ".json")
+            self.wait_for(lambda: os.path.exists(record), timeout=20, what="orphan stop")
+            with open(record) as f:
                 self.assertEqual(json.load(f)["reason"], "orphaned")
 
 

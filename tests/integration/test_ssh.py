@@ -114,7 +114,7 @@ class SshTest(TuneTest):
                         rel = os.path.relpath(os.path.join(root, f), worker)
                         with open(os.path.join(worker, rel), "rb") as a, open(os.path.join(head, rel), "rb") as b:
                             self.assertEqual(a.read(), b.read(), rel)
-            for f in ("stdout.log", "exit.json"):
+            for f in ("stdout.log", "stderr.log"):
                 with open(os.path.join(worker, f), "rb") as a, open(os.path.join(head, f), "rb") as b:
                     self.assertEqual(a.read(), b.read(), f)
 
@@ -225,9 +225,16 @@ class SshTest(TuneTest):
         self.busy_experiment("lost", 4)
         p = self.start_tune("run", "exp.yaml")
         w1 = self.hosts["hosts"][0]["host"]
-        self.wait_for(lambda: any(t["host"] == w1 and t["checkpoints"] for t in self.trials("lost")),
-                      what="a checkpoint of a trial on worker1")
-        moved = [t["trial_id"] for t in self.trials("lost") if t["host"] == w1 and t["status"] == "RUNNING"]
+
+        def head_log(t):
+            path = os.path.join(self.exp_dir("lost"), t["trial_name"], "stdout.log")
+            return open(path).read() if os.path.exists(path) else ""
+        # A trial on worker1 with a checkpoint, and with output already on the head.
+        self.wait_for(lambda: any(t["host"] == w1 and t["checkpoints"] and head_log(t)
+                                  for t in self.trials("lost")),
+                      what="a checkpoint and output of a trial on worker1 on the head")
+        moved = {t["trial_id"]: head_log(t) for t in self.trials("lost")
+                 if t["host"] == w1 and t["status"] == "RUNNING"}
         self.cut(1)
         try:
             out, err = p.communicate(timeout=300)
@@ -236,20 +243,27 @@ class SshTest(TuneTest):
         self.assertEqual(p.returncode, 0, err)
         self.assertIn("re-queued", err)
         self.check_each_iteration_once("lost")
+        self.assertTrue(any(moved.values()))
         for t in self.trials("lost"):
             if t["trial_id"] in moved:
                 self.assertNotEqual(t["host"], w1)
                 self.assertGreaterEqual(t["attempt"], 2)
                 self.assertEqual(t["failures"], 0)
+                # The head's log keeps what attempt 1 printed on worker1 (what had reached the
+                # head before the cut), then the attempt that ran elsewhere.
+                log = head_log(t)
+                self.assertTrue(log.startswith(moved[t["trial_id"]]), "attempt 1's output was lost")
+                self.assertIn("=== attempt %d ===" % t["attempt"], log)
 
     def test_sshd_killed_mid_checkpoint_sync_never_leaves_a_partial_checkpoint_on_the_head(self):
-        # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy.
+        # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy. The trial
+        # runs 3 s past its first checkpoint, so the kill comes while it still runs.
         self.write("big.py", """
             import os, tempfile, time, tune_trial
-            for i in range(1, 7):
+            for i in range(1, 10):
                 time.sleep(0.5)
                 d = None
-                if i % 3 == 0:
+                if i % 6 == 3:
                     d = tempfile.mkdtemp()
                     with open(os.path.join(d, "weights.bin"), "wb") as f:
                         f.write(bytes([i]) * (4 << 20))
@@ -295,6 +309,56 @@ class SshTest(TuneTest):
             with open(os.path.join(head, c, "weights.bin"), "rb") as f:
                 data = f.read()
             self.assertEqual(len(data), 4 << 20, c)
+
+    def test_a_sync_killed_with_its_driver_leaves_no_partial_copy_after_the_resume(self):
+        # 4 MB checkpoints over a link slowed to 8 Mbit/s; the driver (and its rsync) is killed
+        # while checkpoint 1 is being copied; checkpoint 2 then prunes it (num_to_keep: 1), so no
+        # later sync ever copies it again.
+        self.write("big.py", """
+            import os, tempfile, time, tune_trial
+            for i in range(1, 10):
+                time.sleep(0.5)
+                d = None
+                if i % 6 == 3:
+                    d = tempfile.mkdtemp()
+                    with open(os.path.join(d, "weights.bin"), "wb") as f:
+                        f.write(bytes([i]) * (4 << 20))
+                tune_trial.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: killedsync
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'big.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            sync_config: {{sync_period: 60}}
+            checkpoint_config: {{num_to_keep: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to shape")
+        head = os.path.join(self.exp_dir("killedsync"), "trial_00000_x=1")
+        try:
+            run = self.start_tune("run", "exp.yaml")
+            self.wait_for(lambda: os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")),
+                          timeout=60, what="a checkpoint being copied")
+            run.kill()
+            run.communicate()
+            # The driver's rsync and ssh master run in their own process groups: killed too.
+            for pid in self.processes_under(self.dir):
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if os.path.basename(f.read().split(b"\0")[0]) in (b"rsync", b"ssh"):
+                        os.kill(pid, 9)
+        finally:
+            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
+        self.assertTrue(os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")))
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        self.assertEqual([d for d in os.listdir(head) if d.startswith(".sync_")], [])
+        self.assertEqual(sorted(d for d in os.listdir(head) if d.startswith("checkpoint_")),
+                         ["checkpoint_000002"])
+        with open(os.path.join(head, "checkpoint_000002", "weights.bin"), "rb") as f:
+            self.assertEqual(len(f.read()), 4 << 20)
 
     def test_a_host_whose_key_changed_is_refused_and_the_others_carry_on(self):
         self.write("exp.yaml", textwrap.dedent(f"""

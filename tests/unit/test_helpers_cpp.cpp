@@ -3,7 +3,10 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 using json = nlohmann::json;
@@ -35,17 +38,67 @@ TEST_CASE("the C++ helper parses configs", "[helpers]") {
   CHECK_THROWS(tune_trial::Value::parse("{\"a\": 1} x"));
 }
 
-TEST_CASE("the C++ helper reports valid JSON lines, NaN as null", "[helpers]") {
+TEST_CASE("the C++ helper reports JSON lines, NaN and infinities as Python writes them",
+          "[helpers]") {
   CaptureOut cap;
-  tune_trial::report({{"loss", 0.25}, {"epoch", 3}, {"bad", std::nan("")}, {"tag", "x\"y\n"}},
+  tune_trial::report({{"loss", 0.25},
+                      {"epoch", 3},
+                      {"bad", std::nan("")},
+                      {"up", HUGE_VAL},
+                      {"down", -HUGE_VAL},
+                      {"tag", "x\"y\n"}},
                      "/tmp/ck");
-  auto l = cap.lines();
-  REQUIRE(l.size() == 1);
-  CHECK(l[0]["loss"] == 0.25);
-  CHECK(l[0]["epoch"] == 3);
-  CHECK(l[0]["bad"].is_null());
-  CHECK(l[0]["tag"] == "x\"y\n");
-  CHECK(l[0]["checkpoint"] == "/tmp/ck");
+  std::string text = cap.buf.str();
+  CHECK(text.find("\"bad\":NaN,") != std::string::npos);
+  CHECK(text.find("\"up\":Infinity,") != std::string::npos);
+  CHECK(text.find("\"down\":-Infinity,") != std::string::npos);
+  // The rest is plain JSON (nlohmann reads no NaN: each is swapped for a number here).
+  for (const char* tok : {"-Infinity", "Infinity", "NaN"})
+    for (size_t at; (at = text.find(tok)) != std::string::npos;)
+      text.replace(at, std::strlen(tok), "0");
+  auto l = json::parse(text);
+  CHECK(l["loss"] == 0.25);
+  CHECK(l["epoch"] == 3);
+  CHECK(l["tag"] == "x\"y\n");
+  CHECK(l["checkpoint"] == "/tmp/ck");
+}
+
+TEST_CASE("the C++ helper makes checkpoint dirs in the staging dir, never in the cwd",
+          "[helpers]") {
+  namespace fs = std::filesystem;
+  struct Env {  // restores the variables it changes
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+    void set(const char* k, const char* v) {
+      const char* old = std::getenv(k);
+      saved.emplace_back(k, old ? std::optional<std::string>(old) : std::nullopt);
+      v ? ::setenv(k, v, 1) : ::unsetenv(k);
+    }
+    ~Env() {
+      for (auto it = saved.rbegin(); it != saved.rend(); ++it)
+        it->second ? ::setenv(it->first.c_str(), it->second->c_str(), 1)
+                   : ::unsetenv(it->first.c_str());
+    }
+  } env;
+  fs::path tmp = fs::temp_directory_path() / ("tune-cpp-helper-" + std::to_string(::getpid()));
+  fs::create_directories(tmp / "trial");
+  env.set("TMPDIR", tmp.c_str());
+  env.set("TUNE_CHECKPOINT_STAGING", nullptr);
+  SECTION("in a trial: a staged name in the trial dir") {
+    env.set("TUNE_TRIAL_DIR", (tmp / "trial").c_str());
+    fs::path d = tune_trial::make_checkpoint_dir();
+    CHECK(d.parent_path() == tmp / "trial");
+    CHECK(d.filename().string().starts_with(".staged_checkpoint_"));
+    CHECK(fs::is_directory(d));
+  }
+  SECTION("outside tune: under the temp dir") {
+    env.set("TUNE_TRIAL_DIR", nullptr);
+    auto before = std::distance(fs::directory_iterator(fs::current_path()), {});
+    fs::path d = tune_trial::make_checkpoint_dir();
+    CHECK(d.parent_path() == tmp);
+    CHECK(fs::is_directory(d));
+    CHECK(std::distance(fs::directory_iterator(fs::current_path()), {}) == before);
+  }
+  fs::remove_all(tmp);
 }
 
 TEST_CASE("the C++ Trainable serves step, save, restore, reset and stop", "[helpers]") {

@@ -17,11 +17,17 @@ Function mode (the default)::
             tune_trial.report({"loss": loss}, checkpoint_dir=d)
 
 Step mode (the driver drives the loop): subclass Trainable and call run_trainable(MyTrainable).
+
+NaN and infinite values are written as json.dumps writes them (NaN, Infinity, -Infinity), which
+tune accepts. A checkpoint_dir outside the trial dir is copied into it under a
+`.staged_checkpoint_*` name (complete before the line naming it is printed); a copy cut short by
+a kill is removed the next time the module is imported in that trial dir. Outside tune (no
+TUNE_TRIAL_DIR) nothing is copied: the line names checkpoint_dir itself.
 """
 
 import json
-import math
 import os
+import re
 import shutil
 import sys
 
@@ -54,17 +60,16 @@ def get_checkpoint():
     return os.environ.get("TUNE_RESTORE_CHECKPOINT") or None
 
 
-def _finite(value):
-    # JSON has no NaN or Infinity: report them as null rather than an unparsable line.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+def _plain(value):
+    """Plain Python values for json.dumps: numpy / torch scalars become numbers. NaN and
+    infinities stay as they are (written as NaN, Infinity, -Infinity)."""
     if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [_plain(v) for v in value]
     if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
         try:
-            return _finite(value.item())
+            return _plain(value.item())
         except (TypeError, ValueError):
             pass
     return value
@@ -75,15 +80,51 @@ def _is_under(path, root):
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
+def _staging_root():
+    """Where copies of checkpoints are staged: TUNE_CHECKPOINT_STAGING, else the trial dir;
+    None outside tune."""
+    return os.environ.get("TUNE_CHECKPOINT_STAGING") or os.environ.get("TUNE_TRIAL_DIR") or None
+
+
+_PARTIAL = re.compile(r"^\.staged_checkpoint_(\d+)_\d+\.partial$")
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # another user's process: alive
+    return True
+
+
+def _remove_partial_copies():
+    """Removes staged copies cut short by a kill (their process is gone). Complete staged dirs
+    are left alone: a line naming one may not have been read by the driver yet."""
+    root = _staging_root()
+    try:
+        names = os.listdir(root) if root else []
+    except OSError:
+        return
+    for name in names:
+        m = _PARTIAL.match(name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+
+
 def _stage(checkpoint_dir):
-    """Copies checkpoint_dir into the trial dir (complete before it is named) and returns
-    the staged path; a directory already inside the trial dir is handed over as it is."""
+    """Copies checkpoint_dir into the staging dir (complete before it is named) and returns
+    the staged path; a directory already inside the trial dir is handed over as it is, and
+    outside tune nothing is copied."""
     global _counter
-    tdir = trial_dir()
-    if _is_under(checkpoint_dir, tdir):
+    root = _staging_root()
+    if root is None or _is_under(checkpoint_dir, trial_dir()):
         return os.path.abspath(checkpoint_dir)
     _counter += 1
-    base = os.path.join(tdir, ".staged_checkpoint_%d_%d" % (os.getpid(), _counter))
+    base = os.path.join(root, ".staged_checkpoint_%d_%d" % (os.getpid(), _counter))
     tmp = base + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(checkpoint_dir, tmp, symlinks=True)
@@ -94,7 +135,7 @@ def _stage(checkpoint_dir):
 def report(metrics, checkpoint_dir=None):
     """Reports one result (a dict of JSON-able values). With checkpoint_dir, the directory's
     content is safe inside the trial dir before this returns, so a TemporaryDirectory works."""
-    line = dict(_finite(dict(metrics)))
+    line = dict(_plain(dict(metrics)))
     if checkpoint_dir is not None:
         line["checkpoint"] = _stage(os.fspath(checkpoint_dir))
     _out.write(json.dumps(line) + "\n")
@@ -177,3 +218,6 @@ def run_trainable(cls, stdin=None):
 def _reply(obj):
     _out.write(json.dumps(obj) + "\n")
     _out.flush()
+
+
+_remove_partial_copies()

@@ -5,7 +5,7 @@
 //   double lr = cfg["lr"].number(0.01);
 //   if (auto ckpt = tune_trial::get_checkpoint()) load(*ckpt);
 //   for (int epoch = 0; ...; ++epoch) {
-//     std::string dir = tune_trial::make_checkpoint_dir();   // fresh, inside the trial dir
+//     std::string dir = tune_trial::make_checkpoint_dir();   // fresh, in the staging dir
 //     save(dir);
 //     tune_trial::report({{"loss", loss}, {"accuracy", acc}}, dir);
 //   }
@@ -218,11 +218,21 @@ inline std::optional<std::string> get_checkpoint() {
   return c;
 }
 
-// A fresh, empty directory inside the trial dir to write a checkpoint into.
+// A fresh, empty directory to write a checkpoint into: in the trial's staging dir
+// (TUNE_CHECKPOINT_STAGING, else the trial dir) under a `.staged_checkpoint_*` name, which the
+// driver removes if the trial dies before reporting it; outside tune, a new directory under
+// the temp dir (never the current directory).
 inline std::string make_checkpoint_dir() {
   static int counter = 0;
-  std::string dir = trial_dir() + "/.checkpoint_tmp_" + std::to_string(getpid()) + "_" +
-                    std::to_string(++counter);
+  std::string root = env("TUNE_CHECKPOINT_STAGING", env("TUNE_TRIAL_DIR"));
+  if (root.empty()) {
+    std::string tmpl = env("TMPDIR", "/tmp") + "/tune_checkpoint_XXXXXX";
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("tune_trial: cannot create " + tmpl);
+    return tmpl;
+  }
+  mkdir(root.c_str(), 0755);  // the staging dir may not exist yet
+  std::string dir =
+      root + "/.staged_checkpoint_" + std::to_string(getpid()) + "_" + std::to_string(++counter);
   if (mkdir(dir.c_str(), 0755) != 0) throw std::runtime_error("tune_trial: cannot create " + dir);
   return dir;
 }
@@ -242,8 +252,11 @@ inline std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// A number as JSON, except NaN and infinities, which are written as Python's json.dumps writes
+// them (NaN, Infinity, -Infinity); tune reads them back as such.
 inline std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";  // JSON has no NaN/Infinity
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
