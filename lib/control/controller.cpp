@@ -101,6 +101,9 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
   env["TUNE_EXPERIMENT_NAME"] = exp_.name;
   env["TUNE_CONFIG"] = t.config.dump(-1, ' ', false, json::error_handler_t::replace);
   env["TUNE_CONFIG_FILE"] = (dir / "params.json").string();
+  // Where the helpers stage a checkpoint before naming it: inside the trial dir, so the driver
+  // takes it over with a rename (its .staged_checkpoint_* leftovers are cleaned on restart).
+  env["TUNE_CHECKPOINT_STAGING"] = dir.string();
   env["TUNE_TRIAL_MODE"] = exp_.trial.mode == spec::TrialMode::kStep ? "step" : "function";
   env["CUDA_VISIBLE_DEVICES"] = p.cuda_visible_devices();
   if (restore.empty())
