@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <regex>
+
+#include "util/strings.hpp"
 
 namespace tune::control {
 
@@ -109,6 +112,49 @@ bool ResourcePool::fits_somewhere(const spec::Resources& req) const {
         static_cast<double>(h.gpu_free.size()) + kEps >= std::ceil(req.gpu))
       return true;
   return false;
+}
+
+namespace {
+size_t fit_on(const ResourcePool::Host& h, const spec::Resources& req) {
+  size_t n = SIZE_MAX;
+  if (req.cpu > kEps) n = static_cast<size_t>(std::floor((h.cpus + kEps) / req.cpu));
+  if (req.gpu >= 1) {
+    n = std::min(n, h.gpu_free.size() / static_cast<size_t>(std::ceil(req.gpu - kEps)));
+  } else if (req.gpu > kEps) {
+    n = std::min(n, h.gpu_free.size() * static_cast<size_t>(std::floor((1 + kEps) / req.gpu)));
+  }
+  return n;
+}
+
+std::string amount(double v, const char* what) {
+  return util::format_double(v) + " " + what + (v == 1 ? "" : "s");
+}
+}  // namespace
+
+size_t trials_that_fit(const std::vector<ResourcePool::Host>& hosts, const spec::Resources& req) {
+  size_t total = 0;
+  for (const auto& h : hosts) {
+    size_t n = fit_on(h, req);
+    total = n == SIZE_MAX || total == SIZE_MAX ? SIZE_MAX : total + n;
+  }
+  return total;
+}
+
+std::string concurrency_note(const std::vector<ResourcePool::Host>& hosts,
+                             const spec::Resources& req, std::optional<int> max_concurrent) {
+  size_t fit = trials_that_fit(hosts, req);
+  if (!max_concurrent || fit >= static_cast<size_t>(*max_concurrent)) return "";
+  std::string why;
+  for (const auto& h : hosts) {
+    why += why.empty() ? "" : "; ";
+    why += h.name + " " + amount(h.cpus, "CPU");
+    if (req.gpu > 0) why += ", " + amount(static_cast<double>(h.gpu_free.size()), "GPU");
+  }
+  why += " for " + amount(req.cpu, "CPU");
+  if (req.gpu > 0) why += " and " + amount(req.gpu, "GPU");
+  why += " per trial";
+  return "max_concurrent_trials is " + std::to_string(*max_concurrent) + " but at most " +
+         std::to_string(fit) + " trial" + (fit == 1 ? "" : "s") + " fit at once (" + why + ")";
 }
 
 int local_cpu_count() {

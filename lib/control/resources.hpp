@@ -55,6 +55,15 @@ class ResourcePool {
   std::vector<Host> hosts_;
 };
 
+// How many trials needing `req` fit at once on `hosts` (by their configured capacity).
+[[nodiscard]] size_t trials_that_fit(const std::vector<ResourcePool::Host>& hosts,
+                                     const spec::Resources& req);
+// Why fewer trials than max_concurrent_trials run at once, in one line ("max_concurrent_trials
+// is 8 but at most 2 trials fit at once: local 2 CPUs, 1 CPU per trial"); empty if they all fit.
+[[nodiscard]] std::string concurrency_note(const std::vector<ResourcePool::Host>& hosts,
+                                           const spec::Resources& req,
+                                           std::optional<int> max_concurrent);
+
 // The `local` entry of the experiment's hosts (none if it lists only SSH hosts).
 [[nodiscard]] std::vector<ResourcePool::Host> local_hosts(const spec::Experiment& exp);
 

@@ -81,6 +81,31 @@ uint64_t start_ticks(pid_t pid) {
 
 }  // namespace
 
+std::unordered_map<std::string, pid_t> live_supervisors() {
+  std::unordered_map<std::string, pid_t> found;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cmd = util::read_file(it->path() / "cmdline", 1 << 20);
+    if (!cmd || cmd->empty()) continue;
+    std::vector<std::string_view> args;
+    for (size_t start = 0; start < cmd->size() && args.size() < 3;) {
+      size_t nul = cmd->find('\0', start);
+      if (nul == std::string::npos) nul = cmd->size();
+      args.emplace_back(cmd->data() + start, nul - start);
+      start = nul + 1;
+    }
+    if (args.size() < 3 || fs::path(args[0]).filename() != "tune-supervisor") continue;
+    // The supervisor leads its session; a child between fork and exec shows the same
+    // command line but not that.
+    pid_t pid = std::stoi(name);
+    if (stat_field(pid, 6) != static_cast<uint64_t>(pid)) continue;
+    found[std::string(args[1]) + '\0' + std::string(args[2])] = pid;
+  }
+  return found;
+}
+
 struct LocalExecutor::Impl {
   LocalOptions opts;
   int sig_fd = -1;
@@ -130,29 +155,7 @@ struct LocalExecutor::Impl {
   // attach(), dropped at the next wait()).
   std::optional<std::unordered_map<std::string, pid_t>> supervisors;
 
-  void scan_supervisors() {
-    supervisors.emplace();
-    std::error_code ec;
-    for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-      auto cmd = util::read_file(it->path() / "cmdline", 1 << 20);
-      if (!cmd || cmd->empty()) continue;
-      std::vector<std::string_view> args;
-      for (size_t start = 0; start < cmd->size() && args.size() < 3;) {
-        size_t nul = cmd->find('\0', start);
-        if (nul == std::string::npos) nul = cmd->size();
-        args.emplace_back(cmd->data() + start, nul - start);
-        start = nul + 1;
-      }
-      if (args.size() < 3 || fs::path(args[0]).filename() != "tune-supervisor") continue;
-      // The supervisor leads its session; a child between fork and exec shows the same
-      // command line but not that.
-      pid_t pid = std::stoi(name);
-      if (stat_field(pid, 6) != static_cast<uint64_t>(pid)) continue;
-      (*supervisors)[std::string(args[1]) + '\0' + std::string(args[2])] = pid;
-    }
-  }
+  void scan_supervisors() { supervisors = live_supervisors(); }
 
   std::unordered_map<std::string, int> last_pid;  // trial id -> pid of its last attempt
   std::vector<pid_t> unreaped;  // supervisors of finished runs that have not exited yet
