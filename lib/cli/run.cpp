@@ -270,6 +270,17 @@ int RunCommand::execute() {
     ex = &*multi;
   }
   if (co.hosts.empty()) co.hosts = control::local_hosts(exp);
+  // This machine is shared with this user's other experiments through the host-wide ledger.
+  for (auto& h : co.hosts) {
+    if (h.remote) continue;
+    auto ledger = control::Ledger::open(control::Ledger::default_dir(), dir);
+    if (ledger)
+      h.ledger = std::move(*ledger);
+    else
+      spdlog::warn("{} (sharing this machine with other experiments is off)",
+                   ledger.error().message);
+    break;
+  }
   if (auto note =
           control::concurrency_note(co.hosts, exp.trial.resources, exp.max_concurrent_trials);
       !note.empty()) {

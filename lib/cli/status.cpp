@@ -1,10 +1,12 @@
 // `tune status`: the experiment read one trial line at a time, each row printed as it is read;
-// what a dead driver left behind.
+// what a dead driver left behind; what this user's experiments hold on this machine.
 #include <algorithm>
+#include <ctime>
 #include <iostream>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "control/ledger.hpp"
 #include "exec/local_executor.hpp"
 #include "ui/live_table.hpp"
 #include "util/fs.hpp"
@@ -97,6 +99,41 @@ class Orphans {
   std::vector<std::string> detached_, detached_names_, interrupted_, elsewhere_;
 };
 
+double wall_now() {
+  return static_cast<double>(std::time(nullptr));
+}
+
+// Who holds what on this machine (the host-wide ledger of this user's experiments).
+std::string holders_text(const fs::path& dir, const std::vector<control::LedgerEntry>& live) {
+  std::string out;
+  std::error_code ec;
+  auto here = fs::weakly_canonical(dir, ec);
+  for (const auto& e : live) {
+    out += "  " + util::printable(e.exp_dir, 300) + " (pid " + std::to_string(e.pid) +
+           "): " + util::format_double(e.cpus) + " CPU" + (e.cpus == 1 ? "" : "s");
+    for (const auto& [g, f] : e.gpus)
+      out += ", GPU " + std::to_string(g) + (f < 1 ? " (" + util::format_double(f) + ")" : "");
+    if (e.waiting_until > wall_now()) out += ", waiting for more";
+    if (fs::weakly_canonical(e.exp_dir, ec) == here) out += "  <- this experiment";
+    out += "\n";
+  }
+  return out.empty() ? "" : "held on this machine by this user's experiments:\n" + out;
+}
+
+json holders_json(const std::vector<control::LedgerEntry>& live) {
+  json out = json::array();
+  for (const auto& e : live) {
+    json gpus = json::object();
+    for (const auto& [g, f] : e.gpus) gpus[std::to_string(g)] = f;
+    out.push_back({{"experiment", e.exp_dir},
+                   {"pid", e.pid},
+                   {"cpus", e.cpus},
+                   {"gpus", gpus},
+                   {"waiting", e.waiting_until > wall_now()}});
+  }
+  return out;
+}
+
 // Prints `tune status` as the state streams by: the header, a row per trial, then the totals.
 class StatusPrinter {
  public:
@@ -154,8 +191,9 @@ class StatusPrinter {
   }
 
   void finish() {
+    auto holders = control::Ledger::read_live(control::Ledger::default_dir());
     if (json_) {
-      json tail = {{"counts", json::object()}};
+      json tail = {{"counts", json::object()}, {"machine_resources", holders_json(holders)}};
       for (const auto& [st, c] : counts_) tail["counts"][trial::status_name(st)] = c;
       if (gone_) orphans_->add_json(tail, dir_);
       std::string text = tail.dump(2);
@@ -172,6 +210,7 @@ class StatusPrinter {
                 std::to_string(running_on_[name]) + " running)";
       std::cout << line << "\n";
     }
+    std::cout << holders_text(dir_, holders);
     if (gone_) std::cout << orphans_->text(dir_);
   }
 

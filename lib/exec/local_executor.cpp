@@ -76,7 +76,7 @@ uint64_t stat_field(pid_t pid, int n) {
 
 // The process's start time in clock ticks since boot (guards against pid reuse); 0 if gone.
 uint64_t start_ticks(pid_t pid) {
-  return stat_field(pid, 22);
+  return util::process_start_ticks(pid);
 }
 
 }  // namespace
