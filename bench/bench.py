@@ -9,9 +9,13 @@ Each figure is printed as a ratio against a baseline measured in the same run:
               (result.json and progress.csv written), against the rate `cat` alone reaches into a file
   state       10,000 trials x 100 results: state write (steady state vs every trial serialized),
               load, resume start-up (as the driver logs it), driver peak RSS
+  inspect     `tune ls` and `tune status` on a finished 5,000-trial state with 10 KB configs (time
+              and peak RSS) vs reading the whole state (`ls` on the same state without its summary
+              header, as written by an older tune; `checkpoints ls`, which loads the whole state as
+              `status` did before it streamed)
 
   bench/bench.py [--launch-trials 1000] [--results 1000000] [--repeat 3] [--json out.json]
-                 [--state-trials 10000] [--only state]
+                 [--state-trials 10000] [--only state|ssh|inspect|launch]
 
 The launch figure is measured twice: with the experiment dir beside the bench's temp dir (the
 disk), and on /dev/shm (tmpfs), since each trial creates a handful of files and file creation
@@ -167,6 +171,69 @@ def bench_state(tmp, trials, results_each, storage_root):
     return out
 
 
+def write_state(exp_dir, trials, config_bytes, counts=True):
+    """A finished experiment_state.json as tune writes it: header line, one trial per line."""
+    os.makedirs(exp_dir, exist_ok=True)
+    head = {"version": 1, "name": os.path.basename(exp_dir),
+            "searcher": {"seed": 1, "total_trials": trials, "next_index": trials},
+            "start_time": 1.0, "elapsed_s": 2.0, "phase": "finished", "metric": "loss",
+            "mode": "min", "hosts": {"h": "up"}}
+    if counts:
+        head["counts"] = {"TERMINATED": trials}
+    with open(os.path.join(exp_dir, "experiment_state.json"), "w") as f:
+        f.write(json.dumps(head, separators=(",", ":"))[:-1] + ',"trials":[\n')
+        for i in range(trials):
+            t = {"trial_id": "%05d" % i, "trial_name": "trial_%05d" % i, "index": i,
+                 "config": {"i": i, "blob": "b" * config_bytes}, "status": "TERMINATED",
+                 "attempt": 1, "failures": 0, "host": "h", "error": "", "iteration": 100,
+                 "time_total_s": 1.5, "last_result": {"loss": 0.5, "training_iteration": 100},
+                 "metrics": {"loss": {"last": 0.5, "min": 0.4, "max": 0.9}},
+                 "checkpoints": [{"seq": 1, "dir": "checkpoint_000001", "iteration": 100,
+                                  "time_total_s": 1.5, "metrics": {"loss": 0.5}}],
+                 "checkpoint_seq": 1, "stdout_offset": 10, "attempt_started": 1.0,
+                 "restore_iteration": 0, "time_base": 0, "gpu_ids": []}
+            f.write(json.dumps(t, separators=(",", ":")) + (",\n" if i + 1 < trials else "\n"))
+        f.write("]}\n")
+
+
+def time_and_rss(argv, env, repeat):
+    """Best wall time and peak RSS (MB) of a command, each run in a fresh probe process."""
+    probe = ("import resource, subprocess, sys, time\n"
+             "t = time.monotonic()\n"
+             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+             "print(time.monotonic() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+    runs = []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], env=env, check=True,
+                             capture_output=True, text=True).stdout.split()
+        runs.append((float(out[0]), int(out[1]) / 1024))
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def bench_inspect(tmp, trials=5000, config_bytes=10000, repeat=3):
+    new, old = os.path.join(tmp, "new"), os.path.join(tmp, "old")
+    write_state(os.path.join(new, "exp"), trials, config_bytes)
+    write_state(os.path.join(old, "exp"), trials, config_bytes, counts=False)
+    env = dict(os.environ, XDG_RUNTIME_DIR=tmp)
+    r = {"trials": trials, "config_bytes": config_bytes,
+         "state_mb": os.path.getsize(os.path.join(new, "exp", "experiment_state.json")) / 1e6}
+    r["ls_s"], r["ls_mb"] = time_and_rss([TUNE, "ls", "--storage-path", new], env, repeat)
+    r["ls_whole_s"], r["ls_whole_mb"] = time_and_rss([TUNE, "ls", "--storage-path", old], env, repeat)
+    r["status_s"], r["status_mb"] = time_and_rss([TUNE, "status", os.path.join(new, "exp")], env, repeat)
+    r["whole_s"], r["whole_mb"] = time_and_rss([TUNE, "checkpoints", "ls", os.path.join(new, "exp")], env,
+                                               repeat)
+    return r
+
+
+def print_inspect(r):
+    print("%-44s %11.3fs %10.3fs %9.3fx  (%.0f MB state; RSS %.1f MB vs %.1f MB)" % (
+        "ls: %d trials x %d B configs vs whole parse" % (r["trials"], r["config_bytes"]), r["ls_s"],
+        r["ls_whole_s"], r["ls_s"] / r["ls_whole_s"], r["state_mb"], r["ls_mb"], r["ls_whole_mb"]))
+    print("%-44s %11.3fs %10.3fs %9.3fx  (RSS %.1f MB vs %.1f MB)" % (
+        "status: streamed vs whole parse", r["status_s"], r["whole_s"], r["status_s"] / r["whole_s"],
+        r["status_mb"], r["whole_mb"]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--launch-trials", type=int, default=1000)
@@ -174,8 +241,25 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="write the figures here as JSON")
     ap.add_argument("--state-trials", type=int, default=10000)
-    ap.add_argument("--only", choices=["state", "ssh"], help="run only this workload")
+    ap.add_argument("--only", choices=["state", "ssh", "inspect", "launch"], help="run only this workload")
     a = ap.parse_args()
+    if a.only == "inspect":
+        tmp = tempfile.mkdtemp(prefix="tune-bench-")
+        try:
+            print_inspect(bench_inspect(tmp, repeat=a.repeat))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if a.only == "launch":
+        tmp = tempfile.mkdtemp(prefix="tune-bench-")
+        try:
+            launch = bench_launch(tmp, a.launch_trials, a.repeat)
+            print("%-44s %11.3fs %11.3fs %9.2fx" % (
+                "launch: %d x true, concurrency 2 vs xargs -P2" % launch["trials"], launch["tune_s"],
+                launch["xargs_s"], launch["tune_over_xargs"]))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     if a.only == "ssh":
         tmp = tempfile.mkdtemp(prefix="tune-bench-")
         try:
@@ -205,6 +289,7 @@ def main():
         ckpt = json.loads(subprocess.run([ckpt_bin, os.path.join(tmp, "ckpt")], check=True,
                                          capture_output=True, text=True).stdout)
         state = bench_state(tmp, a.state_trials, 100, shm_or(tmp))
+        inspect = bench_inspect(tmp, repeat=a.repeat)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%-44s %12s %12s %10s" % ("workload", "tune", "baseline", "ratio"))
@@ -229,9 +314,10 @@ def main():
         ckpt["retention_first_1000_us_each"],
         ckpt["retention_last_1000_us_each"] / ckpt["retention_first_1000_us_each"]))
     print_state(state)
+    print_inspect(inspect)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"state": state, "checkpoints": ckpt, "launch": launch, "launch_tmpfs": launch_shm if shm else None, "results": results, "machine": os.uname().nodename,
+            json.dump({"state": state, "inspect": inspect, "checkpoints": ckpt, "launch": launch, "launch_tmpfs": launch_shm if shm else None, "results": results, "machine": os.uname().nodename,
                        "cpus": os.cpu_count()}, f, indent=2)
 
 

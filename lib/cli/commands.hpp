@@ -77,6 +77,7 @@ class CheckpointsLsCommand {
   std::optional<std::string> storage_, trial_, metric_, mode_;
   std::optional<size_t> top_;
   std::string format_ = "table";
+  bool include_errored_ = false;  // also rank checkpoints of trials in ERROR
 };
 
 class CheckpointsBestCommand {
@@ -87,6 +88,7 @@ class CheckpointsBestCommand {
  private:
   std::string experiment_;
   std::optional<std::string> storage_, metric_, mode_;
+  bool include_errored_ = false;  // also rank checkpoints of trials in ERROR
 };
 
 }  // namespace tune::cli

@@ -9,6 +9,7 @@
 #include "spec/parse.hpp"
 #include "ui/live_table.hpp"
 #include "util/fs.hpp"
+#include "util/strings.hpp"
 
 #ifndef TUNE_SOURCE_HELPERS_DIR
 #define TUNE_SOURCE_HELPERS_DIR ""
@@ -45,10 +46,63 @@ fs::path resolve_experiment(const std::string& arg, const std::optional<std::str
   return newest;
 }
 
+void add_experiment_options(CLI::App& app, std::string& experiment,
+                            std::optional<std::string>& storage) {
+  app.add_option("experiment", experiment, "experiment dir or name (default: the latest)");
+  app.add_option("--storage-path", storage, "root of experiment dirs");
+}
+
 state::ExperimentState load_state_or_throw(const fs::path& dir) {
   auto s = state::load(dir);
   if (!s) throw Fatal(s.error(), kExitUsage);
   return std::move(*s);
+}
+
+namespace {
+// "pid host" as the lock holder wrote it.
+std::pair<std::string, std::string> lock_holder(const fs::path& lock) {
+  auto holder = util::read_file(lock, 4096).value_or("");
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+  size_t sp = holder.find(' ');
+  std::string pid = util::printable(holder.substr(0, sp), 20);
+  std::string host = sp == std::string::npos ? "?" : util::printable(holder.substr(sp + 1), 100);
+  return {pid.empty() ? "?" : pid, host};
+}
+}  // namespace
+
+DriverInfo probe_driver(const fs::path& exp_dir) {
+  fs::path lock = exp_dir / ".tune" / "lock";
+  DriverInfo d;
+  std::tie(d.pid, d.host) = lock_holder(lock);
+  int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return d;
+  // A driver holds an exclusive flock until it exits (the kernel drops it on a crash).
+  d.alive = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return d;
+}
+
+std::string resume_command(const fs::path& exp_dir) {
+  fs::path file = exp_dir / "experiment.yaml";
+  std::vector<std::string> sets;
+  std::error_code ec;
+  if (auto text = util::read_file(exp_dir / ".tune" / kStartedAsFile, 1u << 20)) {
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_object() && j.contains("experiment_file") && j["experiment_file"].is_string() &&
+        fs::is_regular_file(j["experiment_file"].get<std::string>(), ec))
+      file = j["experiment_file"].get<std::string>();
+    if (j.is_object() && j.contains("set") && j["set"].is_array())
+      for (const auto& v : j["set"])
+        if (v.is_string()) sets.push_back(v.get<std::string>());
+  }
+  std::string cmd = "tune run " + util::shell_quote(file.string()) + " --resume=auto";
+  for (const auto& v : sets) cmd += " --set " + util::shell_quote(v);
+  // Does the file (with those values) lead back here by itself?
+  auto exp = spec::load_experiment(file, spec::Overrides{sets, {}, {}, {}});
+  if (!exp || fs::weakly_canonical(exp->dir(), ec) != fs::weakly_canonical(exp_dir, ec))
+    cmd += " --name " + util::shell_quote(exp_dir.filename().string()) + " --storage-path " +
+           util::shell_quote(exp_dir.parent_path().string());
+  return cmd;
 }
 
 void acquire_lock(const fs::path& exp_dir) {
@@ -60,12 +114,8 @@ void acquire_lock(const fs::path& exp_dir) {
   int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw Fatal("cannot open lock '" + lock.string() + "': " + std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    auto holder = util::read_file(lock, 4096).value_or("");
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     ::close(fd);
-    std::string pid = holder.substr(0, holder.find(' '));
-    std::string host =
-        holder.find(' ') == std::string::npos ? "?" : holder.substr(holder.find(' ') + 1);
+    auto [pid, host] = lock_holder(lock);
     throw Fatal("experiment '" + exp_dir.string() + "' is already being run by pid " + pid +
                 " on host " + host + " (one driver per experiment)");
   }

@@ -1,9 +1,11 @@
 // Pieces shared by the subcommands: finding experiments, the lock, logging setup.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "state/state.hpp"
 
@@ -19,6 +21,25 @@ namespace fs = std::filesystem;
 // storage path; empty = the most recently updated experiment there.
 [[nodiscard]] fs::path resolve_experiment(const std::string& arg,
                                           const std::optional<std::string>& storage);
+
+// DIR/.tune/<this>: the experiment file and --set values of the last `tune run` (JSON).
+inline constexpr const char* kStartedAsFile = "started_as.json";
+
+// The command that resumes the experiment in `exp_dir`: `tune run FILE --resume=auto`, with
+// the --set values it was started with, and --name/--storage-path when FILE alone would not
+// lead back to `exp_dir`.
+[[nodiscard]] std::string resume_command(const fs::path& exp_dir);
+
+// The driver of an experiment as `tune status` sees it: alive when it holds DIR/.tune/lock.
+struct DriverInfo {
+  bool alive = false;
+  std::string pid, host;  // the lock's last holder, as it recorded itself ("?" if unknown)
+};
+[[nodiscard]] DriverInfo probe_driver(const fs::path& exp_dir);
+
+// The EXPERIMENT argument and --storage-path, shared by the read-only commands.
+void add_experiment_options(CLI::App& app, std::string& experiment,
+                            std::optional<std::string>& storage);
 
 // Loads an experiment's state or throws Fatal naming the problem.
 [[nodiscard]] state::ExperimentState load_state_or_throw(const fs::path& dir);

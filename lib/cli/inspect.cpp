@@ -1,4 +1,5 @@
-// `tune status`, `tune ls`, `tune checkpoints ls|best`: read-only views of experiment state.
+// `tune ls`, `tune checkpoints ls|best`: read-only views of experiment state.
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 
@@ -16,22 +17,6 @@ using json = nlohmann::json;
 
 namespace {
 
-json trial_summary_json(const trial::Trial& t) {
-  json metrics = state::metrics_to_json(t);
-  return {{"trial_id", t.id},
-          {"trial_name", t.name},
-          {"status", trial::status_name(t.status)},
-          {"host", t.host},
-          {"iteration", t.iteration},
-          {"attempt", t.attempt},
-          {"failures", t.failures},
-          {"error", t.error},
-          {"time_total_s", t.time_total_s},
-          {"metrics", metrics},
-          {"checkpoints", t.checkpoints.size()},
-          {"config", t.config}};
-}
-
 struct Row {
   const trial::Trial* trial;
   const trial::Checkpoint* ckpt;
@@ -39,12 +24,15 @@ struct Row {
 };
 
 // Every retained checkpoint, best first by metric/order (missing scores last, older first).
+// Checkpoints of trials in ERROR are left out unless `include_errored`.
 std::vector<Row> ranked_checkpoints(const state::ExperimentState& s,
                                     const std::optional<std::string>& trial_id,
-                                    const std::optional<std::string>& metric, spec::Order order) {
+                                    const std::optional<std::string>& metric, spec::Order order,
+                                    bool include_errored) {
   std::vector<Row> rows;
   for (const auto& t : s.trials) {
     if (trial_id && t.id != *trial_id && t.name != *trial_id) continue;
+    if (t.status == trial::Status::kError && !include_errored) continue;
     for (const auto& c : t.checkpoints) {
       std::optional<double> score;
       if (metric) {
@@ -82,13 +70,6 @@ void check_trial_exists(const state::ExperimentState& s, const std::optional<std
   throw Fatal("no trial '" + *id + "' in experiment '" + s.name + "'");
 }
 
-// The EXPERIMENT argument and --storage-path, shared by the read-only commands.
-void add_experiment_options(CLI::App& app, std::string& experiment,
-                            std::optional<std::string>& storage) {
-  app.add_option("experiment", experiment, "experiment dir or name (default: the latest)");
-  app.add_option("--storage-path", storage, "root of experiment dirs");
-}
-
 std::string csv_escape(const std::string& v) {
   if (v.find_first_of(",\"\n") == std::string::npos) return v;
   std::string out = "\"";
@@ -98,39 +79,29 @@ std::string csv_escape(const std::string& v) {
 
 }  // namespace
 
-void StatusCommand::add_options(CLI::App& app) {
-  add_experiment_options(app, experiment_, storage_);
-  app.add_option("--format", format_, "table | json")->check(CLI::IsMember({"table", "json"}));
-}
-
-int StatusCommand::execute() {
-  fs::path dir = resolve_experiment(experiment_, storage_);
-  auto s = load_state_or_throw(dir);
-  if (format_ == "json") {
-    json out = {{"name", s.name},           {"dir", dir.string()},
-                {"phase", s.phase},         {"total_trials", s.total_trials},
-                {"elapsed_s", s.elapsed_s}, {"metric", s.metric ? json(*s.metric) : json(nullptr)},
-                {"mode", s.mode},           {"hosts", s.hosts},
-                {"trials", json::array()}};
-    for (const auto& t : s.trials) out["trials"].push_back(trial_summary_json(t));
-    std::cout << out.dump(2) << "\n";
-    return kExitOk;
-  }
-  std::cout << "experiment '" << s.name << "' (" << s.phase << "): " << ui::status_counts(s) << "\n"
-            << ui::hosts_line(s) << "dir: " << dir.string() << "\n"
-            << ui::trial_table(s, s.metric, s.mode == "max", SIZE_MAX, false);
-  return kExitOk;
-}
-
 void LsCommand::add_options(CLI::App& app) {
   app.add_option("--storage-path", storage_, "root of experiment dirs (default ~/tune_results)");
   app.add_option("--format", format_, "table | json")->check(CLI::IsMember({"table", "json"}));
 }
 
+namespace {
+// An experiment's summary: the state's header line, or (a state written by an older tune) the
+// whole state.
+Result<state::Summary> summary_of(const fs::path& dir) {
+  if (auto s = state::read_summary(dir)) return s;
+  auto full = state::load(dir);
+  if (!full) return std::unexpected(full.error());
+  state::Summary out{full->name,       full->phase,     full->total_trials,
+                     full->next_index, full->elapsed_s, {}};
+  for (const auto& t : full->trials) ++out.counts[t.status];
+  return out;
+}
+}  // namespace
+
 int LsCommand::execute() {
   fs::path root =
       storage_ ? fs::absolute(util::expand_user(*storage_)) : spec::default_storage_path();
-  std::vector<std::pair<std::string, state::ExperimentState>> found;
+  std::vector<std::pair<std::string, state::Summary>> found;
   std::vector<std::string> unreadable;
   std::error_code ec;
   std::vector<fs::path> dirs;
@@ -139,7 +110,7 @@ int LsCommand::execute() {
     if (fs::exists(it->path() / state::kStateFile)) dirs.push_back(it->path());
   std::sort(dirs.begin(), dirs.end());
   for (const auto& d : dirs) {
-    auto s = state::load(d);
+    auto s = summary_of(d);
     if (s)
       found.emplace_back(d.filename().string(), std::move(*s));
     else
@@ -149,8 +120,8 @@ int LsCommand::execute() {
     json out = json::array();
     for (const auto& [name, s] : found) {
       json counts = json::object();
-      for (const auto& t : s.trials)
-        counts[trial::status_name(t.status)] = counts.value(trial::status_name(t.status), 0) + 1;
+      for (const auto& [st, c] : s.counts)
+        if (c) counts[trial::status_name(st)] = c;
       out.push_back({{"name", name},
                      {"dir", (root / name).string()},
                      {"phase", s.phase},
@@ -162,7 +133,7 @@ int LsCommand::execute() {
     if (found.empty()) std::cout << "no experiments under " << root.string() << "\n";
     for (const auto& [name, s] : found)
       std::cout << name << "  (" << s.phase << ", " << s.total_trials << " trials)  "
-                << ui::status_counts(s) << "\n";
+                << ui::status_counts(s.counts, s.total_trials, s.next_index) << "\n";
   }
   for (const auto& u : unreadable) std::cerr << "tune: warning: " << u << "\n";
   return kExitOk;
@@ -174,6 +145,7 @@ void CheckpointsLsCommand::add_options(CLI::App& app) {
   app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
   app.add_option("--top", top_, "only the K best")->check(CLI::PositiveNumber);
+  app.add_flag("--include-errored", include_errored_, "also rank checkpoints of trials in ERROR");
   app.add_option("--format", format_, "table | json | csv")
       ->check(CLI::IsMember({"table", "json", "csv"}));
 }
@@ -183,7 +155,7 @@ int CheckpointsLsCommand::execute() {
   auto s = load_state_or_throw(dir);
   check_trial_exists(s, trial_);
   auto metric = metric_ ? metric_ : s.metric;
-  auto rows = ranked_checkpoints(s, trial_, metric, mode_of(mode_, s));
+  auto rows = ranked_checkpoints(s, trial_, metric, mode_of(mode_, s), include_errored_);
   if (top_ && rows.size() > *top_) rows.resize(*top_);
   auto path_of = [&](const Row& r) { return (dir / r.trial->name / r.ckpt->dir_name()).string(); };
   // On the head: a checkpoint of a trial on an SSH host is here once it was synced.
@@ -254,14 +226,24 @@ void CheckpointsBestCommand::add_options(CLI::App& app) {
   add_experiment_options(app, experiment_, storage_);
   app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
+  app.add_flag("--include-errored", include_errored_, "also rank checkpoints of trials in ERROR");
 }
 
 int CheckpointsBestCommand::execute() {
   fs::path dir = resolve_experiment(experiment_, storage_);
   auto s = load_state_or_throw(dir);
   auto metric = metric_ ? metric_ : s.metric;
-  auto rows = ranked_checkpoints(s, std::nullopt, metric, mode_of(mode_, s));
-  if (rows.empty()) throw Fatal("experiment '" + s.name + "' has no checkpoints", kExitTrialError);
+  auto rows = ranked_checkpoints(s, std::nullopt, metric, mode_of(mode_, s), include_errored_);
+  if (rows.empty()) {
+    bool errored_have = std::ranges::any_of(s.trials, [](const trial::Trial& t) {
+      return t.status == trial::Status::kError && !t.checkpoints.empty();
+    });
+    throw Fatal("experiment '" + s.name + "' has no checkpoints" +
+                    (errored_have && !include_errored_
+                         ? " outside trials in ERROR (pass --include-errored to rank those)"
+                         : ""),
+                kExitTrialError);
+  }
   if (metric && !rows.front().score)
     throw Fatal("no checkpoint of '" + s.name + "' has a score for '" + *metric + "'",
                 kExitTrialError);

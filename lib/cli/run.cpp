@@ -203,6 +203,13 @@ int RunCommand::execute() {
     throw Fatal(r.error());
   if (auto r = util::write_file_atomic(spec_file, exp.effective.dump(1) + "\n", true); !r)
     throw Fatal(r.error());
+  // How this run was started, so that `tune status` can print the command that resumes it.
+  nlohmann::json started_as = {{"experiment_file", exp.source_file.string()}, {"set", sets_}};
+  if (auto r = util::write_file_atomic(
+          dir / ".tune" / kStartedAsFile,
+          started_as.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", false);
+      !r)
+    spdlog::warn("{}", r.error().message);
 
   auto table_opts = ui::detect_table_options(quiet_);
   ui::LiveTable table(table_opts);
@@ -266,6 +273,24 @@ int RunCommand::execute() {
     if (co.hosts.empty()) throw Fatal("no host of '" + exp.name + "' can be used (see above)");
     multi.emplace(executor, *ssh);
     ex = &*multi;
+  }
+  if (co.hosts.empty()) co.hosts = control::local_hosts(exp);
+  // This machine is shared with this user's other experiments through the host-wide ledger.
+  for (auto& h : co.hosts) {
+    if (h.remote) continue;
+    auto ledger = control::Ledger::open(control::Ledger::default_dir(), dir);
+    if (ledger)
+      h.ledger = std::move(*ledger);
+    else
+      spdlog::warn("{} (sharing this machine with other experiments is off)",
+                   ledger.error().message);
+    break;
+  }
+  if (auto note =
+          control::concurrency_note(co.hosts, exp.trial.resources, exp.max_concurrent_trials);
+      !note.empty()) {
+    spdlog::info("{}", note);
+    table.set_note(note);
   }
   co.uploader = uploader ? &*uploader : nullptr;
   co.grace_s = lo.grace_s;

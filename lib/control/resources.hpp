@@ -1,10 +1,13 @@
 // Host capacity and GPU assignment.
 #pragma once
 
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "control/ledger.hpp"
 #include "spec/experiment.hpp"
 
 namespace tune::control {
@@ -19,7 +22,8 @@ struct Placement {
 };
 
 // Tracks free CPUs and per-GPU free fractions on each host. Whole-GPU requests get distinct
-// GPUs; a fraction below 1 shares one GPU with other fractions while they fit.
+// GPUs; a fraction below 1 shares one GPU with other fractions while they fit. A host with a
+// ledger (this machine) also shares with this user's other experiments: see acquire().
 class ResourcePool {
  public:
   struct Host {
@@ -31,10 +35,16 @@ class ResourcePool {
     bool remote = false;
     std::string remote_exp_dir, remote_helpers_dir;
     bool available = true;  // false while an SSH host is unreachable
+    // This machine, shared with other experiments through the host-wide ledger (null: alone).
+    std::shared_ptr<Ledger> ledger;
+    double machine_cpus = 0;  // the machine's CPU count (with a ledger)
   };
   explicit ResourcePool(std::vector<Host> hosts) : hosts_(std::move(hosts)) {}
 
-  // A placement for `req` on the first host with room, or nullopt.
+  // A placement for `req` on the first host with room, or nullopt. On a host with a ledger,
+  // room also means: no GPU that another live experiment holds; CPUs held by all experiments
+  // together within the machine's count (or this experiment's configured cpus, if larger);
+  // and, while another experiment waits for CPUs, no more than an equal share of them.
   [[nodiscard]] std::optional<Placement> acquire(const spec::Resources& req);
   // The placement of a trial that is already running (re-attached after a driver crash): its
   // CPUs and the GPUs it holds are taken on the first host even beyond capacity.
@@ -52,8 +62,28 @@ class ResourcePool {
   [[nodiscard]] const std::vector<Host>& hosts() const { return hosts_; }
 
  private:
+  // Where `req` would go on host `h` (nothing changes), avoiding the GPUs in `taken`.
+  [[nodiscard]] std::optional<Placement> plan(size_t h, const spec::Resources& req,
+                                              const std::set<int>& taken) const;
+  // Takes what `p` names from its host.
+  void take(const Placement& p);
+  // acquire() on a host with a ledger: plan, check with the others' holdings, take, record.
+  [[nodiscard]] std::optional<Placement> acquire_shared(size_t h, const spec::Resources& req);
+  // Records what host `h` holds now in its ledger (after a release or a re-attach).
+  void record(size_t h);
+
   std::vector<Host> hosts_;
+  double next_wait_log_ = 0;  // wall clock: "waiting for other experiments" at most this often
 };
+
+// How many trials needing `req` fit at once on `hosts` (by their configured capacity).
+[[nodiscard]] size_t trials_that_fit(const std::vector<ResourcePool::Host>& hosts,
+                                     const spec::Resources& req);
+// Why fewer trials than max_concurrent_trials run at once, in one line ("max_concurrent_trials
+// is 8 but at most 2 trials fit at once: local 2 CPUs, 1 CPU per trial"); empty if they all fit.
+[[nodiscard]] std::string concurrency_note(const std::vector<ResourcePool::Host>& hosts,
+                                           const spec::Resources& req,
+                                           std::optional<int> max_concurrent);
 
 // The `local` entry of the experiment's hosts (none if it lists only SSH hosts).
 [[nodiscard]] std::vector<ResourcePool::Host> local_hosts(const spec::Experiment& exp);

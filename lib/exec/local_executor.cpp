@@ -75,10 +75,35 @@ uint64_t stat_field(pid_t pid, int n) {
 
 // The process's start time in clock ticks since boot (guards against pid reuse); 0 if gone.
 uint64_t start_ticks(pid_t pid) {
-  return stat_field(pid, 22);
+  return util::process_start_ticks(pid);
 }
 
 }  // namespace
+
+std::unordered_map<std::string, pid_t> live_supervisors() {
+  std::unordered_map<std::string, pid_t> found;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cmd = util::read_file(it->path() / "cmdline", 1 << 20);
+    if (!cmd || cmd->empty()) continue;
+    std::vector<std::string_view> args;
+    for (size_t start = 0; start < cmd->size() && args.size() < 3;) {
+      size_t nul = cmd->find('\0', start);
+      if (nul == std::string::npos) nul = cmd->size();
+      args.emplace_back(cmd->data() + start, nul - start);
+      start = nul + 1;
+    }
+    if (args.size() < 3 || fs::path(args[0]).filename() != "tune-supervisor") continue;
+    // The supervisor leads its session; a child between fork and exec shows the same
+    // command line but not that.
+    pid_t pid = std::stoi(name);
+    if (stat_field(pid, 6) != static_cast<uint64_t>(pid)) continue;
+    found[std::string(args[1]) + '\0' + std::string(args[2])] = pid;
+  }
+  return found;
+}
 
 struct LocalExecutor::Impl {
   LocalOptions opts;
@@ -129,29 +154,7 @@ struct LocalExecutor::Impl {
   // attach(), dropped at the next wait()).
   std::optional<std::unordered_map<std::string, pid_t>> supervisors;
 
-  void scan_supervisors() {
-    supervisors.emplace();
-    std::error_code ec;
-    for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-      auto cmd = util::read_file(it->path() / "cmdline", 1 << 20);
-      if (!cmd || cmd->empty()) continue;
-      std::vector<std::string_view> args;
-      for (size_t start = 0; start < cmd->size() && args.size() < 3;) {
-        size_t nul = cmd->find('\0', start);
-        if (nul == std::string::npos) nul = cmd->size();
-        args.emplace_back(cmd->data() + start, nul - start);
-        start = nul + 1;
-      }
-      if (args.size() < 3 || fs::path(args[0]).filename() != "tune-supervisor") continue;
-      // The supervisor leads its session; a child between fork and exec shows the same
-      // command line but not that.
-      pid_t pid = std::stoi(name);
-      if (stat_field(pid, 6) != static_cast<uint64_t>(pid)) continue;
-      (*supervisors)[std::string(args[1]) + '\0' + std::string(args[2])] = pid;
-    }
-  }
+  void scan_supervisors() { supervisors = live_supervisors(); }
 
   // A run of `l`: its dirs, where its record goes and the nonce that record must hold.
   Run new_run(const Launch& l) const {

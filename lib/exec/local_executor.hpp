@@ -1,8 +1,10 @@
 // Runs trial attempts on this machine, each under a tune-supervisor in its own session.
 #pragma once
 
+#include <sys/types.h>
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "exec/executor.hpp"
 
@@ -38,6 +40,10 @@ class LocalExecutor final : public Executor {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Live supervisors on this machine by "trial_dir\0attempt" (from their /proc command lines):
+// how a new driver, or `tune status`, finds the attempts that outlived a crashed driver.
+[[nodiscard]] std::unordered_map<std::string, pid_t> live_supervisors();
 
 // Finds tune-supervisor: $TUNE_SUPERVISOR, else beside the running tune binary.
 [[nodiscard]] Result<fs::path> find_supervisor();

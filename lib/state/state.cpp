@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -201,8 +202,14 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
 }
 
 Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
-  // The header, then the trials, one per line.
+  // The header (with the counts by status, so `tune ls` reads one line), then the trials, one
+  // per line.
   json head = header_json(s);
+  std::map<trial::Status, uint64_t> by_status;
+  for (const auto& t : s.trials) ++by_status[t.status];
+  json counts = json::object();
+  for (const auto& [st, n] : by_status) counts[trial::status_name(st)] = n;
+  head["counts"] = std::move(counts);
   std::string out = util::dump_json_ext(head);
   out.pop_back();  // '}'
   out += ",\"trials\":[\n";
@@ -360,6 +367,151 @@ Result<ExperimentState> load(const fs::path& exp_dir) {
     }
   }
   return s;
+}
+
+namespace {
+
+// Lines of a file, read in chunks; a line longer than `max_line` is an error, not a buffer.
+class LineReader {
+ public:
+  LineReader(const fs::path& p, size_t max_line) : max_line_(max_line) {
+    fd_ = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) err_ = std::strerror(errno);
+  }
+  ~LineReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  LineReader(const LineReader&) = delete;
+  LineReader& operator=(const LineReader&) = delete;
+  [[nodiscard]] bool ok() const { return err_.empty(); }
+  [[nodiscard]] const std::string& error() const { return err_; }
+  // The next line without its newline; false at the end (a last line without a newline is
+  // returned) or on error (see error()).
+  bool next(std::string& line) {
+    line.clear();
+    while (ok()) {
+      size_t nl = buf_.find('\n', pos_);
+      if (nl != std::string::npos) {
+        line.assign(buf_, pos_, nl - pos_);
+        pos_ = nl + 1;
+        return true;
+      }
+      if (buf_.size() - pos_ > max_line_) {
+        err_ = "a line longer than " + std::to_string(max_line_ >> 20) + " MiB";
+        return false;
+      }
+      buf_.erase(0, pos_);
+      pos_ = 0;
+      size_t old = buf_.size();
+      buf_.resize(old + kChunk);
+      ssize_t n = ::read(fd_, buf_.data() + old, kChunk);
+      buf_.resize(old + static_cast<size_t>(std::max<ssize_t>(n, 0)));
+      if (n < 0) err_ = std::strerror(errno);
+      if (n == 0) {
+        if (buf_.empty()) return false;
+        line = std::move(buf_);
+        buf_.clear();
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  static constexpr size_t kChunk = 1u << 20;
+  int fd_ = -1;
+  size_t max_line_;
+  std::string buf_, err_;
+  size_t pos_ = 0;
+};
+
+constexpr const char* kTrialsOpen = ",\"trials\":[";
+
+// The header line `{...,"trials":[` as a JSON object (without "trials"), or discarded.
+json parse_header_line(const std::string& line) {
+  if (!line.ends_with(kTrialsOpen)) return json(json::value_t::discarded);
+  std::string_view head(line.data(), line.size() - std::strlen(kTrialsOpen));
+  return util::parse_json_ext(std::string(head) + "}");
+}
+
+}  // namespace
+
+Result<Summary> read_summary(const fs::path& exp_dir) {
+  fs::path p = exp_dir / kStateFile;
+  LineReader in(p, 1u << 20);
+  std::string line;
+  if (!in.next(line)) return fail(p.string(), ": ", in.ok() ? "empty file" : in.error());
+  json h = parse_header_line(line);
+  if (h.is_discarded() || !h.is_object() || !h.contains("counts") || !h["counts"].is_object())
+    return fail(p.string(), ": no summary header (written by an older tune)");
+  h["trials"] = json::array();
+  auto s = from_json(h, p.string() + ":1");
+  if (!s) return std::unexpected(s.error());
+  Summary out{s->name, s->phase, s->total_trials, s->next_index, s->elapsed_s, {}};
+  for (auto it = h["counts"].begin(); it != h["counts"].end(); ++it) {
+    auto st = trial::parse_status(it.key());
+    if (!st || !it->is_number_unsigned())
+      return fail(p.string(), ":1: bad count for '", it.key(), "'");
+    out.counts[*st] = it->get<uint64_t>();
+  }
+  return out;
+}
+
+Result<void> stream(const fs::path& exp_dir,
+                    const std::function<void(const ExperimentState&)>& on_header,
+                    const std::function<void(trial::Trial&&)>& on_trial) {
+  fs::path p = exp_dir / kStateFile;
+  // The journal is small (launches since the last full write): read it first, by trial.
+  std::map<std::string, std::vector<json>> launches;
+  if (auto journal = util::read_file(journal_path(exp_dir), 1ull << 32)) {
+    for (size_t start = 0, nl; (nl = journal->find('\n', start)) != std::string::npos;
+         start = nl + 1) {
+      json j = util::parse_json_ext(std::string_view(*journal).substr(start, nl - start));
+      if (j.is_object() && j.contains("launch") && j["launch"].is_object() &&
+          j["launch"].contains("trial_id") && j["launch"]["trial_id"].is_string())
+        launches[j["launch"]["trial_id"].get<std::string>()].push_back(std::move(j));
+    }
+  }
+  LineReader in(p, 1ull << 30);
+  std::string line;
+  if (!in.next(line)) return fail(p.string(), ": ", in.ok() ? "empty file" : in.error());
+  json header = parse_header_line(line);
+  if (header.is_discarded() || !header.is_object())
+    return fail(p.string(), ":1: not a tune experiment state header (torn or corrupt)");
+  header["trials"] = json::array();
+  auto head = from_json(header, p.string() + ":1");
+  if (!head) return std::unexpected(head.error());
+  on_header(*head);
+  bool closed = false;
+  for (size_t lineno = 2; in.next(line); ++lineno) {
+    if (line == "]}") {
+      closed = true;
+      break;
+    }
+    if (line.ends_with(',')) line.pop_back();
+    std::string where = p.string() + ":" + std::to_string(lineno);
+    header["trials"] = json::array({util::parse_json_ext(line)});
+    if (header["trials"][0].is_discarded())
+      return fail(where, ": not valid JSON (torn or corrupt)");
+    auto one = from_json(header, where);
+    if (!one) return std::unexpected(one.error());
+    trial::Trial& t = one->trials.front();
+    if (auto it = launches.find(t.id); it != launches.end()) {
+      for (const auto& j : it->second) replay(*one, j);
+      launches.erase(it);
+    }
+    on_trial(std::move(one->trials.front()));
+  }
+  if (!in.ok()) return fail(p.string(), ": ", in.error());
+  if (!closed) return fail(p.string(), ": ends before its last trial (torn or corrupt)");
+  // Trials only the journal knows (launched since the last full write), by index.
+  ExperimentState rest = *head;
+  for (const auto& [id, lines] : launches)
+    for (const auto& j : lines) replay(rest, j);
+  std::sort(rest.trials.begin(), rest.trials.end(),
+            [](const auto& a, const auto& b) { return a.index < b.index; });
+  for (auto& t : rest.trials) on_trial(std::move(t));
+  return {};
 }
 
 }  // namespace tune::state

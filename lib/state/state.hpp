@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -86,6 +87,28 @@ class StateWriter {
   std::vector<Entry> cache_;  // by position in ExperimentState::trials
   size_t last_serialized_ = 0;
 };
+
+// What `tune ls` needs of an experiment, read from the state file's first line (the header,
+// which carries the trial counts by status as of the write) without parsing the trials.
+struct Summary {
+  std::string name;
+  std::string phase;
+  uint64_t total_trials = 0;
+  uint64_t next_index = 0;
+  double elapsed_s = 0;
+  std::map<trial::Status, uint64_t> counts;  // trials in the state, by status
+};
+// Reads the summary from dir/experiment_state.json's header line; an error if the file has no
+// such header (written by an older tune: read the whole state instead) or it is unreadable.
+[[nodiscard]] Result<Summary> read_summary(const fs::path& exp_dir);
+
+// Reads dir/experiment_state.json one trial line at a time, with the journal replayed over
+// each, calling `on_header` once (with no trials) and then `on_trial` for every trial in file
+// order (trials only the journal knows come last). Memory stays at one trial; an error names
+// the file and line.
+[[nodiscard]] Result<void> stream(const fs::path& exp_dir,
+                                  const std::function<void(const ExperimentState&)>& on_header,
+                                  const std::function<void(trial::Trial&&)>& on_trial);
 
 // Writes dir/experiment_state.json atomically (fsync'ed when `durable`), without a cache.
 [[nodiscard]] Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable);

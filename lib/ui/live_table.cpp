@@ -99,14 +99,19 @@ TableOptions detect_table_options(bool quiet) {
 }
 
 std::string status_counts(const state::ExperimentState& s) {
-  size_t n[5] = {};
-  for (const auto& t : s.trials) ++n[static_cast<int>(t.status)];
-  uint64_t not_created = s.total_trials > s.next_index ? s.total_trials - s.next_index : 0;
-  n[static_cast<int>(Status::kPending)] += not_created;
+  std::map<Status, uint64_t> n;
+  for (const auto& t : s.trials) ++n[t.status];
+  return status_counts(n, s.total_trials, s.next_index);
+}
+
+std::string status_counts(const std::map<Status, uint64_t>& counts, uint64_t total_trials,
+                          uint64_t next_index) {
+  auto n = counts;
+  n[Status::kPending] += total_trials > next_index ? total_trials - next_index : 0;
   std::string out;
   for (Status st :
        {Status::kRunning, Status::kPending, Status::kPaused, Status::kTerminated, Status::kError}) {
-    size_t c = n[static_cast<int>(st)];
+    uint64_t c = n[st];
     if (!c) continue;
     if (!out.empty()) out += ", ";
     out += std::to_string(c) + " " + trial::status_name(st);
@@ -115,16 +120,37 @@ std::string status_counts(const state::ExperimentState& s) {
 }
 
 const trial::Trial* best_trial(const state::ExperimentState& s, const std::string& metric,
-                               bool max_mode) {
+                               bool max_mode, bool include_errored) {
   const trial::Trial* best = nullptr;
   double bv = 0;
   for (const auto& t : s.trials) {
+    if (t.status == Status::kError && !include_errored) continue;
     auto it = t.metrics.find(metric);
     if (it == t.metrics.end() || !std::isfinite(it->second.last)) continue;
     double v = it->second.last;
     if (!best || (max_mode ? v > bv : v < bv)) best = &t, bv = v;
   }
   return best;
+}
+
+std::string trial_table_header(const std::optional<std::string>& metric, size_t name_w) {
+  std::string out = pad("trial", name_w) + "  " + pad("status", 10) + "  " + pad("host", 12) +
+                    "  " + pad("iter", 6);
+  if (metric) out += "  " + pad(*metric, 10) + "  " + pad("best", 10);
+  return out + "  " + pad("time(s)", 8) + "\n";
+}
+
+std::string trial_row(const trial::Trial& t, const std::optional<std::string>& metric,
+                      bool max_mode, size_t name_w, bool color) {
+  std::string st = pad(trial::status_name(t.status), 10);
+  if (color) st = std::string(color_of(t.status)) + st + "\x1b[0m";
+  std::string out = pad(t.name, name_w) + "  " + st + "  " +
+                    pad(t.host.empty() ? "-" : t.host, 12) + "  " +
+                    pad(std::to_string(t.iteration), 6);
+  if (metric)
+    out += "  " + pad(metric_text(t, *metric, false, max_mode), 10) + "  " +
+           pad(metric_text(t, *metric, true, max_mode), 10);
+  return out + "  " + pad(util::format_short(t.time_total_s, 4), 8) + "\n";
 }
 
 std::string trial_table(const state::ExperimentState& s, const std::optional<std::string>& metric,
@@ -152,21 +178,11 @@ std::string trial_table(const state::ExperimentState& s, const std::optional<std
   size_t name_w = 12;
   for (size_t i = 0; i < rows.size() && i < max_rows; ++i)
     name_w = std::max(name_w, std::min<size_t>(rows[i]->name.size(), 48));
-  std::string out = pad("trial", name_w) + "  " + pad("status", 10) + "  " + pad("host", 12) +
-                    "  " + pad("iter", 6);
-  if (metric) out += "  " + pad(*metric, 10) + "  " + pad("best", 10);
-  out += "  " + pad("time(s)", 8) + "\n";
+  std::string out = trial_table_header(metric, name_w);
   size_t shown = 0;
   for (const auto* t : rows) {
     if (shown++ >= max_rows) break;
-    std::string st = pad(trial::status_name(t->status), 10);
-    if (color) st = std::string(color_of(t->status)) + st + "\x1b[0m";
-    out += pad(t->name, name_w) + "  " + st + "  " + pad(t->host.empty() ? "-" : t->host, 12) +
-           "  " + pad(std::to_string(t->iteration), 6);
-    if (metric)
-      out += "  " + pad(metric_text(*t, *metric, false, max_mode), 10) + "  " +
-             pad(metric_text(*t, *metric, true, max_mode), 10);
-    out += "  " + pad(util::format_short(t->time_total_s, 4), 8) + "\n";
+    out += trial_row(*t, metric, max_mode, name_w, color);
   }
   if (rows.size() > max_rows)
     out += "... " + std::to_string(rows.size() - max_rows) + " more trials\n";
@@ -183,7 +199,7 @@ std::string final_summary(const state::ExperimentState& s, const spec::Experimen
              util::format_short(b->metrics.at(*exp.metric).last, 6) + " (" +
              (max_mode ? "max" : "min") + ")\n  config: " + b->config.dump() + "\n";
     } else {
-      out += "best trial: none reported '" + *exp.metric + "'\n";
+      out += "best trial: no trial outside ERROR reported '" + *exp.metric + "'\n";
     }
   }
   for (const auto& t : s.trials)
@@ -230,6 +246,7 @@ void LiveTable::update(double now, const state::ExperimentState& s, const spec::
               util::format_short(b->metrics.at(*exp.metric).last, 5) + " (" + b->id + ")";
   }
   text += "\n";
+  if (!note_.empty()) text += "note: " + note_ + "\n";
   text += hosts_line(s);
   size_t rows = opts_.tty ? opts_.max_rows : 8;
   text += trial_table(s, exp.metric, exp.mode == spec::Order::kMax, rows, opts_.color);

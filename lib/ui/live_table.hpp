@@ -2,6 +2,7 @@
 // blocks otherwise, nothing with --quiet. Colors unless NO_COLOR is set or stderr is no TTY.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,11 +34,14 @@ class LiveTable {
   // Redraws if the period has passed (or `force`).
   void update(double now, const state::ExperimentState& s, const spec::Experiment& exp, bool force);
   [[nodiscard]] double seconds_until_due(double now) const;
+  // A line shown under the header of every redraw (why fewer trials run than asked, ...).
+  void set_note(std::string note) { note_ = std::move(note); }
   // Erases the in-place table (before a log line is printed under it).
   void clear();
 
  private:
   TableOptions opts_;
+  std::string note_;
   double last_draw_ = -1e18;
   size_t drawn_lines_ = 0;
 };
@@ -49,11 +53,21 @@ class LiveTable {
 [[nodiscard]] std::string trial_table(const state::ExperimentState& s,
                                       const std::optional<std::string>& metric, bool max_mode,
                                       size_t max_rows, bool color);
+// The column titles of a trial table, and one trial's row (names cut to `name_w`).
+[[nodiscard]] std::string trial_table_header(const std::optional<std::string>& metric,
+                                             size_t name_w);
+[[nodiscard]] std::string trial_row(const trial::Trial& t, const std::optional<std::string>& metric,
+                                    bool max_mode, size_t name_w, bool color);
 // "3 TERMINATED, 1 RUNNING" in a fixed status order.
 [[nodiscard]] std::string status_counts(const state::ExperimentState& s);
-// The best trial by the last value of `metric` (nullptr if none reported it).
+// The same from counts by status; trials the searcher has not created yet count as PENDING.
+[[nodiscard]] std::string status_counts(const std::map<trial::Status, uint64_t>& counts,
+                                        uint64_t total_trials, uint64_t next_index);
+// The best trial by the last value of `metric` (nullptr if none reported it); trials in ERROR
+// are left out unless `include_errored`.
 [[nodiscard]] const trial::Trial* best_trial(const state::ExperimentState& s,
-                                             const std::string& metric, bool max_mode);
+                                             const std::string& metric, bool max_mode,
+                                             bool include_errored = false);
 // The closing summary printed after a run.
 [[nodiscard]] std::string final_summary(const state::ExperimentState& s,
                                         const spec::Experiment& exp);

@@ -94,4 +94,19 @@ std::string last_line(const fs::path& log) {
   return printable(nl == std::string::npos ? s : s.substr(nl + 1), 300);
 }
 
+uint64_t process_start_ticks(pid_t pid) {
+  if (pid <= 0) return 0;
+  auto text = read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!text) return 0;
+  auto close = text->rfind(')');  // the command name may contain spaces and parentheses
+  if (close == std::string::npos) return 0;
+  size_t pos = close + 2;  // field 3 starts here
+  for (int field = 3; field < 22; ++field) {
+    pos = text->find(' ', pos);
+    if (pos == std::string::npos) return 0;
+    ++pos;
+  }
+  return std::strtoull(text->c_str() + pos, nullptr, 10);
+}
+
 }  // namespace tune::util

@@ -5,6 +5,7 @@
 #include <spawn.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -34,6 +35,10 @@ void init_spawn_attrs(posix_spawnattr_t& attr, short flags);
 
 // Kills the process group of `pid` and reaps it.
 void kill_and_reap(pid_t pid);
+
+// The start time of process `pid` in clock ticks since boot (field 22 of /proc/PID/stat), which
+// tells a live process from a later one that reused its pid; 0 if there is no such process.
+[[nodiscard]] uint64_t process_start_ticks(pid_t pid);
 
 // The last non-empty line of a log file (for one-line error messages).
 [[nodiscard]] std::string last_line(const fs::path& log);

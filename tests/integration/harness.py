@@ -23,6 +23,9 @@ class TuneTest(unittest.TestCase):
         self.storage = os.path.join(self.dir, "results")
         self.env = dict(os.environ)
         self.env["TUNE_STORAGE_PATH"] = self.storage
+        # A private host-wide resource ledger: tests running side by side do not share CPUs.
+        self.env["XDG_RUNTIME_DIR"] = os.path.join(self.dir, "run")
+        os.makedirs(self.env["XDG_RUNTIME_DIR"], mode=0o700)
         self.env.pop("NO_COLOR", None)
 
     def tearDown(self):

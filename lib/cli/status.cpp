@@ -1,0 +1,252 @@
+// `tune status`: the experiment read one trial line at a time, each row printed as it is read;
+// what a dead driver left behind; what this user's experiments hold on this machine.
+#include <algorithm>
+#include <ctime>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "control/ledger.hpp"
+#include "exec/local_executor.hpp"
+#include "ui/live_table.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::cli {
+
+using json = nlohmann::json;
+
+namespace {
+
+json trial_summary_json(const trial::Trial& t) {
+  json metrics = state::metrics_to_json(t);
+  return {{"trial_id", t.id},
+          {"trial_name", t.name},
+          {"status", trial::status_name(t.status)},
+          {"host", t.host},
+          {"iteration", t.iteration},
+          {"attempt", t.attempt},
+          {"failures", t.failures},
+          {"error", t.error},
+          {"time_total_s", t.time_total_s},
+          {"metrics", metrics},
+          {"checkpoints", t.checkpoints.size()},
+          {"config", t.config}};
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// What became of the RUNNING trials of an experiment whose driver is gone.
+class Orphans {
+ public:
+  enum class Fate { kDetached, kInterrupted, kElsewhere };
+
+  // Scans this machine's live supervisors (only needed when the driver is gone).
+  explicit Orphans(bool driver_gone) {
+    if (!driver_gone) return;
+    std::error_code ec;
+    for (const auto& [key, pid] : exec::live_supervisors()) {
+      size_t nul = key.find('\0');
+      supervisors_[fs::weakly_canonical(key.substr(0, nul), ec).string() + key.substr(nul)] = pid;
+    }
+  }
+  // Classifies one RUNNING trial of the experiment in `dir`.
+  Fate classify(const fs::path& dir, const trial::Trial& t) {
+    std::error_code ec;
+    if (t.host != util::host_name()) {
+      elsewhere_.push_back(t.name + " (on " + t.host + ")");
+      return Fate::kElsewhere;
+    }
+    auto key = fs::weakly_canonical(dir / t.name, ec).string() + '\0' + std::to_string(t.attempt);
+    if (auto it = supervisors_.find(key); it != supervisors_.end()) {
+      detached_.push_back(t.name + " (supervisor pid " + std::to_string(it->second) + ")");
+      detached_names_.push_back(t.name);
+      return Fate::kDetached;
+    }
+    interrupted_.push_back(t.name);
+    return Fate::kInterrupted;
+  }
+  static const char* name(Fate f) {
+    return f == Fate::kDetached ? "detached" : f == Fate::kInterrupted ? "interrupted" : "unknown";
+  }
+  // The lines after the table.
+  [[nodiscard]] std::string text(const fs::path& dir) const {
+    std::string out;
+    if (!detached_.empty())
+      out += "still running detached (their supervisor is alive; a resume re-attaches them): " +
+             join(detached_) + "\n";
+    if (!interrupted_.empty())
+      out +=
+          "interrupted (no longer running; a resume reads how they ended, or continues them "
+          "from their latest checkpoint): " +
+          join(interrupted_) + "\n";
+    if (!elsewhere_.empty())
+      out += "on other hosts (not checked from here): " + join(elsewhere_) + "\n";
+    return out + "resume with: " + resume_command(dir) + "\n";
+  }
+  void add_json(json& out, const fs::path& dir) const {
+    out["detached"] = detached_names_;
+    out["interrupted"] = interrupted_;
+    out["resume_command"] = resume_command(dir);
+  }
+
+ private:
+  std::unordered_map<std::string, pid_t> supervisors_;  // canonical "trial_dir\0attempt"
+  std::vector<std::string> detached_, detached_names_, interrupted_, elsewhere_;
+};
+
+double wall_now() {
+  return static_cast<double>(std::time(nullptr));
+}
+
+// Who holds what on this machine (the host-wide ledger of this user's experiments).
+std::string holders_text(const fs::path& dir, const std::vector<control::LedgerEntry>& live) {
+  std::string out;
+  std::error_code ec;
+  auto here = fs::weakly_canonical(dir, ec);
+  for (const auto& e : live) {
+    out += "  " + util::printable(e.exp_dir, 300) + " (pid " + std::to_string(e.pid) +
+           "): " + util::format_double(e.cpus) + " CPU" + (e.cpus == 1 ? "" : "s");
+    for (const auto& [g, f] : e.gpus)
+      out += ", GPU " + std::to_string(g) + (f < 1 ? " (" + util::format_double(f) + ")" : "");
+    if (e.waiting_until > wall_now()) out += ", waiting for more";
+    if (fs::weakly_canonical(e.exp_dir, ec) == here) out += "  <- this experiment";
+    out += "\n";
+  }
+  return out.empty() ? "" : "held on this machine by this user's experiments:\n" + out;
+}
+
+json holders_json(const std::vector<control::LedgerEntry>& live) {
+  json out = json::array();
+  for (const auto& e : live) {
+    json gpus = json::object();
+    for (const auto& [g, f] : e.gpus) gpus[std::to_string(g)] = f;
+    out.push_back({{"experiment", e.exp_dir},
+                   {"pid", e.pid},
+                   {"cpus", e.cpus},
+                   {"gpus", gpus},
+                   {"waiting", e.waiting_until > wall_now()}});
+  }
+  return out;
+}
+
+// Prints `tune status` as the state streams by: the header, a row per trial, then the totals.
+class StatusPrinter {
+ public:
+  StatusPrinter(fs::path dir, DriverInfo driver, bool json_out)
+      : dir_(std::move(dir)), driver_(std::move(driver)), json_(json_out) {}
+
+  void header(const state::ExperimentState& h) {
+    head_ = h;
+    gone_ = h.phase == "running" && !driver_.alive;
+    orphans_.emplace(gone_);
+    if (json_) {
+      json top = {
+          {"name", h.name},
+          {"dir", dir_.string()},
+          {"phase", h.phase},
+          {"driver", {{"alive", driver_.alive}, {"pid", driver_.pid}, {"host", driver_.host}}},
+          {"total_trials", h.total_trials},
+          {"elapsed_s", h.elapsed_s},
+          {"metric", h.metric ? json(*h.metric) : json(nullptr)},
+          {"mode", h.mode},
+          {"hosts", h.hosts}};
+      std::string text = top.dump(2);
+      text.resize(text.size() - 2);  // "\n}"
+      std::cout << text << ",\n  \"trials\": [";
+      return;
+    }
+    std::cout << "experiment '" << h.name << "' (" << (gone_ ? "driver gone" : h.phase)
+              << ")\ndir: " << dir_.string() << "\n";
+    if (gone_)
+      std::cout << "driver: gone (pid " << driver_.pid << " on " << driver_.host
+                << " ended without finishing: killed or crashed)\n";
+    else if (driver_.alive)
+      std::cout << "driver: pid " << driver_.pid << " on " << driver_.host << "\n";
+  }
+
+  void row(trial::Trial&& t) {
+    ++counts_[t.status];
+    std::optional<Orphans::Fate> fate;
+    if (t.status == trial::Status::kRunning) {
+      ++running_on_[t.host];
+      if (gone_) fate = orphans_->classify(dir_, t);
+    }
+    if (json_) {
+      json row = trial_summary_json(t);
+      if (fate) row["running"] = Orphans::name(*fate);
+      std::cout << (rows_++ ? ",\n    " : "\n    ") << row.dump();
+      return;
+    }
+    if (rows_++ == 0) {
+      // Names of one experiment share a shape: the first one sets the column's width.
+      name_w_ = std::clamp<size_t>(t.name.size() + 4, 12, 48);
+      std::cout << ui::trial_table_header(head_.metric, name_w_);
+    }
+    std::cout << ui::trial_row(t, head_.metric, head_.mode == "max", name_w_, false);
+  }
+
+  void finish() {
+    auto holders = control::Ledger::read_live(control::Ledger::default_dir());
+    if (json_) {
+      json tail = {{"counts", json::object()}, {"machine_resources", holders_json(holders)}};
+      for (const auto& [st, c] : counts_) tail["counts"][trial::status_name(st)] = c;
+      if (gone_) orphans_->add_json(tail, dir_);
+      std::string text = tail.dump(2);
+      std::cout << (rows_ ? "\n  ],\n" : "],\n") << text.substr(2) << "\n";
+      return;
+    }
+    if (rows_ == 0) std::cout << "no trials yet\n";
+    std::cout << "trials: " << ui::status_counts(counts_, head_.total_trials, head_.next_index)
+              << "\n";
+    if (head_.hosts.size() > 1 || (!head_.hosts.empty() && head_.hosts.begin()->second != "up")) {
+      std::string line = "hosts:";
+      for (const auto& [name, st] : head_.hosts)
+        line += (line.size() > 6 ? ", " : " ") + name + " " + st + " (" +
+                std::to_string(running_on_[name]) + " running)";
+      std::cout << line << "\n";
+    }
+    std::cout << holders_text(dir_, holders);
+    if (gone_) std::cout << orphans_->text(dir_);
+  }
+
+ private:
+  fs::path dir_;
+  DriverInfo driver_;
+  bool json_;
+  state::ExperimentState head_;
+  bool gone_ = false;
+  std::optional<Orphans> orphans_;
+  std::map<trial::Status, uint64_t> counts_;
+  std::map<std::string, int> running_on_;
+  size_t name_w_ = 12, rows_ = 0;
+};
+
+}  // namespace
+
+void StatusCommand::add_options(CLI::App& app) {
+  add_experiment_options(app, experiment_, storage_);
+  app.add_option("--format", format_, "table | json")->check(CLI::IsMember({"table", "json"}));
+}
+
+int StatusCommand::execute() {
+  fs::path dir = resolve_experiment(experiment_, storage_);
+  // The state is read one trial at a time and each row printed as it comes: 5,000 trials of
+  // 10 KB configs are never in memory at once.
+  StatusPrinter out(dir, probe_driver(dir), format_ == "json");
+  auto r = state::stream(
+      dir, [&](const state::ExperimentState& h) { out.header(h); },
+      [&](trial::Trial&& t) { out.row(std::move(t)); });
+  if (!r) {
+    std::cout << std::endl;
+    throw Fatal(r.error(), kExitUsage);
+  }
+  out.finish();
+  return kExitOk;
+}
+
+}  // namespace tune::cli
