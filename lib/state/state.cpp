@@ -3,9 +3,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <cerrno>
 #include <cstring>
 
+#include "state/seal.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 
@@ -77,6 +80,9 @@ json metrics_to_json(const trial::Trial& t) {
 }
 
 namespace {
+// What follows the header's members on the state file's first line.
+constexpr std::string_view kTrialsOpen = ",\"trials\":[";
+
 // Everything but the trials.
 json header_json(const ExperimentState& s) {
   return {{"version", kStateVersion},
@@ -187,10 +193,9 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
 
 Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
   // The header, then the trials, one per line.
-  json head = header_json(s);
-  std::string out = head.dump(-1, ' ', false, json::error_handler_t::replace);
-  out.pop_back();  // '}'
-  out += ",\"trials\":[\n";
+  std::string out =
+      seal_header(header_json(s).dump(-1, ' ', false, json::error_handler_t::replace), kTrialsOpen);
+  out += '\n';
 
   util::AtomicFile file(exp_dir / kStateFile);
   if (auto r = file.open(); !r) return r;
@@ -213,7 +218,7 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);
-      e.text = trial_to_json(t).dump(-1, ' ', false, json::error_handler_t::replace);
+      e.text = seal_object(trial_to_json(t).dump(-1, ' ', false, json::error_handler_t::replace));
       ++last_serialized_;
     }
     out += e.text;
@@ -305,7 +310,7 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
                  {"stdout_offset", t.stdout_offset},
                  {"started", t.attempt_started},
                  {"gpu_ids", t.gpu_ids}}}};
-  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::string text = seal_object(line.dump(-1, ' ', false, json::error_handler_t::replace)) + "\n";
   ssize_t n =
       ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed
   if (n != static_cast<ssize_t>(text.size())) {
@@ -324,24 +329,94 @@ Result<void> Journal::reset() {
   return {};
 }
 
+namespace {
+
+// "FILE: line L (byte B): what": damage the reader found, where it is.
+std::unexpected<Error> damaged(const fs::path& p, size_t line, size_t byte, std::string_view what) {
+  return fail(p.string(), ": line ", std::to_string(line), " (byte ", std::to_string(byte),
+              "): ", what);
+}
+
+// Calls f(line_number, byte_offset, line, has_newline) for each line of `text`; stops at the
+// first error f returns.
+template <typename F>
+Result<void> for_each_line(std::string_view text, F&& f) {
+  size_t start = 0, number = 1;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    bool whole = nl != std::string_view::npos;
+    auto r =
+        f(number, start, text.substr(start, whole ? nl - start : std::string_view::npos), whole);
+    if (!r || !whole) return r;
+    start = nl + 1;
+    ++number;
+  }
+  return {};
+}
+
+// A state file is sealed line by line (a tune that seals) or not at all (an older tune, a file
+// edited by hand): a broken seal, or a line without one in a sealed file, is damage.
+Result<void> check_state_seals(std::string_view text, const fs::path& p) {
+  std::optional<bool> sealed;
+  return for_each_line(text, [&](size_t n, size_t at, std::string_view line, bool) -> Result<void> {
+    if (line == "]}" || line.empty()) return {};  // the last line (JSON parsing checks the end)
+    if (n > 1 && line.back() == ',') line.remove_suffix(1);
+    SealCheck c = n == 1 ? check_header(line, kTrialsOpen) : check_object(line);
+    if (c == SealCheck::kBroken) return damaged(p, n, at, "checksum mismatch (corrupt or torn)");
+    bool has = c == SealCheck::kValid;
+    if (!sealed) sealed = has;
+    if (*sealed != has) return damaged(p, n, at, "checksum missing (corrupt)");
+    return {};
+  });
+}
+
+// Replays the journal over `s`. A whole line that does not parse, or whose seal is broken, is
+// damage (refused: a launch would be lost); a torn last line is a launch whose write did not
+// complete, which therefore never started: dropped with a warning, unless it is whole but for
+// its newline.
+Result<void> replay_journal(ExperimentState& s, std::string_view text, const fs::path& p) {
+  bool sealed = false;
+  return for_each_line(
+      text, [&](size_t n, size_t at, std::string_view line, bool whole) -> Result<void> {
+        SealCheck c = check_object(line);
+        auto j = json::parse(line, nullptr, false);
+        bool bad =
+            c == SealCheck::kBroken || j.is_discarded() || (sealed && c != SealCheck::kValid);
+        if (!whole && bad) {
+          spdlog::warn("{}: dropped a torn last line at byte {}", p.string(), at);
+          return {};
+        }
+        if (bad) return damaged(p, n, at, "corrupt journal line");
+        sealed = sealed || c == SealCheck::kValid;
+        replay(s, j);
+        return {};
+      });
+}
+
+}  // namespace
+
 Result<ExperimentState> load(const fs::path& exp_dir) {
   fs::path p = exp_dir / kStateFile;
   auto text = util::read_file(p, 1ull << 32);
   if (!text) return std::unexpected(text.error());
-  if (text->empty()) return fail(p.string(), ": empty file");
-  auto j = json::parse(*text, nullptr, false);
-  if (j.is_discarded()) return fail(p.string(), ": not valid JSON (torn or corrupt)");
+  if (text->empty()) return fail(p.string(), ": empty file (byte 0)");
+  if (auto r = check_state_seals(*text, p); !r) return std::unexpected(r.error());
+  json j;
+  try {
+    j = json::parse(*text);
+  } catch (const json::exception& e) {
+    size_t at = 0;
+    if (const auto* pe = dynamic_cast<const json::parse_error*>(&e)) at = pe->byte;
+    return fail(p.string(), ": not valid JSON at byte ", std::to_string(at), " (torn or corrupt)");
+  }
   auto s = from_json(j, p.string());
   if (!s) return s;
-  if (auto journal = util::read_file(journal_path(exp_dir), 1ull << 32)) {
-    size_t start = 0;
-    while (start < journal->size()) {
-      size_t nl = journal->find('\n', start);
-      if (nl == std::string::npos) break;  // torn last line
-      replay(*s, json::parse(std::string_view(*journal).substr(start, nl - start), nullptr, false));
-      start = nl + 1;
-    }
-  }
+  fs::path jp = journal_path(exp_dir);
+  std::error_code ec;
+  if (!fs::exists(jp, ec)) return s;  // (an experiment that never launched a trial)
+  auto journal = util::read_file(jp, 1ull << 32);
+  if (!journal) return std::unexpected(journal.error());
+  if (auto r = replay_journal(*s, *journal, jp); !r) return std::unexpected(r.error());
   return s;
 }
 
