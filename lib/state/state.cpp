@@ -354,18 +354,13 @@ Result<void> for_each_line(std::string_view text, F&& f) {
   return {};
 }
 
-// A state file is sealed line by line (a tune that seals) or not at all (an older tune, a file
-// edited by hand): a broken seal, or a line without one in a sealed file, is damage.
+// Checks the seals of the state file's lines. A line without a seal is read unchecked (a state
+// written by an older tune, or a line edited by hand with its seal removed).
 Result<void> check_state_seals(std::string_view text, const fs::path& p) {
-  std::optional<bool> sealed;
   return for_each_line(text, [&](size_t n, size_t at, std::string_view line, bool) -> Result<void> {
-    if (line == "]}" || line.empty()) return {};  // the last line (JSON parsing checks the end)
-    if (n > 1 && line.back() == ',') line.remove_suffix(1);
+    if (n > 1 && !line.empty() && line.back() == ',') line.remove_suffix(1);
     SealCheck c = n == 1 ? check_header(line, kTrialsOpen) : check_object(line);
     if (c == SealCheck::kBroken) return damaged(p, n, at, "checksum mismatch (corrupt or torn)");
-    bool has = c == SealCheck::kValid;
-    if (!sealed) sealed = has;
-    if (*sealed != has) return damaged(p, n, at, "checksum missing (corrupt)");
     return {};
   });
 }
@@ -375,22 +370,18 @@ Result<void> check_state_seals(std::string_view text, const fs::path& p) {
 // complete, which therefore never started: dropped with a warning, unless it is whole but for
 // its newline.
 Result<void> replay_journal(ExperimentState& s, std::string_view text, const fs::path& p) {
-  bool sealed = false;
-  return for_each_line(
-      text, [&](size_t n, size_t at, std::string_view line, bool whole) -> Result<void> {
-        SealCheck c = check_object(line);
-        auto j = json::parse(line, nullptr, false);
-        bool bad =
-            c == SealCheck::kBroken || j.is_discarded() || (sealed && c != SealCheck::kValid);
-        if (!whole && bad) {
-          spdlog::warn("{}: dropped a torn last line at byte {}", p.string(), at);
-          return {};
-        }
-        if (bad) return damaged(p, n, at, "corrupt journal line");
-        sealed = sealed || c == SealCheck::kValid;
-        replay(s, j);
-        return {};
-      });
+  auto each = [&](size_t n, size_t at, std::string_view line, bool whole) -> Result<void> {
+    auto j = json::parse(line, nullptr, false);
+    bool bad = check_object(line) == SealCheck::kBroken || j.is_discarded();
+    if (!whole && bad) {
+      spdlog::warn("{}: dropped a torn last line at byte {}", p.string(), at);
+      return {};
+    }
+    if (bad) return damaged(p, n, at, "corrupt journal line");
+    replay(s, j);
+    return {};
+  };
+  return for_each_line(text, each);
 }
 
 }  // namespace
