@@ -4,14 +4,17 @@
 #   scripts/setup.sh            build dependencies + build
 #   scripts/setup.sh --test     also what the test suite needs
 #   scripts/setup.sh --bench    also what bench/peers.py compares against (GNU parallel, Optuna)
+#   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
 # TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_mnist.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_tests=0
 want_bench=0
+want_fuzz=0
 [ "${1:-}" = "--test" ] && want_tests=1
 [ "${1:-}" = "--bench" ] && want_tests=1 && want_bench=1
+[ "${1:-}" = "--fuzz" ] && want_tests=1 && want_fuzz=1
 
 packages=(cmake g++ make ccache pkg-config python3 rsync
           libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libssh-dev catch2)
@@ -22,6 +25,9 @@ if [ "$want_tests" = 1 ]; then
 fi
 if [ "$want_bench" = 1 ]; then
   packages+=(parallel python3-optuna)  # the peers bench/peers.py compares against
+fi
+if [ "$want_fuzz" = 1 ]; then
+  packages+=(clang-16 libclang-rt-16-dev)  # libFuzzer ships in libclang-rt-16-dev
 fi
 if [ "${TUNE_WITH_TORCH:-0}" = 1 ]; then
   packages+=(python3-torch python3-numpy)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command (and CI's): set up, build, run every test through ctest,
-# then the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# then the unit tests and the fuzz corpora's replay again under AddressSanitizer +
+# UndefinedBehaviorSanitizer.
 #   TUNE_SKIP_ASAN=1 scripts/test.sh    skips the sanitizer pass (quicker local runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,9 @@ status=0
 ctest --preset default -j"$jobs" || status=1
 if [ "${TUNE_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan >/dev/null
-  cmake --build build-asan -j"$jobs" --target tune_unit_tests tune
+  cmake --build build-asan -j"$jobs" --target tune_unit_tests tune fuzz_replay_spec \
+    fuzz_replay_result_line fuzz_replay_exit_record fuzz_replay_state fuzz_replay_controller \
+    fuzz_replay_step
   ctest --preset asan -j"$jobs" || status=1
 fi
 exit "$status"

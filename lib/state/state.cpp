@@ -3,11 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 
+#include "state/seal.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 #include "util/json_ext.hpp"
@@ -89,6 +92,9 @@ json metrics_to_json(const trial::Trial& t) {
 }
 
 namespace {
+// What follows the header's members on the state file's first line.
+constexpr std::string_view kTrialsOpen = ",\"trials\":[";
+
 // Everything but the trials.
 json header_json(const ExperimentState& s) {
   return {{"version", kStateVersion},
@@ -203,16 +209,15 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
 
 Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s, bool durable) {
   // The header (with the counts by status, so `tune ls` reads one line), then the trials, one
-  // per line.
+  // per line, each line sealed.
   json head = header_json(s);
   std::map<trial::Status, uint64_t> by_status;
   for (const auto& t : s.trials) ++by_status[t.status];
   json counts = json::object();
   for (const auto& [st, n] : by_status) counts[trial::status_name(st)] = n;
   head["counts"] = std::move(counts);
-  std::string out = util::dump_json_ext(head);
-  out.pop_back();  // '}'
-  out += ",\"trials\":[\n";
+  std::string out = seal_header(util::dump_json_ext(head), kTrialsOpen);
+  out += '\n';
 
   util::AtomicFile file(exp_dir / kStateFile);
   if (auto r = file.open(); !r) return r;
@@ -236,7 +241,7 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);
-      e.text = util::dump_json_ext(trial_to_json(t));  // NaN stays NaN (not null)
+      e.text = seal_object(util::dump_json_ext(trial_to_json(t)));  // NaN stays NaN (not null)
       ++last_serialized_;
     }
     out += e.text;
@@ -329,7 +334,7 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
                  {"stdout_offset", t.stdout_offset},
                  {"started", t.attempt_started},
                  {"gpu_ids", t.gpu_ids}}}};
-  std::string text = util::dump_json_ext(line) + "\n";
+  std::string text = seal_object(util::dump_json_ext(line)) + "\n";
   ssize_t n =
       ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed
   if (n != static_cast<ssize_t>(text.size())) {
@@ -348,24 +353,89 @@ Result<void> Journal::reset() {
   return {};
 }
 
+namespace {
+
+// "FILE: line L (byte B): what": damage the reader found, where it is.
+std::unexpected<Error> damaged(const fs::path& p, size_t line, size_t byte, std::string_view what) {
+  return fail(p.string(), ": line ", std::to_string(line), " (byte ", std::to_string(byte),
+              "): ", what);
+}
+
+// Calls f(line_number, byte_offset, line, has_newline) for each line of `text`; stops at the
+// first error f returns.
+template <typename F>
+Result<void> for_each_line(std::string_view text, F&& f) {
+  size_t start = 0, number = 1;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    bool whole = nl != std::string_view::npos;
+    auto r =
+        f(number, start, text.substr(start, whole ? nl - start : std::string_view::npos), whole);
+    if (!r || !whole) return r;
+    start = nl + 1;
+    ++number;
+  }
+  return {};
+}
+
+// Checks the seals of the state file's lines. A line without a seal is read unchecked (a state
+// written by an older tune, or a line edited by hand with its seal removed).
+Result<void> check_state_seals(std::string_view text, const fs::path& p) {
+  return for_each_line(text, [&](size_t n, size_t at, std::string_view line, bool) -> Result<void> {
+    if (n > 1 && !line.empty() && line.back() == ',') line.remove_suffix(1);
+    SealCheck c = n == 1 ? check_header(line, kTrialsOpen) : check_object(line);
+    if (c == SealCheck::kBroken) return damaged(p, n, at, "checksum mismatch (corrupt or torn)");
+    return {};
+  });
+}
+
+// Replays the journal over `s`. A whole line that does not parse, or whose seal is broken, is
+// damage (refused: a launch would be lost); a torn last line is a launch whose write did not
+// complete, which therefore never started: dropped with a warning, unless it is whole but for
+// its newline.
+Result<void> replay_journal(ExperimentState& s, std::string_view text, const fs::path& p) {
+  auto each = [&](size_t n, size_t at, std::string_view line, bool whole) -> Result<void> {
+    auto j = util::parse_json_ext(line);
+    bool bad = check_object(line) == SealCheck::kBroken || j.is_discarded();
+    if (!whole && bad) {
+      spdlog::warn("{}: dropped a torn last line at byte {}", p.string(), at);
+      return {};
+    }
+    if (bad) return damaged(p, n, at, "corrupt journal line");
+    replay(s, j);
+    return {};
+  };
+  return for_each_line(text, each);
+}
+
+}  // namespace
+
 Result<ExperimentState> load(const fs::path& exp_dir) {
   fs::path p = exp_dir / kStateFile;
   auto text = util::read_file(p, 1ull << 32);
   if (!text) return std::unexpected(text.error());
-  if (text->empty()) return fail(p.string(), ": empty file");
-  auto j = util::parse_json_ext(*text);
-  if (j.is_discarded()) return fail(p.string(), ": not valid JSON (torn or corrupt)");
+  if (text->empty()) return fail(p.string(), ": empty file (byte 0)");
+  if (auto r = check_state_seals(*text, p); !r) return std::unexpected(r.error());
+  json j = util::parse_json_ext(*text);
+  if (j.is_discarded()) {
+    // Where: nlohmann's parser names the byte (NaN tokens aside, which parse_json_ext took).
+    size_t at = 0;
+    try {
+      (void)json::parse(*text);
+    } catch (const json::parse_error& e) {
+      at = e.byte;
+    } catch (const json::exception&) {
+    }
+    return fail(p.string(), ": not valid JSON at byte ", std::to_string(at), " (torn or corrupt)");
+  }
   auto s = from_json(j, p.string());
   if (!s) return s;
-  if (auto journal = util::read_file(journal_path(exp_dir), 1ull << 32)) {
-    size_t start = 0;
-    while (start < journal->size()) {
-      size_t nl = journal->find('\n', start);
-      if (nl == std::string::npos) break;  // torn last line
-      replay(*s, util::parse_json_ext(std::string_view(*journal).substr(start, nl - start)));
-      start = nl + 1;
-    }
-  }
+  fs::path jp = journal_path(exp_dir);
+  std::error_code ec;
+  if (!fs::exists(jp, ec)) return s;  // (an experiment that never launched a trial)
+  auto journal = util::read_file(jp, 1ull << 32);
+  if (!journal) return std::unexpected(journal.error());
+  if (auto r = replay_journal(*s, *journal, jp); !r) return std::unexpected(r.error());
   return s;
 }
 
@@ -425,12 +495,11 @@ class LineReader {
   size_t pos_ = 0;
 };
 
-constexpr const char* kTrialsOpen = ",\"trials\":[";
 
 // The header line `{...,"trials":[` as a JSON object (without "trials"), or discarded.
 json parse_header_line(const std::string& line) {
   if (!line.ends_with(kTrialsOpen)) return json(json::value_t::discarded);
-  std::string_view head(line.data(), line.size() - std::strlen(kTrialsOpen));
+  std::string_view head(line.data(), line.size() - kTrialsOpen.size());
   return util::parse_json_ext(std::string(head) + "}");
 }
 
