@@ -29,7 +29,7 @@ cmake --build build-fuzz -j"${FUZZ_BUILD_JOBS:-2}" --target "fuzz_$target"
 dir=tests/fuzz/$target
 mkdir -p "$dir/corpus" "$dir/crashes-open"
 # Known open findings that other work fixes are skipped by the spec target (see the source).
-export TUNE_FUZZ_SKIP_OPEN=${TUNE_FUZZ_SKIP_OPEN:-1}
+export TUNE_FUZZ_SKIP_OPEN=${TUNE_FUZZ_SKIP_OPEN:-0}
 exec nice -n 10 "build-fuzz/tests/fuzz/fuzz_$target" "$dir/corpus" \
   -max_total_time="$seconds" -max_len="${max_len[$target]}" -rss_limit_mb=2048 -timeout=30 \
   -print_final_stats=1 -artifact_prefix="$dir/crashes-open/" "$@"

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "state/seal.hpp"
 #include "util/atomic_file.hpp"
@@ -378,13 +379,19 @@ Result<void> for_each_line(std::string_view text, F&& f) {
   return {};
 }
 
-// Checks the seals of the state file's lines. A line without a seal is read unchecked (a state
-// written by an older tune, or a line edited by hand with its seal removed).
+// Checks the seals of the state file's lines. A file is sealed throughout or not at all: a
+// file without seals is read unchecked (written by an older tune, or by a JSON tool), but in a
+// sealed file a line without its seal is damage too (a flipped byte can unmake a seal).
 Result<void> check_state_seals(std::string_view text, const fs::path& p) {
+  std::optional<bool> sealed;  // as the first object line says
   return for_each_line(text, [&](size_t n, size_t at, std::string_view line, bool) -> Result<void> {
     if (n > 1 && !line.empty() && line.back() == ',') line.remove_suffix(1);
+    if (n > 1 && (line.empty() || line.front() != '{')) return {};  // "]}" and the like
     SealCheck c = n == 1 ? check_header(line, kTrialsOpen) : check_object(line);
     if (c == SealCheck::kBroken) return damaged(p, n, at, "checksum mismatch (corrupt or torn)");
+    if (!sealed) sealed = c == SealCheck::kValid;
+    if (*sealed != (c == SealCheck::kValid))
+      return damaged(p, n, at, "a line without the checksum its file's lines carry (corrupt)");
     return {};
   });
 }
@@ -421,7 +428,8 @@ Result<ExperimentState> load(const fs::path& exp_dir) {
     // Where: nlohmann's parser names the byte (NaN tokens aside, which parse_json_ext took).
     size_t at = 0;
     try {
-      (void)json::parse(*text);
+      json probe = json::parse(*text);  // throws, naming the byte
+      (void)probe;
     } catch (const json::parse_error& e) {
       at = e.byte;
     } catch (const json::exception&) {
@@ -495,7 +503,6 @@ class LineReader {
   size_t pos_ = 0;
 };
 
-
 // The header line `{...,"trials":[` as a JSON object (without "trials"), or discarded.
 json parse_header_line(const std::string& line) {
   if (!line.ends_with(kTrialsOpen)) return json(json::value_t::discarded);
@@ -543,23 +550,33 @@ Result<void> stream(const fs::path& exp_dir,
   }
   LineReader in(p, 1ull << 30);
   std::string line;
-  if (!in.next(line)) return fail(p.string(), ": ", in.ok() ? "empty file" : in.error());
+  if (!in.next(line)) return fail(p.string(), ": ", in.ok() ? "empty file (byte 0)" : in.error());
+  // The seals are checked as state::load checks them: a sealed file is sealed throughout.
+  SealCheck head_seal = check_header(line, kTrialsOpen);
   json header = parse_header_line(line);
-  if (header.is_discarded() || !header.is_object())
-    return fail(p.string(), ":1: not a tune experiment state header (torn or corrupt)");
+  if (head_seal == SealCheck::kBroken || header.is_discarded() || !header.is_object())
+    return fail(p.string(),
+                ": line 1 (byte 0): not a tune experiment state header (torn or corrupt)");
   header["trials"] = json::array();
-  auto head = from_json(header, p.string() + ":1");
+  auto head = from_json(header, p.string() + ": line 1 (byte 0)");
   if (!head) return std::unexpected(head.error());
   on_header(*head);
   bool closed = false;
-  for (size_t lineno = 2; in.next(line); ++lineno) {
+  uint64_t at = line.size() + 1;  // byte offset of the line being read
+  for (size_t lineno = 2; in.next(line); ++lineno, at += line.size() + 1) {
     if (line == "]}") {
       closed = true;
       break;
     }
-    if (line.ends_with(',')) line.pop_back();
-    std::string where = p.string() + ":" + std::to_string(lineno);
-    header["trials"] = json::array({util::parse_json_ext(line)});
+    std::string where =
+        p.string() + ": line " + std::to_string(lineno) + " (byte " + std::to_string(at) + ")";
+    std::string_view obj(line);
+    if (obj.ends_with(',')) obj.remove_suffix(1);
+    SealCheck seal = check_object(obj);
+    if (seal == SealCheck::kBroken ||
+        (seal == SealCheck::kValid) != (head_seal == SealCheck::kValid))
+      return fail(where, ": checksum mismatch (corrupt or torn)");
+    header["trials"] = json::array({util::parse_json_ext(obj)});
     if (header["trials"][0].is_discarded())
       return fail(where, ": not valid JSON (torn or corrupt)");
     auto one = from_json(header, where);

@@ -63,9 +63,13 @@ class CheckpointTest(TuneTest):
             for p in ["../../outside", "/etc", %r, os.path.join(tdir, "link"), tdir, "/nonexistent"]:
                 print('{"loss": 1, "checkpoint": "%%s"}' %% p, flush=True)
         """ % (outside, outside))
+        # The workdir is a subdir: what lies in the workdir would be copied, and 'outside' is not
+        # in it.
+        os.makedirs(os.path.join(self.dir, "work"))
+        os.rename(os.path.join(self.dir, "hostile.py"), os.path.join(self.dir, "work", "hostile.py"))
         self.write("exp.yaml", """
             name: hostile
-            trial: {command: ["%s", "hostile.py"]}
+            trial: {command: ["%s", "hostile.py"], workdir: work}
             param_space: {x: 1}
         """ % PY)
         env = dict(self.env, TMPDIR=os.path.join(self.dir, "faketmp"))  # so 'outside' is not in the temp dir
@@ -78,7 +82,7 @@ class CheckpointTest(TuneTest):
         self.assertTrue(os.path.exists("/etc/passwd"))
         with open(os.path.join(self.exp_dir("hostile"), "tune.log")) as f:
             log = f.read()
-        self.assertIn("outside the trial dir and the temp dir: refused", log)
+        self.assertIn("outside the trial dir, the temp dir and the workdir: refused", log)
         self.assertIn("is a symlink", log)
         self.assertIn("is the trial dir or contains it", log)
         self.assertIn("does not exist", log)

@@ -108,7 +108,8 @@ class DriverGoneTest(TuneTest):
         open(os.path.join(self.dir, "die"), "w").close()
         names = {t["config"]["x"]: t["trial_name"] for t in self.trials("gone")}
         d2 = os.path.join(self.exp_dir("gone"), names[2])
-        self.wait_for(lambda: os.path.exists(os.path.join(d2, "exit.json"))
+        record = os.path.join(self.exp_dir("gone"), ".tune", "exit", names[2] + ".json")
+        self.wait_for(lambda: os.path.exists(record)
                       and not [p for p in self.processes_under(d2)], what="x=2's supervisor to exit")
         out = self.tune("status", "gone", check=0).stdout
         self.assertIn("(driver gone)", out)
@@ -204,7 +205,7 @@ class BigStateTest(TuneTest):
         st = self.tune("status", "small", check=2)
         self.assertIn("trial_00000_x=1", st.stdout)
         self.assertNotIn("trial_00002", st.stdout)
-        self.assertIn("experiment_state.json:3: not valid JSON", st.stderr)
+        self.assertIn("experiment_state.json: line 3 (byte ", st.stderr)
         self.assertEqual(st.stderr.count("\n"), 1)
 
     def test_ls_falls_back_to_the_whole_state_written_by_an_older_tune(self):

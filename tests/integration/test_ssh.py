@@ -347,9 +347,12 @@ class SshTest(TuneTest):
             run.communicate()
             # The driver's rsync and ssh master run in their own process groups: killed too.
             for pid in self.processes_under(self.dir):
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    if os.path.basename(f.read().split(b"\0")[0]) in (b"rsync", b"ssh"):
-                        os.kill(pid, 9)
+                try:  # (it may have ended meanwhile)
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        if os.path.basename(f.read().split(b"\0")[0]) in (b"rsync", b"ssh"):
+                            os.kill(pid, 9)
+                except (FileNotFoundError, ProcessLookupError):
+                    pass
         finally:
             subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         self.assertTrue(os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")))
