@@ -522,7 +522,8 @@ void Controller::schedule_retry(trial::Trial& t, const std::string& why_text) {
   t.fail_streak += 1;
   // Exponential back-off between attempts that fail without reporting anything: 0.25 s, 0.5 s,
   // 1 s, ... capped at a minute, so a script that dies at once cannot spin the driver.
-  double delay = std::min(kMaxRetryDelay, 0.25 * std::pow(2.0, std::min(t.fail_streak - 1, 16)));
+  double delay = std::min(kMaxRetryDelay,
+                          opts_.retry_backoff_s * std::pow(2.0, std::min(t.fail_streak - 1, 16)));
   // The same failure again and again is logged at its 1st, 2nd, 4th, 8th... occurrence.
   bool same = t.last_failure == why_text;
   t.last_failure = why_text;

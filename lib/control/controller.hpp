@@ -40,7 +40,8 @@ struct ControllerOptions {
   std::string python_helpers_dir;               // prepended to the trials' PYTHONPATH
   std::vector<ResourcePool::Host> hosts;        // capacity; empty = derive from the spec
   sync::Uploader* uploader = nullptr;           // upload_dir mirror, if any
-  double process_started = 0;  // monotonic time the process started (resume start-up log)
+  double process_started = 0;     // monotonic time the process started (resume start-up log)
+  double retry_backoff_s = 0.25;  // the first retry's wait; it doubles up to kMaxRetryDelay
 };
 
 class Controller {
