@@ -55,7 +55,8 @@ class ScaleTest(TuneTest):
         self.assertEqual(len(trials), 300)
         for t in trials:
             self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
-            self.assertEqual(t["failures"], 1, t["trial_name"])
+            # A trial that Ctrl-C stopped as it was failing is interrupted, not failed: 0 or 1.
+            self.assertIn(t["failures"], (0, 1), t["trial_name"])
             rows = self.results("scale", t)
             self.assertEqual([x["training_iteration"] for x in rows], [1, 2, 3], t["trial_name"])
             self.assertEqual([x["i"] for x in rows], [1, 2, 3], t["trial_name"])
@@ -63,6 +64,7 @@ class ScaleTest(TuneTest):
             names = [n for n in os.listdir(os.path.join(self.exp_dir("scale"), t["trial_name"]))
                      if "checkpoint" in n]
             self.assertEqual(names, [t["checkpoints"][0]["dir"]])
+        self.assertGreaterEqual(sum(t["failures"] == 1 for t in trials), 250)
 
 
 if __name__ == "__main__":
