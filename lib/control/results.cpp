@@ -135,13 +135,14 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
       spdlog::warn("trial {}: {}", t.name, r.error().message);
   }
   // The result that meets a stop criterion is the trial's last: it says done, as Ray's does.
-  if (should_stop(result)) result["done"] = true;
+  bool criterion = should_stop(result);
+  if (criterion) result["done"] = true;
   rt.log.append(result);
   t.track_metrics(result);
   t.last_result = std::move(result);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
-    if (should_stop(t.last_result))
+    if (criterion)
       request_stop(t, rt, StopWhy::kCriterion);
     else if (done)
       request_stop(t, rt, StopWhy::kDone);
