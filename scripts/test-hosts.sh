@@ -49,8 +49,25 @@ up)
   mkdir -p "$D" /run/sshd
   if netns_ok; then mode=netns; else mode=loopback; fi
   echo "$mode" >"$D/mode"
-  # One /16 of 10.0.0.0/8 per run, from the pid, so that parallel runs do not collide.
-  net=$(( 100 + $$ % 150 ))
+  # One /16 of 10.0.0.0/8 per run. Parallel runs, and namespaces a killed run left behind (a
+  # container's pids repeat from run to run), must not collide: take the first free one from a
+  # random start, and claim it by creating worker 1's namespace (which fails if it exists).
+  net=""
+  if [ "$mode" = netns ]; then
+    start=$(( ($$ + RANDOM) % 150 ))
+    for i in $(seq 0 149); do
+      c=$(( 100 + (start + i) % 150 ))
+      ip netns list 2>/dev/null | grep -q "^tune-$c-" && continue
+      ip link show "tn${c}h1" >/dev/null 2>&1 && continue
+      ip -4 addr show 2>/dev/null | grep -q " 10\.$c\." && continue
+      if ip netns add "tune-$c-w1" 2>/dev/null; then
+        net=$c; mkdir -p "$D/w1"; echo "tune-$c-w1" >"$D/w1/netns"; break  # `down` removes it
+      fi
+    done
+    [ -n "$net" ] || { echo "test-hosts: no free 10.x.0.0/16 for the worker namespaces" >&2; exit 1; }
+  else
+    net=$(( 100 + $$ % 150 ))
+  fi
   echo "$net" >"$D/net"
   ssh-keygen -q -t ed25519 -N '' -f "$D/userkey" -C tune-test
   cp "$D/userkey.pub" "$D/authorized_keys"
@@ -64,7 +81,7 @@ up)
     if [ "$mode" = netns ]; then
       ns="tune-$net-w$k"; hv="tn${net}h$k"; wv="tn${net}w$k"
       echo "$ns" >"$w/netns"; echo "$hv" >"$w/veth"
-      ip netns add "$ns"
+      [ "$k" = 1 ] || ip netns add "$ns"  # worker 1's was made when the net was claimed
       ip link add "$hv" type veth peer name "$wv"
       ip link set "$wv" netns "$ns"
       ip addr add "10.$net.$k.1/24" dev "$hv"
