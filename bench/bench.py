@@ -15,7 +15,7 @@ Each figure is printed as a ratio against a baseline measured in the same run:
               `status` did before it streamed)
 
   bench/bench.py [--launch-trials 1000] [--results 1000000] [--repeat 3] [--json out.json]
-                 [--state-trials 10000] [--only state|ssh|inspect|launch]
+                 [--state-trials 10000] [--only state|ssh|inspect|launch] [--baseline-tune BIN]
 
 The launch figure is measured twice: with the experiment dir beside the bench's temp dir (the
 disk), and on /dev/shm (tmpfs), since each trial creates a handful of files and file creation
@@ -46,18 +46,22 @@ def best_of(n, fn):
     return min(runs), statistics.median(runs)
 
 
-def bench_launch(tmp, trials, repeat, storage_root=None):
+def bench_launch(tmp, trials, repeat, storage_root=None, tune=None):
+    """`tune` (default TUNE) runs `trials` trials of `true`; storage dirs are deleted only after
+    every run, so that no run pays for the inodes an earlier one freed (ext4 scans recently
+    deleted inodes when it allocates new ones, which would charge one run for another's rm)."""
+    tune = tune or TUNE
     yaml = os.path.join(tmp, "launch.yaml")
     with open(yaml, "w") as f:
         f.write("name: launch\ntrial: {command: [\"true\"]}\n")
         f.write("param_space: {i: {grid_search: [%s]}}\n" % ", ".join(map(str, range(trials))))
         f.write("max_concurrent_trials: 2\nhosts: [{local: {cpus: 2}}]\n")
+    made = []
 
     def run_tune():
         storage = tempfile.mkdtemp(dir=storage_root or tmp)
-        t = timed([TUNE, "run", yaml, "--quiet", "--storage-path", storage])
-        shutil.rmtree(storage)
-        return t
+        made.append(storage)
+        return timed([tune, "run", yaml, "--quiet", "--storage-path", storage])
 
     args = "\n".join(str(i) for i in range(trials)).encode()
 
@@ -70,6 +74,10 @@ def bench_launch(tmp, trials, repeat, storage_root=None):
     out["xargs_s"], _ = best_of(repeat, run_xargs)
     out["tune_s"], out["tune_median_s"] = best_of(repeat, run_tune)
     out["tune_over_xargs"] = out["tune_s"] / out["xargs_s"]
+    # Files and dirs a trial leaves in its dir (its dir counted), from the last run.
+    exp = os.path.join(made[-1], "launch")
+    dirs = [d for d in os.listdir(exp) if d.startswith("trial_")]
+    out["files_per_trial"] = 1 + sum(len(os.listdir(os.path.join(exp, d))) for d in dirs) / max(1, len(dirs))
     if shutil.which("parallel"):
         def run_parallel():
             t0 = time.monotonic()
@@ -78,7 +86,14 @@ def bench_launch(tmp, trials, repeat, storage_root=None):
             return time.monotonic() - t0
         out["parallel_s"], _ = best_of(repeat, run_parallel)
         out["tune_over_parallel"] = out["tune_s"] / out["parallel_s"]
+    for d in made:
+        shutil.rmtree(d, ignore_errors=True)
     return out
+
+
+def print_launch(label, launch):
+    print("%-44s %11.3fs %11.3fs %9.2fx  (%.1f files per trial; target <= 1.5x)" % (
+        label, launch["tune_s"], launch["xargs_s"], launch["tune_over_xargs"], launch["files_per_trial"]))
 
 
 def bench_results(tmp, n, repeat):
@@ -241,6 +256,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="write the figures here as JSON")
     ap.add_argument("--state-trials", type=int, default=10000)
+    ap.add_argument("--baseline-tune", help="launch: also run this (older) tune binary, for a ratio in the same run")
     ap.add_argument("--only", choices=["state", "ssh", "inspect", "launch"], help="run only this workload")
     a = ap.parse_args()
     if a.only == "inspect":
@@ -252,11 +268,21 @@ def main():
         return
     if a.only == "launch":
         tmp = tempfile.mkdtemp(prefix="tune-bench-")
+        n = a.launch_trials
         try:
-            launch = bench_launch(tmp, a.launch_trials, a.repeat)
-            print("%-44s %11.3fs %11.3fs %9.2fx" % (
-                "launch: %d x true, concurrency 2 vs xargs -P2" % launch["trials"], launch["tune_s"],
-                launch["xargs_s"], launch["tune_over_xargs"]))
+            print_launch("launch: %d x true, -P2 vs xargs (disk)" % n, bench_launch(tmp, n, a.repeat))
+            if a.baseline_tune:
+                print_launch("  the same with %s" % a.baseline_tune,
+                             bench_launch(tmp, n, a.repeat, tune=a.baseline_tune))
+            if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+                shm = tempfile.mkdtemp(prefix="tune-bench-", dir="/dev/shm")
+                try:
+                    print_launch("launch: as above, on /dev/shm", bench_launch(tmp, n, a.repeat, storage_root=shm))
+                    if a.baseline_tune:
+                        print_launch("  the same with %s" % a.baseline_tune,
+                                     bench_launch(tmp, n, a.repeat, storage_root=shm, tune=a.baseline_tune))
+                finally:
+                    shutil.rmtree(shm, ignore_errors=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return

@@ -224,10 +224,11 @@ int RunCommand::execute() {
   for (const auto& key : changed)
     spdlog::warn("resuming with a changed '{}' (the new value applies)", key);
 
-  auto supervisor = exec::find_supervisor();
-  if (!supervisor) throw Fatal(supervisor.error());
+  auto agent = exec::find_agent();
+  if (!agent) throw Fatal(agent.error());
   exec::LocalOptions lo;
-  lo.supervisor = *supervisor;
+  lo.agent = *agent;
+  lo.attempt_log = dir / exec::kAttemptLog;
   lo.lease_file = dir / ".tune" / "lease";
   lo.orphan_timeout_s = exp.orphan_timeout_s;
   lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);
@@ -246,6 +247,8 @@ int RunCommand::execute() {
   std::optional<exec::MultiExecutor> multi;
   exec::Executor* ex = &executor;
   if (!ssh_hosts.empty()) {
+    auto supervisor = exec::find_supervisor();
+    if (!supervisor) throw Fatal(supervisor.error());
     exec::SshOptions so;
     so.supervisor = *supervisor;
     so.python_helper = fs::path(python_helpers_dir()) / "tune_trial.py";

@@ -45,23 +45,18 @@ class Orphans {
  public:
   enum class Fate { kDetached, kInterrupted, kElsewhere };
 
-  // Scans this machine's live supervisors (only needed when the driver is gone).
-  explicit Orphans(bool driver_gone) {
-    if (!driver_gone) return;
-    std::error_code ec;
-    for (const auto& [key, pid] : exec::live_supervisors()) {
-      size_t nul = key.find('\0');
-      supervisors_[fs::weakly_canonical(key.substr(0, nul), ec).string() + key.substr(nul)] = pid;
-    }
+  // Reads the experiment's live supervisors on this machine (only needed when the driver is
+  // gone).
+  Orphans(bool driver_gone, const fs::path& exp_dir) {
+    if (driver_gone) supervisors_ = exec::live_supervisors(exp_dir);
   }
-  // Classifies one RUNNING trial of the experiment in `dir`.
-  Fate classify(const fs::path& dir, const trial::Trial& t) {
-    std::error_code ec;
+  // Classifies one RUNNING trial of the experiment.
+  Fate classify(const trial::Trial& t) {
     if (t.host != util::host_name()) {
       elsewhere_.push_back(t.name + " (on " + t.host + ")");
       return Fate::kElsewhere;
     }
-    auto key = fs::weakly_canonical(dir / t.name, ec).string() + '\0' + std::to_string(t.attempt);
+    auto key = t.name + '\0' + std::to_string(t.attempt);
     if (auto it = supervisors_.find(key); it != supervisors_.end()) {
       detached_.push_back(t.name + " (supervisor pid " + std::to_string(it->second) + ")");
       detached_names_.push_back(t.name);
@@ -95,7 +90,7 @@ class Orphans {
   }
 
  private:
-  std::unordered_map<std::string, pid_t> supervisors_;  // canonical "trial_dir\0attempt"
+  std::unordered_map<std::string, pid_t> supervisors_;  // "trial_name\0attempt"
   std::vector<std::string> detached_, detached_names_, interrupted_, elsewhere_;
 };
 
@@ -143,7 +138,7 @@ class StatusPrinter {
   void header(const state::ExperimentState& h) {
     head_ = h;
     gone_ = h.phase == "running" && !driver_.alive;
-    orphans_.emplace(gone_);
+    orphans_.emplace(gone_, dir_);
     if (json_) {
       json top = {
           {"name", h.name},
@@ -174,7 +169,7 @@ class StatusPrinter {
     std::optional<Orphans::Fate> fate;
     if (t.status == trial::Status::kRunning) {
       ++running_on_[t.host];
-      if (gone_) fate = orphans_->classify(dir_, t);
+      if (gone_) fate = orphans_->classify(t);
     }
     if (json_) {
       json row = trial_summary_json(t);

@@ -161,17 +161,7 @@ void Controller::prepare_restart(trial::Trial& t) {
 }
 
 bool Controller::launch(trial::Trial& t, const Placement& p) {
-  fs::path dir = trial_dir(t);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    finish(t, Status::kError, "cannot create trial dir '" + dir.string() + "': " + ec.message());
-    return false;
-  }
-  if (t.attempt == 1) {
-    auto r = util::write_file_atomic(dir / "params.json", t.config.dump(2) + "\n", false);
-    if (!r) spdlog::warn("{}", r.error().message);
-  }
+  fs::path dir = trial_dir(t);   // the executor makes it (off this loop where it can)
   Runtime& rt = running_[t.id];  // a fresh runtime for this attempt
   rt.placement = p;
   rt.time_base = t.time_base;
@@ -199,6 +189,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   l.env = trial_env(t, p, restore);
   l.stdout_offset = t.stdout_offset;
   l.stdin_fifo = exp_.trial.mode == spec::TrialMode::kStep;
+  if (t.attempt == 1) l.params_json = t.config.dump(2) + "\n";
   rt.started = rt.last_result_at = ex_.now();
   spdlog::info("trial {} attempt {}: starting{}", t.name, t.attempt,
                restore.empty() ? "" : " from " + fs::path(restore).filename().string());

@@ -4,7 +4,10 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/adopt.hpp"
+#include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+
+#include <spdlog/spdlog.h>
 
 namespace tune::exec {
 
@@ -35,6 +38,17 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   info.reason = reason->get<std::string>();
   if (const auto* v = field("error"); v && v->is_string()) info.error = v->get<std::string>();
   return info;
+}
+
+Result<void> prepare_trial_dir(const Launch& l) {
+  std::error_code ec;
+  fs::create_directories(l.trial_dir, ec);
+  if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
+  if (!l.params_json.empty() && !fs::exists(l.trial_dir / "params.json", ec)) {
+    auto r = util::write_file_atomic(l.trial_dir / "params.json", l.params_json, false);
+    if (!r) spdlog::warn("{}", r.error().message);
+  }
+  return {};
 }
 
 bool is_attempt_marker(std::string_view line) {

@@ -28,7 +28,12 @@ struct Launch {
   std::map<std::string, std::string> env;  // the trial's complete environment
   uint64_t stdout_offset = 0;              // where unread output starts in stdout.log
   bool stdin_fifo = false;                 // step mode: commands arrive on stdin.fifo
+  std::string params_json;  // written to trial_dir/params.json if set and the file is missing
 };
+
+// Makes launch.trial_dir and writes its params.json (on this machine): what start() does first
+// in executors that do not leave it to the host's agent.
+[[nodiscard]] Result<void> prepare_trial_dir(const Launch& launch);
 
 // How an attempt ended, as the supervisor recorded it.
 struct ExitInfo {

@@ -1,13 +1,16 @@
+// Runs trial attempts on this machine through one tune-agent (agent_link.hpp), which forks a
+// supervisor per attempt. Output is read from each trial's stdout.log by offset (inotify says
+// when it grew), so trials never block on the driver; starts and exits arrive as agent events,
+// and the attempt log (attempt_log.hpp) is where a re-attaching driver finds them again.
 #include "exec/local_executor.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +22,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "exec/agent_link.hpp"
+#include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
@@ -29,7 +34,7 @@ namespace tune::exec {
 namespace {
 
 constexpr size_t kReadChunk = 4u << 20;  // per trial per wakeup: keeps the loop fair
-constexpr double kRescanPeriod = 1.0;    // safety net for missed inotify events
+constexpr double kRescanPeriod = 1.0;    // safety net for missed inotify events; liveness polls
 
 double clock_s(clockid_t id) {
   timespec ts{};
@@ -37,20 +42,24 @@ double clock_s(clockid_t id) {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
+enum class StopAsk { kNone, kTerm, kKill };
+
 struct Run {
   std::string id;
+  std::string name;  // the trial dir's name (the attempt log's key)
   int attempt = 0;
   fs::path dir;
-  fs::path record;      // where its supervisor records the exit
   AttemptIdentity who;  // what a genuine record must say
   bool warned_forged = false;
   uint64_t offset = 0;
   int out_fd = -1;
-  pid_t spawned = -1;        // the supervisor
-  bool child = true;         // spawned by this driver (else re-attached: not ours to reap)
-  uint64_t start_ticks = 0;  // re-attached: the supervisor's start time (guards pid reuse)
-  bool spawned_exited = false;
-  std::optional<int> child_pid;
+  std::optional<int> supervisor;    // once started
+  uint64_t supervisor_started = 0;  // its start time (guards against pid reuse)
+  bool via_agent = true;            // the current agent reports its events (else: poll)
+  bool supervisor_gone = false;
+  std::optional<ExitInfo> exit;
+  std::string gone_error;         // the agent could not start the supervisor
+  StopAsk stop = StopAsk::kNone;  // asked before the supervisor was known
   int wd = -1;
   int fifo_fd = -1;
   std::string pending_in;
@@ -58,51 +67,14 @@ struct Run {
   bool more = false;  // unread output remains after a full chunk
 };
 
-// Field `n` (1-based, n >= 3) of /proc/PID/stat, or 0 if the process is gone.
-uint64_t stat_field(pid_t pid, int n) {
-  auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
-  if (!text) return 0;
-  auto close = text->rfind(')');  // the command name may contain spaces and parentheses
-  if (close == std::string::npos) return 0;
-  size_t pos = close + 2;  // field 3 starts here
-  for (int field = 3; field < n; ++field) {
-    pos = text->find(' ', pos);
-    if (pos == std::string::npos) return 0;
-    ++pos;
-  }
-  return std::strtoull(text->c_str() + pos, nullptr, 10);
-}
-
-// The process's start time in clock ticks since boot (guards against pid reuse); 0 if gone.
-uint64_t start_ticks(pid_t pid) {
-  return util::process_start_ticks(pid);
-}
-
 }  // namespace
 
-std::unordered_map<std::string, pid_t> live_supervisors() {
-  std::unordered_map<std::string, pid_t> found;
-  std::error_code ec;
-  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto cmd = util::read_file(it->path() / "cmdline", 1 << 20);
-    if (!cmd || cmd->empty()) continue;
-    std::vector<std::string_view> args;
-    for (size_t start = 0; start < cmd->size() && args.size() < 3;) {
-      size_t nul = cmd->find('\0', start);
-      if (nul == std::string::npos) nul = cmd->size();
-      args.emplace_back(cmd->data() + start, nul - start);
-      start = nul + 1;
-    }
-    if (args.size() < 3 || fs::path(args[0]).filename() != "tune-supervisor") continue;
-    // The supervisor leads its session; a child between fork and exec shows the same
-    // command line but not that.
-    pid_t pid = std::stoi(name);
-    if (stat_field(pid, 6) != static_cast<uint64_t>(pid)) continue;
-    found[std::string(args[1]) + '\0' + std::string(args[2])] = pid;
-  }
-  return found;
+std::unordered_map<std::string, pid_t> live_supervisors(const fs::path& exp_dir) {
+  AttemptLog log(exp_dir / kAttemptLog);
+  log.refresh();
+  std::unordered_map<std::string, pid_t> out;
+  for (const auto& [k, pid] : log.live()) out[k] = pid;
+  return out;
 }
 
 struct LocalExecutor::Impl {
@@ -110,10 +82,16 @@ struct LocalExecutor::Impl {
   int sig_fd = -1;
   int ino_fd = -1;
   sigset_t old_mask{};
+  AgentLink agent;
+  AttemptLog log;
   std::unordered_map<std::string, Run> runs;
   std::unordered_map<int, std::string> by_wd;
   double last_scan = 0;
   std::string hostname = util::host_name();
+  std::unordered_map<std::string, int> last_pid;  // trial id -> pid of its last attempt
+  bool waited_for_old_agent = false;
+
+  explicit Impl(LocalOptions o) : opts(std::move(o)), log(opts.attempt_log) {}
 
   std::unordered_map<std::string, std::string> resolved;  // "PATH\0prog" -> absolute path
 
@@ -150,61 +128,25 @@ struct LocalExecutor::Impl {
     return found;
   }
 
-  // Live supervisors by "trial_dir\0attempt", from their command lines (built on demand for
-  // attach(), dropped at the next wait()).
-  std::optional<std::unordered_map<std::string, pid_t>> supervisors;
-
-  void scan_supervisors() { supervisors = live_supervisors(); }
-
-  // A run of `l`: its dirs, where its record goes and the nonce that record must hold.
   Run new_run(const Launch& l) const {
     Run r;
     r.id = l.trial_id;
     r.attempt = l.attempt;
     r.dir = l.trial_dir;
+    r.name = l.trial_dir.filename().string();
     r.offset = l.stdout_offset;
-    std::string name = l.trial_dir.filename().string();
-    r.record = l.trial_dir.parent_path() / record_path(name);
-    r.who.nonce = attempt_nonce(opts.record_key, name, l.attempt);
+    r.who.nonce = attempt_nonce(opts.record_key, r.name, l.attempt);
     return r;
   }
 
-  // This attempt's exit, if its supervisor recorded it. A record it did not write (the trial,
-  // or anyone, can write a file there) is ignored, with a warning once per attempt.
-  std::optional<ExitInfo> read_record(Run& r) {
-    ExitInfo info;
-    std::optional<std::string> text;
-    if (auto t = util::read_file(r.record, 1 << 20)) text = std::move(*t);
-    switch (check_exit_record(text, r.attempt, r.who, info)) {
-      case RecordCheck::kGenuine:
-        return info;
-      case RecordCheck::kForged:
-        if (!r.warned_forged)
-          spdlog::warn(
-              "trial {}: ignoring an exit record for attempt {} that its supervisor did not "
-              "write ({}); the trial is still supervised",
-              r.dir.filename().string(), r.attempt, r.record.string());
-        r.warned_forged = true;
-        return std::nullopt;
-      case RecordCheck::kAbsent:
-        break;
-    }
-    return std::nullopt;
-  }
-
-  std::unordered_map<std::string, int> last_pid;  // trial id -> pid of its last attempt
-  std::vector<pid_t> unreaped;  // supervisors of finished runs that have not exited yet
-
-  void reap() {
-    std::erase_if(unreaped, [](pid_t pid) {
-      int status = 0;
-      return ::waitpid(pid, &status, WNOHANG) != 0;  // reaped, or not our child any more
-    });
+  void watch(Run& r) {
+    if (r.wd >= 0) return;
+    r.wd = ::inotify_add_watch(ino_fd, r.dir.c_str(), IN_MODIFY);
+    if (r.wd >= 0) by_wd[r.wd] = r.id;
+    r.dirty = true;
   }
 
   void close_run(Run& r) {
-    if (r.spawned > 0 && r.child && !r.spawned_exited) unreaped.push_back(r.spawned);
-    r.spawned = -1;
     if (r.out_fd >= 0) ::close(r.out_fd);
     if (r.fifo_fd >= 0) ::close(r.fifo_fd);
     if (r.wd >= 0) {
@@ -214,18 +156,113 @@ struct LocalExecutor::Impl {
     r.out_fd = r.fifo_fd = r.wd = -1;
   }
 
-  // The trial's pid: the supervisor's only child (Linux: /proc/PID/task/PID/children).
-  void load_child_pid(Run& r) {
-    if (r.child_pid || r.spawned <= 0 || r.spawned_exited) return;
-    std::string p =
-        "/proc/" + std::to_string(r.spawned) + "/task/" + std::to_string(r.spawned) + "/children";
-    auto text = util::read_file(p, 4096);
-    if (!text || text->empty()) return;
-    int pid = std::atoi(text->c_str());
-    if (pid <= 0) return;
-    r.child_pid = pid;  // the first child: the trial (orphans it leaves come back later)
-    r.who.pid = pid;
-    if (uint64_t ticks = start_ticks(pid)) r.who.started = ticks;
+  // An exit line (from the agent or the log) that this attempt's supervisor wrote, else
+  // nothing (with a warning once per attempt for one it did not write).
+  std::optional<ExitInfo> check_record(Run& r, const std::string& text) {
+    ExitInfo info;
+    switch (check_exit_record(text, r.attempt, r.who, info)) {
+      case RecordCheck::kGenuine:
+        return info;
+      case RecordCheck::kForged:
+        if (!r.warned_forged)
+          spdlog::warn(
+              "trial {}: ignoring an exit record for attempt {} that its supervisor did not "
+              "write ({}); the trial is still supervised",
+              r.name, r.attempt, log.file().string());
+        r.warned_forged = true;
+        return std::nullopt;
+      case RecordCheck::kAbsent:
+        break;
+    }
+    return std::nullopt;
+  }
+
+  void supervisor_known(Run& r, int pid, uint64_t pid_started, std::optional<int> trial,
+                        uint64_t trial_started) {
+    r.supervisor = pid;
+    r.supervisor_started = pid_started;
+    r.who.supervisor = pid;
+    if (trial) {
+      r.who.pid = trial;
+      if (trial_started) r.who.started = trial_started;
+    }
+    if (r.stop != StopAsk::kNone) ::kill(pid, r.stop == StopAsk::kKill ? SIGUSR1 : SIGTERM);
+    watch(r);
+  }
+
+  Run* run_for(const nlohmann::json& ev) {
+    auto id = ev.find("id");
+    auto attempt = ev.find("attempt");
+    if (id == ev.end() || !id->is_string() || attempt == ev.end() || !attempt->is_number_integer())
+      return nullptr;
+    auto it = runs.find(id->get<std::string>());
+    if (it == runs.end() || it->second.attempt != attempt->get<int>()) return nullptr;
+    return &it->second;
+  }
+
+  // One line from the agent (start, exit, gone, error).
+  void on_event(const std::string& line) {
+    auto ev = nlohmann::json::parse(line, nullptr, false);
+    if (!ev.is_object() || !ev.contains("event") || !ev["event"].is_string()) return;
+    const std::string kind = ev["event"];
+    if (kind == "error") {
+      spdlog::warn("tune-agent: {}", ev.value("message", std::string("?")));
+      return;
+    }
+    Run* r = run_for(ev);
+    if (!r) return;  // an earlier attempt's, or a trial already handled
+    auto uint = [&](const char* k) -> uint64_t {
+      auto it = ev.find(k);
+      return it != ev.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+    };
+    if (kind == "start") {
+      uint64_t sup = uint("supervisor"), pid = uint("pid");
+      if (sup == 0 || sup > INT_MAX || pid > INT_MAX) return;
+      supervisor_known(*r, static_cast<int>(sup), uint("supervisor_started"),
+                       pid ? std::optional<int>(static_cast<int>(pid)) : std::nullopt,
+                       uint("started"));
+    } else if (kind == "exit") {
+      if (auto info = check_record(*r, line)) r->exit = std::move(info);
+      r->dirty = true;
+    } else if (kind == "gone") {
+      r->supervisor_gone = true;
+      if (auto e = ev.find("error"); e != ev.end() && e->is_string()) r->gone_error = *e;
+      r->dirty = true;
+    }
+  }
+
+  // The agent is gone (killed, crashed): the attempts it launched go on under their
+  // supervisors, which are watched from here on as re-attached ones are.
+  void agent_lost() {
+    spdlog::warn(
+        "tune-agent exited; its trials go on under their supervisors (a new agent "
+        "starts with the next launch)");
+    for (auto& [id, r] : runs) {
+      if (!r.via_agent) continue;
+      r.via_agent = false;
+      if (!r.supervisor) {  // not started, or its start event was lost: the log says
+        log.refresh();
+        if (const auto* a = log.find(r.name, r.attempt); a && a->supervisor)
+          supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
+        else
+          r.supervisor_gone = true;
+      }
+      r.dirty = true;
+    }
+  }
+
+  // Runs not reported by the agent: still running? (every kRescanPeriod)
+  void poll_liveness() {
+    bool refreshed = false;
+    for (auto& [id, r] : runs) {
+      if (r.via_agent || r.supervisor_gone || r.exit) continue;
+      if (r.supervisor && process_alive(*r.supervisor, r.supervisor_started)) continue;
+      if (!refreshed) log.refresh(), refreshed = true;
+      if (const auto* a = log.find(r.name, r.attempt); a && a->exit)
+        r.exit = check_record(r, *a->exit);
+      r.supervisor_gone = true;
+      r.dirty = true;
+    }
   }
 
   void flush_stdin(Run& r) {
@@ -246,7 +283,6 @@ struct LocalExecutor::Impl {
     }
   }
 
-  // Reads the next chunk of stdout.log; returns the bytes read.
   std::string read_output(Run& r) {
     std::string data;
     if (r.out_fd < 0) {
@@ -278,36 +314,42 @@ struct LocalExecutor::Impl {
   // Output first, then (if the attempt has ended and all output is read) the exit.
   void collect(Run& r, std::vector<Event>& outputs, std::vector<Event>& exits, bool& finished) {
     finished = false;
-    // The record is written after every process of the attempt is gone, so once it exists the
-    // output is final: look for it before reading, then read to the end.
-    // (another attempt's leftover, or anything but this attempt's record, does not count)
-    load_child_pid(r);  // while the supervisor still runs: results read now carry it
-    std::optional<ExitInfo> exit_record = read_record(r);
+    // The record is written after every process of the attempt is gone, so once it is here
+    // the output is final: read to the end, then report the exit.
+    const bool ended = r.exit || r.supervisor_gone;
     std::string data = read_output(r);
     if (!data.empty())
       outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{r.id, std::move(data)});
-    if (r.more) return;
-    if (exit_record) {
-      exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{r.id, std::move(*exit_record)});
-      finished = true;
-    } else if (r.spawned_exited) {
-      // The supervisor is gone without recording an exit (killed, or failed to start).
-      if (read_record(r)) {
-        r.dirty = true;  // it appeared meanwhile: pick it up next round, after the output
-        return;
-      }
-      ExitInfo info;
+    if (r.more || !ended) return;
+    if (!r.exit) {  // gone without a record over the pipe: the log may have it
+      log.refresh();
+      if (const auto* a = log.find(r.name, r.attempt); a && a->exit)
+        r.exit = check_record(r, *a->exit);
+    }
+    ExitInfo info;
+    if (r.exit) {
+      info = std::move(*r.exit);
+    } else {
       info.attempt = r.attempt;
       info.reason = "supervisor_died";
-      info.error = "the trial's supervisor exited without recording the trial's exit";
-      exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{r.id, std::move(info)});
-      finished = true;
+      info.error = r.gone_error.empty()
+                       ? "the trial's supervisor exited without recording the trial's exit"
+                       : "cannot start the trial's supervisor: " + r.gone_error;
     }
+    if (!info.pid && r.who.pid) info.pid = r.who.pid;
+    exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{r.id, std::move(info)});
+    finished = true;
+  }
+
+  std::vector<std::string> env_list(const std::map<std::string, std::string>& env) {
+    std::vector<std::string> out;
+    out.reserve(env.size());
+    for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+    return out;
   }
 };
 
-LocalExecutor::LocalExecutor(LocalOptions opts) : impl_(std::make_unique<Impl>()) {
-  impl_->opts = std::move(opts);
+LocalExecutor::LocalExecutor(LocalOptions opts) : impl_(std::make_unique<Impl>(std::move(opts))) {
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGINT);
@@ -322,6 +364,7 @@ LocalExecutor::LocalExecutor(LocalOptions opts) : impl_(std::make_unique<Impl>()
 
 LocalExecutor::~LocalExecutor() {
   for (auto& [id, r] : impl_->runs) impl_->close_run(r);
+  impl_->agent.close();
   if (impl_->sig_fd >= 0) ::close(impl_->sig_fd);
   if (impl_->ino_fd >= 0) ::close(impl_->ino_fd);
   ::sigprocmask(SIG_SETMASK, &impl_->old_mask, nullptr);
@@ -333,66 +376,42 @@ Result<void> LocalExecutor::start(const Launch& l) {
     impl.close_run(it->second);
     impl.runs.erase(it);
   }
-  std::error_code ec;
-  fs::create_directories(l.trial_dir, ec);
-  if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
   Run r = impl.new_run(l);
-  ::unlink(r.record.c_str());  // an earlier attempt's
   ::unlink((l.trial_dir / "stdin.fifo").c_str());
-  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY);
-  if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
-
-  std::vector<std::string> argv_in = l.argv;
-  if (!argv_in.empty()) argv_in[0] = impl.resolve(argv_in[0], l.env);
-  std::vector<std::string> args = {impl.opts.supervisor.string(),
-                                   l.trial_dir.string(),
-                                   std::to_string(l.attempt),
-                                   impl.opts.lease_file.string(),
-                                   util::format_double(impl.opts.orphan_timeout_s),
-                                   util::format_double(impl.opts.grace_s),
-                                   l.cwd.string(),
-                                   l.stdin_fifo ? "fifo" : "null",
-                                   r.record.string(),
-                                   "--"};
-  args.insert(args.end(), argv_in.begin(), argv_in.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : l.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  // The nonce goes on the supervisor's stdin: not in its argv or environment, which the trial
-  // could read in /proc.
-  int nonce_pipe[2];
-  if (::pipe2(nonce_pipe, O_CLOEXEC) != 0) {
-    impl.close_run(r);
-    return fail("cannot start supervisor: pipe: ", std::strerror(errno));
+  std::vector<std::string> argv = l.argv;
+  if (!argv.empty()) argv[0] = impl.resolve(argv[0], l.env);
+  nlohmann::json req = {{"op", "launch"},
+                        {"id", l.trial_id},
+                        {"dir", l.trial_dir.string()},
+                        {"attempt", l.attempt},
+                        {"lease", impl.opts.lease_file.string()},
+                        {"orphan_timeout", impl.opts.orphan_timeout_s},
+                        {"grace", impl.opts.grace_s},
+                        {"cwd", l.cwd.string()},
+                        {"fifo", l.stdin_fifo},
+                        {"argv", argv},
+                        {"env", impl.env_list(l.env)},
+                        {"nonce", r.who.nonce}};
+  if (!l.params_json.empty()) req["params"] = l.params_json;
+  std::string line;
+  try {
+    line = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  } catch (const std::exception& e) {  // argv or environment that is not UTF-8
+    return fail("cannot start trial: its command or environment is not valid UTF-8");
   }
-  std::string nonce_line = r.who.nonce + "\n";  // fits the pipe's buffer: never blocks
-  (void)!::write(nonce_pipe[1], nonce_line.data(), nonce_line.size());
-  ::close(nonce_pipe[1]);
-  posix_spawnattr_t attr;
-  util::init_spawn_attrs(attr, POSIX_SPAWN_SETSID);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, nonce_pipe[0], 0);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(nonce_pipe[0]);
-  if (rc != 0) {
-    impl.close_run(r);
-    return fail("cannot start supervisor '", impl.opts.supervisor.string(),
-                "': ", std::strerror(rc));
+  // An agent that is gone (killed; noticed at the next wait()) is replaced once, here.
+  Result<void> sent = fail("tune-agent is not running");
+  for (int i = 0; i < 2 && !sent; ++i) {
+    if (!impl.agent.running()) {
+      if (auto up = impl.agent.start(impl.opts.agent, impl.opts.attempt_log); !up) return up;
+    }
+    sent = impl.agent.send(line);
+    if (!sent) {
+      impl.agent.close();  // a request may be cut short: never reuse this link
+      impl.agent_lost();
+    }
   }
-  r.spawned = pid;
-  r.who.supervisor = pid;
+  if (!sent) return sent;
   impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
   return {};
@@ -400,34 +419,37 @@ Result<void> LocalExecutor::start(const Launch& l) {
 
 Result<Attached> LocalExecutor::attach(const Launch& l) {
   auto& impl = *impl_;
+  if (!impl.waited_for_old_agent) {
+    impl.waited_for_old_agent = true;
+    wait_for_agent(impl.opts.attempt_log, 10.0);
+  }
   if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
     impl.close_run(it->second);
     impl.runs.erase(it);
   }
   Run r = impl.new_run(l);
-  r.child = false;
-  // Look for the live supervisor first: one that is not running any more has already written
-  // its exit record (it writes it, then exits).
-  if (!impl.supervisors) impl.scan_supervisors();
+  r.via_agent = false;
+  impl.log.refresh();
+  const LoggedAttempt* a = impl.log.find(r.name, r.attempt);
+  if (!a) return Attached::kGone;
   Attached found = Attached::kGone;
-  if (auto it = impl.supervisors->find(l.trial_dir.string() + '\0' + std::to_string(l.attempt));
-      it != impl.supervisors->end()) {
-    r.spawned = it->second;
-    r.start_ticks = start_ticks(r.spawned);
-    r.who.supervisor = r.spawned;
-    if (r.start_ticks != 0) found = Attached::kRunning;
-  }
-  if (found == Attached::kGone) {
-    r.who.supervisor.reset();
-    auto record = impl.read_record(r);
-    if (!record) return Attached::kGone;
-    r.spawned = -1;
-    r.spawned_exited = true;
-    r.child_pid = record->pid;  // for the `pid` field of results read now
+  if (a->supervisor && process_alive(*a->supervisor, a->supervisor_started)) {
+    found = Attached::kRunning;
+    impl.supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
+  } else if (a->exit) {
+    if (a->supervisor)
+      impl.supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
+    r.exit = impl.check_record(r, *a->exit);
+    if (!r.exit) {
+      impl.close_run(r);
+      return Attached::kGone;
+    }
+    r.supervisor_gone = true;
     found = Attached::kEnded;
+  } else {
+    return Attached::kGone;
   }
-  r.wd = ::inotify_add_watch(impl.ino_fd, l.trial_dir.c_str(), IN_MODIFY);
-  if (r.wd >= 0) impl.by_wd[r.wd] = l.trial_id;
+  impl.watch(r);
   impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
   return found;
@@ -445,9 +467,13 @@ void LocalExecutor::stop(const std::string& trial_id, bool now) {
   auto it = impl_->runs.find(trial_id);
   if (it == impl_->runs.end()) return;
   Run& r = it->second;
-  if (r.spawned <= 0 || r.spawned_exited) return;
-  if (!r.child && start_ticks(r.spawned) != r.start_ticks) return;  // gone; the pid is reused
-  ::kill(r.spawned, now ? SIGUSR1 : SIGTERM);
+  if (r.supervisor_gone || r.exit) return;
+  if (!r.supervisor) {  // not started yet: asked again as soon as it is
+    if (now || r.stop == StopAsk::kNone) r.stop = now ? StopAsk::kKill : StopAsk::kTerm;
+    return;
+  }
+  if (!process_alive(*r.supervisor, r.supervisor_started)) return;  // gone; the pid may be reused
+  ::kill(*r.supervisor, now ? SIGUSR1 : SIGTERM);
 }
 
 std::vector<Event> LocalExecutor::wait(double timeout_s) {
@@ -460,25 +486,20 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   timespec ts{
       static_cast<time_t>(timeout_s),
       static_cast<long>((timeout_s - static_cast<double>(static_cast<time_t>(timeout_s))) * 1e9)};
-  pollfd fds[2] = {{impl.sig_fd, POLLIN, 0}, {impl.ino_fd, POLLIN, 0}};
-  int n = ::ppoll(fds, 2, &ts, nullptr);
+  pollfd fds[3] = {
+      {impl.sig_fd, POLLIN, 0}, {impl.ino_fd, POLLIN, 0}, {impl.agent.fd(), POLLIN, 0}};
+  int n = ::ppoll(fds, impl.agent.running() ? 3 : 2, &ts, nullptr);
   if (n > 0 && (fds[0].revents & POLLIN)) {
     signalfd_siginfo si{};
     while (::read(impl.sig_fd, &si, sizeof si) == sizeof si) {
-      if (si.ssi_signo == SIGCHLD) continue;  // reaped below
+      if (si.ssi_signo == SIGCHLD) continue;  // the agent's supervisors are its children
       interrupts.emplace_back(std::in_place_type<InterruptEvent>,
                               InterruptEvent{static_cast<int>(si.ssi_signo)});
     }
   }
-  // Reap supervisors we spawned (they are our children until they exit).
-  // (by pid: other children of the driver, e.g. sync processes, are not ours to reap)
-  impl.reap();
-  impl.supervisors.reset();
-  for (auto& [id, r] : impl.runs) {
-    int status = 0;
-    if (r.spawned > 0 && r.child && !r.spawned_exited &&
-        ::waitpid(r.spawned, &status, WNOHANG) == r.spawned)
-      r.spawned_exited = true, r.dirty = true;
+  if (impl.agent.running() && n > 0 && (fds[2].revents & (POLLIN | POLLHUP | POLLERR))) {
+    for (const auto& line : impl.agent.read_events()) impl.on_event(line);
+    if (!impl.agent.running()) impl.agent_lost();
   }
   if (n > 0 && (fds[1].revents & POLLIN)) {
     alignas(inotify_event) char buf[16384];
@@ -502,12 +523,8 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   double t = now();
   if (t - impl.last_scan >= kRescanPeriod) {
     impl.last_scan = t;
-    for (auto& [id, r] : impl.runs) {
-      r.dirty = true;
-      // A re-attached supervisor is not our child: no SIGCHLD, so look whether it still runs.
-      if (!r.child && r.spawned > 0 && !r.spawned_exited && start_ticks(r.spawned) != r.start_ticks)
-        r.spawned_exited = true;
-    }
+    for (auto& [id, r] : impl.runs) r.dirty = true;
+    impl.poll_liveness();
   }
   std::vector<std::string> finished;
   for (auto& [id, r] : impl.runs) {
@@ -519,7 +536,7 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
     if (done) finished.push_back(id);
   }
   for (const auto& id : finished) {
-    if (auto& r = impl.runs[id]; r.child_pid) impl.last_pid[id] = *r.child_pid;
+    if (auto& r = impl.runs[id]; r.who.pid) impl.last_pid[id] = *r.who.pid;
     impl.close_run(impl.runs[id]);
     impl.runs.erase(id);
   }
@@ -537,8 +554,7 @@ std::optional<int> LocalExecutor::pid(const std::string& trial_id) {
     if (last == impl_->last_pid.end()) return std::nullopt;
     return last->second;
   }
-  impl_->load_child_pid(it->second);
-  return it->second.child_pid;
+  return it->second.who.pid;
 }
 
 double LocalExecutor::now() {
@@ -560,18 +576,50 @@ void LocalExecutor::renew_lease() {
   }
 }
 
-Result<fs::path> find_supervisor() {
-  if (const char* env = std::getenv("TUNE_SUPERVISOR"); env && *env) return fs::path(env);
+void wait_for_agent(const fs::path& attempt_log, double timeout_s) {
+  fs::path lock = attempt_log;
+  lock += ".agent-lock";
+  int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;  // no agent ever ran for this experiment here
+  double end = clock_s(CLOCK_MONOTONIC) + timeout_s;
+  bool warned = false;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (clock_s(CLOCK_MONOTONIC) >= end) {
+      spdlog::warn(
+          "the previous driver's tune-agent still runs after {} s; going on without "
+          "waiting for it ({})",
+          timeout_s, lock.string());
+      break;
+    }
+    if (!warned) spdlog::info("waiting for the previous driver's tune-agent to finish");
+    warned = true;
+    timespec ts{0, 10'000'000};
+    ::nanosleep(&ts, nullptr);
+  }
+  ::close(fd);  // releases the lock if it was taken
+}
+
+namespace {
+Result<fs::path> find_beside(const char* name, const char* env_var) {
+  if (const char* env = std::getenv(env_var); env && *env) return fs::path(env);
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    fs::path p = self.parent_path() / "tune-supervisor";
+    fs::path p = self.parent_path() / name;
     if (::access(p.c_str(), X_OK) == 0) return p;
-    p = self.parent_path().parent_path() / "libexec" / "tune" / "tune-supervisor";
+    p = self.parent_path().parent_path() / "libexec" / "tune" / name;
     if (::access(p.c_str(), X_OK) == 0) return p;
   }
-  return fail("cannot find tune-supervisor beside '", self.string(),
-              "' (set TUNE_SUPERVISOR to its path)");
+  return fail("cannot find ", name, " beside '", self.string(), "' (set ", env_var,
+              " to its path)");
+}
+}  // namespace
+
+Result<fs::path> find_supervisor() {
+  return find_beside("tune-supervisor", "TUNE_SUPERVISOR");
+}
+Result<fs::path> find_agent() {
+  return find_beside("tune-agent", "TUNE_AGENT");
 }
 
 }  // namespace tune::exec

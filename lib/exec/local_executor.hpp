@@ -1,4 +1,4 @@
-// Runs trial attempts on this machine, each under a tune-supervisor in its own session.
+// Runs trial attempts on this machine: one tune-agent forks a supervisor per attempt.
 #pragma once
 
 #include <sys/types.h>
@@ -10,15 +10,20 @@
 
 namespace tune::exec {
 
+// The attempt log, relative to the experiment dir.
+inline constexpr const char* kAttemptLog = ".tune/attempts.log";
+
 struct LocalOptions {
-  fs::path supervisor;  // the tune-supervisor binary
-  fs::path lease_file;  // touched by renew_lease(); supervisors watch its age
+  fs::path agent;        // the tune-agent binary
+  fs::path attempt_log;  // the experiment's attempt log (kAttemptLog)
+  fs::path lease_file;   // touched by renew_lease(); supervisors watch its age
   double orphan_timeout_s = 600;
   double grace_s = 10;     // SIGTERM -> SIGKILL delay
   std::string record_key;  // the experiment's key for attempt nonces (exit_record.hpp)
 };
 
-// Owns a signalfd (SIGINT, SIGTERM, SIGCHLD) and an inotify fd; wait() is one ppoll over both.
+// Owns a signalfd (SIGINT, SIGTERM, SIGCHLD), an inotify fd and the agent's event pipe; wait()
+// is one ppoll over them.
 // Output is read from each trial's stdout.log by offset, so trials never block on the driver.
 class LocalExecutor final : public Executor {
  public:
@@ -41,11 +46,17 @@ class LocalExecutor final : public Executor {
   std::unique_ptr<Impl> impl_;
 };
 
-// Live supervisors on this machine by "trial_dir\0attempt" (from their /proc command lines):
-// how a new driver, or `tune status`, finds the attempts that outlived a crashed driver.
-[[nodiscard]] std::unordered_map<std::string, pid_t> live_supervisors();
+// The experiment's live supervisors on this machine by "trial_name\0attempt" (from its attempt
+// log): how `tune status` finds the attempts that outlived a crashed driver.
+[[nodiscard]] std::unordered_map<std::string, pid_t> live_supervisors(const fs::path& exp_dir);
 
-// Finds tune-supervisor: $TUNE_SUPERVISOR, else beside the running tune binary.
+// Waits (up to timeout_s) until no tune-agent of an earlier driver runs for this attempt log:
+// one still running may have launches left that it read before its driver died.
+void wait_for_agent(const fs::path& attempt_log, double timeout_s);
+
+// Finds tune-supervisor (pushed to SSH hosts) and tune-agent: $TUNE_SUPERVISOR / $TUNE_AGENT,
+// else beside the running tune binary.
 [[nodiscard]] Result<fs::path> find_supervisor();
+[[nodiscard]] Result<fs::path> find_agent();
 
 }  // namespace tune::exec

@@ -744,6 +744,7 @@ Result<void> SshExecutor::start(const Launch& l) {
   auto& impl = *impl_;
   Host* h = impl.host(l.host);
   if (!h) return fail("unknown host ", l.host);
+  if (auto made = prepare_trial_dir(l); !made) return made;  // the head's copy
   Run r = impl.new_run(l, h);
   if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
     r.checkpoints = it->second.checkpoints;

@@ -91,6 +91,24 @@ class TuneTest(unittest.TestCase):
     def trials(self, name):
         return self.state(name)["trials"]
 
+    def exit_record(self, name, trial_name, attempt=1):
+        """The exit line a local supervisor appended to the experiment's attempt log, or None."""
+        path = os.path.join(self.exp_dir(name), ".tune", "attempts.log")
+        found = None
+        try:
+            with open(path) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if (rec.get("event") == "exit" and rec.get("trial") == trial_name
+                            and rec.get("attempt") == attempt):
+                        found = rec
+        except FileNotFoundError:
+            pass
+        return found
+
     def results(self, name, trial):
         with open(os.path.join(self.exp_dir(name), trial["trial_name"], "result.json")) as f:
             return [json.loads(line) for line in f]

@@ -108,8 +108,7 @@ class DriverGoneTest(TuneTest):
         open(os.path.join(self.dir, "die"), "w").close()
         names = {t["config"]["x"]: t["trial_name"] for t in self.trials("gone")}
         d2 = os.path.join(self.exp_dir("gone"), names[2])
-        record = os.path.join(self.exp_dir("gone"), ".tune", "exit", names[2] + ".json")
-        self.wait_for(lambda: os.path.exists(record)
+        self.wait_for(lambda: self.exit_record("gone", names[2]) is not None
                       and not [p for p in self.processes_under(d2)], what="x=2's supervisor to exit")
         out = self.tune("status", "gone", check=0).stdout
         self.assertIn("(driver gone)", out)

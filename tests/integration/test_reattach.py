@@ -60,10 +60,9 @@ class ReattachTest(TuneTest):
 
     def test_trials_that_ended_meanwhile_are_finished_from_their_files(self):
         self.kill_driver_while_running()
-        records = [os.path.join(self.exp_dir("re"), ".tune", "exit", t["trial_name"] + ".json")
-                   for t in self.trials("re")]
-        for r in records:
-            self.wait_for(lambda: os.path.exists(r), what="trial end")
+        for t in self.trials("re"):
+            self.wait_for(lambda: self.exit_record("re", t["trial_name"]) is not None,
+                          what="trial end")
         self.tune("run", "exp.yaml", "--resume=auto", check=0)
         self.assertEqual(self.tune_log().count("re-attached (ended meanwhile)"), 2)
         self.check_finished_once()

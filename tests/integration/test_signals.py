@@ -133,10 +133,9 @@ class SignalTest(TuneTest):
         n_after = [lines(d) for d in trial_dirs]
         self.assertTrue(all(a > b for a, b in zip(n_after, n_before)), "trials keep running without a driver")
         for n in names:
-            record = os.path.join(self.exp_dir("orphan"), ".tune", "exit", n + ".json")
-            self.wait_for(lambda: os.path.exists(record), timeout=20, what="orphan stop")
-            with open(record) as f:
-                self.assertEqual(json.load(f)["reason"], "orphaned")
+            self.wait_for(lambda: self.exit_record("orphan", n) is not None, timeout=20,
+                          what="orphan stop")
+            self.assertEqual(self.exit_record("orphan", n)["reason"], "orphaned")
 
 
 if __name__ == "__main__":

@@ -114,7 +114,12 @@ class SshTest(TuneTest):
                         rel = os.path.relpath(os.path.join(root, f), worker)
                         with open(os.path.join(worker, rel), "rb") as a, open(os.path.join(head, rel), "rb") as b:
                             self.assertEqual(a.read(), b.read(), rel)
-            for f in ("stdout.log", "stderr.log"):
+            self.assertTrue(os.path.exists(os.path.join(worker, "stdout.log")))
+            for f in ("stdout.log", "stderr.log"):  # stderr.log: only if the trial wrote there
+                self.assertEqual(os.path.exists(os.path.join(worker, f)),
+                                 os.path.exists(os.path.join(head, f)), f)
+                if not os.path.exists(os.path.join(worker, f)):
+                    continue
                 with open(os.path.join(worker, f), "rb") as a, open(os.path.join(head, f), "rb") as b:
                     self.assertEqual(a.read(), b.read(), f)
 

@@ -51,6 +51,7 @@ class FakeExecutor final : public exec::Executor {
   explicit FakeExecutor(ProcessFactory factory) : factory_(std::move(factory)) {}
 
   Result<void> start(const exec::Launch& l) override {
+    if (auto made = exec::prepare_trial_dir(l); !made) return made;
     launches.push_back(l);
     auto& slot = procs_[l.trial_id];
     slot.ctx = std::make_unique<FakeContext>(FakeContext{this, l});

@@ -1,0 +1,235 @@
+// tune-agent: the driver's agent on a host. Started once per experiment per host, it reads
+// launch requests (JSON lines) on stdin and forks, per attempt, a supervisor (no exec: one exec
+// per attempt, the trial's, as xargs does). Supervisors are independent of it: each leads its
+// own session, so an agent that exits (the driver is gone: EOF on stdin) leaves them running;
+// the next driver finds them again in the attempt log (lib/agent/attempt_log.hpp).
+//
+//   tune-agent serve ATTEMPT_LOG     (holds an flock on ATTEMPT_LOG.agent-lock while it runs)
+//
+// Requests, one JSON object per line on stdin:
+//   {"op":"launch","id","dir","attempt","lease","orphan_timeout","grace","cwd","fifo",
+//    "argv":[...],"env":[...],"nonce","params"?}
+// (Before anything else each supervisor appends a "supervising" line to the attempt log, and the
+// agent reads no further request until it has.)
+// Events, one JSON object per line on stdout (written by the agent and by its supervisors, each
+// line in one write, so they never interleave):
+//   {"event":"start",...}  a supervisor started the trial (its pid, the trial's pid and start)
+//   {"event":"exit",...}   the attempt ended: its exit record (exit_record.hpp)
+//   {"event":"gone","id","attempt","supervisor","status"}  the supervisor process ended
+//   {"event":"error","message"}  a request the agent could not run
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/supervise.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+void emit(const std::string& line) {
+  std::string out = line + "\n";
+  while (::write(1, out.data(), out.size()) < 0 && errno == EINTR) {
+  }
+}
+
+void emit_error(const std::string& message) {
+  emit(json{{"event", "error"}, {"message", message}}.dump());
+}
+
+struct Child {
+  std::string id;
+  int attempt = 0;
+};
+
+class Agent {
+ public:
+  Agent(int log_fd, int sig_fd, int lock_fd)
+      : log_fd_(log_fd), sig_fd_(sig_fd), lock_fd_(lock_fd) {}
+
+  // One request line.
+  void handle(const std::string& line) {
+    auto req = json::parse(line, nullptr, false);
+    if (!req.is_object() || req.value("op", "") != "launch") {
+      emit_error("not a request: " + line.substr(0, 200));
+      return;
+    }
+    try {
+      launch(req);
+    } catch (const std::exception& e) {
+      emit_error(std::string("bad launch request: ") + e.what());
+    }
+  }
+
+  // Reaps the supervisors that ended and says so.
+  void reap() {
+    signalfd_siginfo si;
+    while (::read(sig_fd_, &si, sizeof si) == sizeof si) {
+    }
+    for (;;) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      auto it = children_.find(pid);
+      if (it == children_.end()) continue;
+      emit(json{{"event", "gone"},
+                {"id", it->second.id},
+                {"attempt", it->second.attempt},
+                {"supervisor", pid},
+                {"status", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)}}
+               .dump());
+      children_.erase(it);
+    }
+  }
+
+ private:
+  void launch(const json& req) {
+    agent_attempt_.id = req.at("id").get<std::string>();
+    agent_attempt_.dir = req.at("dir").get<std::string>();
+    int attempt = req.at("attempt").get<int>();
+    agent_attempt_.attempt = std::to_string(attempt);
+    agent_attempt_.lease = req.at("lease").get<std::string>();
+    agent_attempt_.orphan_timeout = req.at("orphan_timeout").get<double>();
+    agent_attempt_.grace = req.at("grace").get<double>();
+    agent_attempt_.cwd = req.at("cwd").get<std::string>();
+    agent_attempt_.use_fifo = req.at("fifo").get<bool>();
+    agent_attempt_.nonce = req.at("nonce").get<std::string>();
+    argv_ = req.at("argv").get<std::vector<std::string>>();
+    env_ = req.at("env").get<std::vector<std::string>>();
+    if (argv_.empty()) throw std::runtime_error("empty argv");
+    params_.reset();
+    if (auto p = req.find("params"); p != req.end() && p->is_string())
+      params_ = p->get<std::string>();
+    int ready[2];
+    if (::pipe2(ready, O_CLOEXEC) != 0) ready[0] = ready[1] = -1;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (ready[0] >= 0) ::close(ready[0]);
+      ::_exit(run_child(ready[1]));
+    }
+    if (ready[1] >= 0) ::close(ready[1]);
+    if (pid > 0 && ready[0] >= 0) {
+      // Wait until the child has named itself in the attempt log (it closes its end then, or
+      // dies): only then is this request done, so a driver that resumes never misses it.
+      char byte;
+      while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+    }
+    if (ready[0] >= 0) ::close(ready[0]);
+    if (pid < 0) {
+      emit(json{{"event", "gone"},
+                {"id", agent_attempt_.id},
+                {"attempt", attempt},
+                {"supervisor", nullptr},
+                {"status", -1},
+                {"error", std::string("fork failed: ") + std::strerror(errno)}}
+               .dump());
+      return;
+    }
+    children_[pid] = Child{agent_attempt_.id, attempt};
+  }
+
+  // In the forked child: becomes the attempt's supervisor.
+  int run_child(int ready_fd) {
+    // The event pipe stays open (close-on-exec: the trial never gets it); stdin (the requests)
+    // and the signalfd are the agent's.
+    int event_fd = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+    ::close(sig_fd_);
+    ::close(lock_fd_);  // the lock is the agent's alone (a flock lives while any fd holds it)
+    int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
+    if (null_fd > 2) ::close(null_fd);
+    std::vector<char*> argv, envp;
+    for (auto& a : argv_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env_) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    agent_attempt_.prog = argv.data();
+    agent_attempt_.envp = envp.data();
+    agent_attempt_.params_json = params_ ? &*params_ : nullptr;
+    tune::agent::Sinks sinks;
+    sinks.log_fd = log_fd_;
+    sinks.event_fd = event_fd;
+    sinks.ready_fd = ready_fd;
+    return tune::agent::supervise(agent_attempt_, sinks);
+  }
+
+  int log_fd_, sig_fd_, lock_fd_;
+  std::unordered_map<pid_t, Child> children_;
+  // The request being launched (kept as members so the forked child uses them as they are).
+  tune::agent::Attempt agent_attempt_;
+  std::vector<std::string> argv_, env_;
+  std::optional<std::string> params_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3 || std::strcmp(argv[1], "serve") != 0) {
+    std::fprintf(stderr, "usage: tune-agent serve ATTEMPT_LOG (requests on stdin)\n");
+    return 2;
+  }
+  // Requests carry attempt nonces: keep this process's memory unreadable to trials.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  ::signal(SIGPIPE, SIG_IGN);  // a driver that is gone: writes fail, nothing else
+  int log_fd = ::open(argv[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  if (log_fd < 0) {
+    std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", argv[2], std::strerror(errno));
+    return 1;
+  }
+  // One agent per experiment per host at a time: a new one waits here for the last one (whose
+  // driver is gone) to finish the requests it had read. A driver that resumes takes the same
+  // lock before it looks for its attempts in the log (exec::wait_for_agent).
+  std::string lock_path = std::string(argv[2]) + ".agent-lock";
+  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX) != 0) {
+    std::fprintf(stderr, "tune-agent: cannot lock %s: %s\n", lock_path.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  int sig_fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  ::fcntl(0, F_SETFD, FD_CLOEXEC);
+  Agent agent(log_fd, sig_fd, lock_fd);
+  std::string buf;
+  char chunk[65536];
+  for (;;) {
+    pollfd fds[2] = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return 1;
+    }
+    if (fds[1].revents & POLLIN) agent.reap();
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t n = ::read(0, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the driver is gone: supervisors go on without this agent
+      buf.append(chunk, static_cast<size_t>(n));
+      for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+        agent.handle(buf.substr(0, nl));
+        buf.erase(0, nl + 1);
+      }
+      if (buf.size() > (64u << 20)) {
+        emit_error("request line longer than 64 MiB: dropped");
+        buf.clear();
+      }
+    }
+  }
+  return 0;
+}

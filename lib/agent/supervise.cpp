@@ -1,0 +1,462 @@
+// One trial attempt's supervisor (see supervise.hpp). The code that was tune-supervisor's main.
+#include "agent/supervise.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace tune::agent {
+
+namespace {
+std::string g_dir;
+
+void diag(const std::string& msg) {
+  std::string line = "tune-supervisor: " + msg + "\n";
+  int fd = ::open((g_dir + "/stderr.log").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    (void)!::write(fd, line.data(), line.size());
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else
+      out += static_cast<char>(c);
+  }
+  return out;
+}
+
+namespace {
+
+// Writes `target` atomically (temp, rename), making its directory if needed. No fsync: rename
+// is atomic against the crash of any process, and after a power loss the trial is gone too
+// (the driver then treats a missing record as a supervisor that died, and retries the trial).
+void write_atomic(const std::string& target, const std::string& content) {
+  if (auto slash = target.rfind('/'); slash != std::string::npos && slash > 0)
+    ::mkdir(target.substr(0, slash).c_str(), 0700);  // usually there already
+  std::string tmp = target + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return diag("cannot write " + tmp + ": " + std::strerror(errno));
+  bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || ::rename(tmp.c_str(), target.c_str()) != 0)
+    diag("cannot write " + target + ": " + std::strerror(errno));
+}
+
+double clock_s(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+// Age in seconds of the lease file; a missing lease counts from `since`.
+double lease_age(const std::string& lease, double since) {
+  struct stat st {};
+  if (::stat(lease.c_str(), &st) != 0) return clock_s(CLOCK_REALTIME) - since;
+  double m = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
+  return clock_s(CLOCK_REALTIME) - m;
+}
+
+// Field 22 of /proc/PID/stat: the process's start time in clock ticks since boot (0 if gone).
+unsigned long long start_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  for (int field = 2; p && field < 22; ++field) p = std::strchr(p + 1, ' ');
+  return p ? std::strtoull(p + 1, nullptr, 10) : 0;
+}
+
+// Opens a log for appending; after an earlier attempt's output (or for any attempt but the
+// first) it writes "=== attempt N ===" on a line of its own, so every attempt stays readable
+// and the driver, which reads from the size before the start, sees a line that is not JSON.
+int open_log(const std::string& name, const std::string& attempt) {
+  int fd = ::open((g_dir + "/" + name).c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return fd;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && (st.st_size > 0 || attempt != "1")) {
+    char last = '\n';
+    if (st.st_size > 0) (void)!::pread(fd, &last, 1, st.st_size - 1);
+    std::string marker =
+        std::string(last == '\n' ? "" : "\n") + "=== attempt " + attempt + " ===\n";
+    (void)!::write(fd, marker.data(), marker.size());
+  }
+  return fd;
+}
+
+// Calls fn(pid) for each child of this process (zombies included).
+template <class Fn>
+void for_each_child(Fn fn) {
+  char path[64], buf[4096];
+  std::snprintf(path, sizeof path, "/proc/%d/task/%d/children", static_cast<int>(::getpid()),
+                static_cast<int>(::getpid()));
+  if (int fd = ::open(path, O_RDONLY | O_CLOEXEC); fd >= 0) {
+    std::string text;
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+      text.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    for (const char* p = text.c_str(); *p;) {
+      char* end = nullptr;
+      long pid = std::strtol(p, &end, 10);
+      if (end == p) break;
+      if (pid > 0) fn(static_cast<pid_t>(pid));
+      p = end;
+    }
+    return;
+  }
+  // Kernels without /proc/PID/task/TID/children: look at every process's parent.
+  DIR* d = ::opendir("/proc");
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end) continue;
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    buf[n] = '\0';
+    const char* p = std::strrchr(buf, ')');
+    if (p && std::strlen(p) > 4 && std::atol(p + 4) == ::getpid()) fn(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+}
+
+// The other children of this process: orphans of the trial, reparented to this subreaper.
+std::vector<pid_t> orphans(pid_t trial) {
+  std::vector<pid_t> found;
+  for_each_child([&](pid_t pid) {
+    if (pid != trial) found.push_back(pid);
+  });
+  return found;
+}
+
+// Ends every process the attempt left: its process group, then every other descendant. As a
+// child subreaper this process inherits each orphan of the trial, whatever its session or
+// group, so killing its children until none but the trial is left ends them all; each is
+// reaped. The trial's own process stays a zombie until its record is written, so it is always
+// the first child listed in /proc (where the driver looks for its pid).
+void end_descendants(pid_t trial) {
+  ::kill(-trial, SIGKILL);
+  for (auto left = orphans(trial); !left.empty(); left = orphans(trial)) {
+    for (pid_t pid : left) ::kill(pid, SIGKILL);
+    for (pid_t pid : left)
+      while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+  }
+}
+
+// The trial's process: its own group, stdin/stdout/stderr wired, in CWD. Returns its pid, or
+// -1 with `error` set; an exec failure is reported through `error` after the fork.
+pid_t start_trial(const Attempt& a, int in, int out, int err, const sigset_t& old,
+                  std::string& error) {
+  int exec_pipe[2];
+  if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return -1;
+  pid_t child = ::fork();
+  if (child < 0) {
+    error = std::string("fork failed: ") + std::strerror(errno);
+    return -1;
+  }
+  if (child == 0) {
+    ::setpgid(0, 0);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1, SIGPIPE}) ::signal(s, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &old, nullptr);
+    int e = 0;
+    if (::chdir(a.cwd.c_str()) != 0) {
+      e = errno;  // positive: chdir failed
+    } else {
+      if (a.envp) environ = a.envp;
+      ::execvp(a.prog[0], a.prog);
+      e = -errno;  // negative: exec failed
+    }
+    (void)!::write(exec_pipe[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::setpgid(child, child);
+  ::close(exec_pipe[1]);
+  int child_errno = 0;
+  ssize_t got = ::read(exec_pipe[0], &child_errno, sizeof child_errno);
+  ::close(exec_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof child_errno)) {
+    int e = child_errno < 0 ? -child_errno : child_errno;
+    if (child_errno > 0)
+      error = std::string("cannot enter workdir ") + a.cwd + ": " + std::strerror(e);
+    else if (e == ENOENT)
+      error = std::string("command not found: ") + a.prog[0];
+    else if (e == EACCES)
+      error = std::string("permission denied: ") + a.prog[0];
+    else
+      error = std::string("cannot execute ") + a.prog[0] + ": " + std::strerror(e);
+  }
+  return child;
+}
+
+// How the trial's process ended.
+struct Ended {
+  std::string code = "null", signal = "null";
+};
+
+// The trial's stdout or stderr: a pipe this process copies into the log file, which is made
+// on the first byte (a trial that prints nothing costs no file).
+struct Output {
+  int pipe = -1;
+  int file = -1;
+  const char* name = "";
+  bool failed = false;
+};
+
+// Copies what the pipe holds now (its read end is non-blocking); at EOF closes it.
+void pump(Output& o, const std::string& attempt) {
+  char buf[65536];
+  while (o.pipe >= 0) {
+    ssize_t n = ::read(o.pipe, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;  // EAGAIN: all read for now
+    if (n == 0) {
+      ::close(o.pipe);
+      o.pipe = -1;
+      return;
+    }
+    if (o.file < 0 && !o.failed) o.file = open_log(o.name, attempt);
+    for (ssize_t done = 0; o.file >= 0 && done < n;) {
+      ssize_t w = ::write(o.file, buf + done, static_cast<size_t>(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {  // disk full, say: keep reading so that the trial never blocks on us
+        if (!o.failed) diag(std::string("cannot write ") + o.name + ": " + std::strerror(errno));
+        o.failed = true;
+        break;
+      }
+      done += w;
+    }
+  }
+}
+
+// Waits for the trial's process to end (leaving it a zombie), copying its output, passing on
+// stop requests and watching the lease; reaps orphans that came back to this subreaper.
+Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], double started,
+                  std::string& reason) {
+  double kill_at = -1;  // monotonic deadline for SIGKILL after a SIGTERM
+  double next_lease_check = 0;
+  bool stopping = false;
+  auto stop = [&](const char* why, bool now) {
+    if (!stopping) reason = why;
+    stopping = true;
+    if (now) {
+      ::kill(-child, SIGKILL);
+      kill_at = -1;
+    } else if (kill_at < 0) {
+      ::kill(-child, SIGTERM);
+      kill_at = clock_s(CLOCK_MONOTONIC) + a.grace;
+    }
+  };
+  for (;;) {
+    siginfo_t si{};
+    if (::waitid(P_PID, static_cast<id_t>(child), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        si.si_pid == child) {
+      Ended e;
+      (si.si_code == CLD_EXITED ? e.code : e.signal) = std::to_string(si.si_status);
+      return e;
+    }
+    for (pid_t pid : orphans(child)) ::waitpid(pid, nullptr, WNOHANG);
+    pollfd fds[3] = {{sig_fd, POLLIN, 0}, {outs[0].pipe, POLLIN, 0}, {outs[1].pipe, POLLIN, 0}};
+    (void)::poll(fds, 3, 500);
+    for (int k = 0; k < 2; ++k)
+      if (fds[k + 1].revents) pump(outs[k], a.attempt);
+    signalfd_siginfo info{};
+    while (::read(sig_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) stop("driver_stop", false);
+      if (info.ssi_signo == SIGUSR1) stop("driver_stop", true);
+    }
+    double now = clock_s(CLOCK_MONOTONIC);
+    if (kill_at >= 0 && now >= kill_at) {
+      ::kill(-child, SIGKILL);
+      kill_at = -1;
+    }
+    if (!stopping && now >= next_lease_check) {
+      next_lease_check = now + 0.5;
+      if (lease_age(a.lease, started) > a.orphan_timeout) {
+        diag("the driver's lease expired (no driver for " +
+             std::to_string(static_cast<int>(a.orphan_timeout)) +
+             " s): stopping the orphaned trial");
+        stop("orphaned", false);
+      }
+    }
+  }
+}
+
+// Makes the trial dir and writes params.json if it is missing (agent mode: the driver's loop
+// creates no file per trial, the supervisors do, in parallel).
+void make_trial_dir(const Attempt& a, std::string& error) {
+  if (::mkdir(a.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    // Its parent (the experiment dir) exists; a deeper missing path is an error worth naming.
+    error = "cannot create trial dir '" + a.dir + "': " + std::strerror(errno);
+    return;
+  }
+  if (!a.params_json) return;
+  std::string target = a.dir + "/params.json";
+  struct stat st {};
+  if (::stat(target.c_str(), &st) != 0) write_atomic(target, *a.params_json);
+}
+
+// Sends `line` (one JSON object, newline added) to the log and/or the driver. Each is a single
+// write(): appends of concurrent supervisors never interleave, nor do pipe writes under 4 KiB.
+void emit(int fd, const std::string& line) {
+  if (fd < 0) return;
+  std::string out = line + "\n";
+  while (::write(fd, out.data(), out.size()) < 0 && errno == EINTR) {
+  }
+}
+
+std::string trial_name(const std::string& dir) {
+  auto slash = dir.find_last_of('/');
+  return slash == std::string::npos ? dir : dir.substr(slash + 1);
+}
+
+}  // namespace
+
+int supervise(const Attempt& a, const Sinks& sinks) {
+  g_dir = a.dir;
+  ::setsid();  // no-op if already a session leader
+  // Orphans of the trial (double forks, setsid) are reparented here, not to init.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  const double started = clock_s(CLOCK_REALTIME);
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1}) sigaddset(&mask, s);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  sigset_t none;  // the trial starts with no signal blocked, whatever this process inherited
+  sigemptyset(&none);
+
+  const std::string name = json_escape(trial_name(a.dir));
+  const std::string me = std::to_string(::getpid());
+  // First of all, the attempt log names this supervisor: from here on a driver that resumes
+  // finds the attempt (the agent waits for this before it reads its next request, and a new
+  // driver waits for the old agent to exit, so no launch the old driver asked for is missed).
+  emit(sinks.log_fd, "{\"event\":\"supervising\",\"trial\":\"" + name +
+                         "\",\"attempt\":" + a.attempt + ",\"supervisor\":" + me +
+                         ",\"supervisor_started\":" + std::to_string(start_ticks(::getpid())) +
+                         "}");
+  if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
+
+  std::string error;  // set: the attempt fails as an exec failure, with this in its record
+  make_trial_dir(a, error);
+  int in = -1, out = -1, err = -1;  // the trial's stdin, and the write ends of its pipes
+  Output outs[2];
+  outs[0].name = "stdout.log";
+  outs[1].name = "stderr.log";
+  int sig_fd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (error.empty()) {
+    if (a.use_fifo) {
+      std::string fifo = g_dir + "/stdin.fifo";
+      ::unlink(fifo.c_str());
+      if (::mkfifo(fifo.c_str(), 0600) != 0) {
+        diag("cannot create " + fifo + ": " + std::strerror(errno));
+        return 3;
+      }
+      in = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+    } else {
+      in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (::pipe2(out_pipe, O_CLOEXEC) == 0 && ::pipe2(err_pipe, O_CLOEXEC) == 0) {
+      out = out_pipe[1], err = err_pipe[1];
+      outs[0].pipe = out_pipe[0], outs[1].pipe = err_pipe[0];
+      for (auto& o : outs) {
+        ::fcntl(o.pipe, F_SETFL, O_NONBLOCK);
+        // A log an earlier attempt wrote gets this attempt's marker now, even if this attempt
+        // prints nothing there (so its last line is never an earlier attempt's); a new one is
+        // made at the first byte.
+        if (::access((g_dir + "/" + o.name).c_str(), F_OK) == 0)
+          o.file = open_log(o.name, a.attempt);
+      }
+    }
+    if (in < 0 || out < 0 || err < 0) {
+      diag(std::string("cannot open the trial's files: ") + std::strerror(errno));
+      return 3;
+    }
+  }
+
+  pid_t child = -1;
+  unsigned long long child_started = 0;
+  std::string reason = "exited";
+  Ended ended;
+  if (error.empty()) {
+    child = start_trial(a, in, out, err, none, error);
+    ::close(out), ::close(err);  // the trial holds the write ends now
+    if (child < 0) {
+      diag(error.empty() ? std::string("cannot start the trial: ") + std::strerror(errno) : error);
+      return 3;
+    }
+    child_started = start_ticks(child);
+    std::string start = "{\"event\":\"start\",\"trial\":\"" + name + "\",\"attempt\":" + a.attempt +
+                        ",\"supervisor\":" + me +
+                        ",\"supervisor_started\":" + std::to_string(start_ticks(::getpid())) +
+                        ",\"pid\":" + std::to_string(child) +
+                        ",\"started\":" + std::to_string(child_started);
+    emit(sinks.log_fd, start + "}");
+    emit(sinks.event_fd, start + ",\"id\":\"" + json_escape(a.id) + "\"}");
+    if (!error.empty()) {
+      reason = "exec_failed";
+      diag(error);
+    }
+    ended = watch_trial(a, child, sig_fd, outs, started, reason);
+    end_descendants(child);  // nothing of the attempt runs, or writes, once its end is recorded
+    for (auto& o : outs) {   // every writer is gone: what the pipes hold, then EOF
+      pump(o, a.attempt);
+      if (o.file >= 0) ::close(o.file);
+    }
+  } else {
+    reason = "exec_failed";
+  }
+  if (error.size() > 1024) error.resize(1024);  // an event stays one atomic pipe write
+  std::string record =
+      "{\"attempt\":" + a.attempt + ",\"nonce\":\"" + a.nonce + "\",\"supervisor\":" + me +
+      ",\"pid\":" + (child > 0 ? std::to_string(child) : "null") +
+      ",\"started\":" + std::to_string(child_started) + ",\"exit_code\":" + ended.code +
+      ",\"signal\":" + ended.signal + ",\"reason\":\"" + reason + "\",\"error\":\"" +
+      json_escape(error) + "\",\"ended\":" + std::to_string(clock_s(CLOCK_REALTIME));
+  if (!sinks.record_file.empty()) write_atomic(sinks.record_file, record + "}\n");
+  emit(sinks.log_fd, record + ",\"event\":\"exit\",\"trial\":\"" + name + "\"}");
+  emit(sinks.event_fd, record + ",\"event\":\"exit\",\"id\":\"" + json_escape(a.id) + "\"}");
+  if (child > 0) ::waitpid(child, nullptr, 0);
+  return 0;
+}
+
+}  // namespace tune::agent

@@ -1,0 +1,44 @@
+// The supervisor of one trial attempt: the process that owns the trial, outlives the driver,
+// kills and reaps everything the attempt leaves, and records how it ended. It runs either as
+// its own program (tune-supervisor, started per attempt on SSH worker hosts) or as a child the
+// host's agent forks per attempt (tune-agent, no exec). Deliberately libc only: no allocation
+// heavier than std::string, no exceptions, no threads.
+#pragma once
+
+#include <string>
+
+namespace tune::agent {
+
+struct Attempt {
+  std::string id;       // the driver's trial id (agent mode: echoed in events)
+  std::string dir;      // the trial dir; made (with params.json) if missing
+  std::string attempt;  // decimal
+  std::string lease;    // the driver's lease file: its mtime is the driver's heartbeat
+  double orphan_timeout = 600;
+  double grace = 10;
+  std::string cwd;
+  bool use_fifo = false;  // step mode: the trial reads dir/stdin.fifo
+  char** prog = nullptr;  // the trial's argv (null-terminated), argv[0] searched on PATH
+  char** envp = nullptr;  // its environment (nullptr: this process's)
+  std::string nonce;      // the attempt's secret (exit_record.hpp)
+  const std::string* params_json = nullptr;  // written to dir/params.json if that is missing
+};
+
+// Where the supervisor reports. Per-attempt mode writes the record file; agent mode appends
+// "start" and exit lines to the experiment's attempt log and sends events to the driver.
+struct Sinks {
+  std::string record_file;  // per-attempt mode: the exit record, written atomically
+  int log_fd = -1;          // agent mode: the attempt log (O_APPEND)
+  int event_fd = -1;        // agent mode: the pipe to the driver
+  int ready_fd = -1;        // agent mode: closed once the attempt log names this supervisor
+};
+
+// Runs the attempt to its end and records it. Returns the exit status for the supervisor
+// process: 0 once the exit is recorded, 3 if the trial could not be set up (then no record:
+// the driver reports the supervisor died, with the reason in dir/stderr.log).
+int supervise(const Attempt& a, const Sinks& sinks);
+
+// `s` as the inside of a JSON string.
+std::string json_escape(const std::string& s);
+
+}  // namespace tune::agent

@@ -1,0 +1,50 @@
+// The attempt log (.tune/attempts.log): where the supervisors tune-agent forks on this machine
+// note, one JSON line each, that they started an attempt (their pid and start time, the
+// trial's) and how it ended (the exit record, exit_record.hpp). Appended by many processes (one
+// write() per line); read back by a driver that re-attaches after a crash and by `tune status`.
+// Any process of the user can append to it: a start line is believed only while its supervisor
+// runs (pid and start time match), an exit line only with the attempt's nonce.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace tune::exec {
+
+namespace fs = std::filesystem;
+
+struct LoggedAttempt {
+  std::optional<int> supervisor;    // from the start line
+  uint64_t supervisor_started = 0;  // its start time (ticks since boot)
+  std::optional<int> pid;           // the trial's process
+  uint64_t started = 0;             // and its start time
+  std::optional<std::string> exit;  // the exit line, as written (check_exit_record)
+};
+
+// What the log says, by "trial_name\0attempt". Reads on from `offset` (updated), so a caller
+// can keep the index and read only what was appended since; lines that are not well-formed are
+// skipped, and a line cut short at the end is left for the next read.
+class AttemptLog {
+ public:
+  explicit AttemptLog(fs::path file) : file_(std::move(file)) {}
+  void refresh();
+  [[nodiscard]] const LoggedAttempt* find(std::string_view trial_name, int attempt) const;
+  // Every attempt whose supervisor runs now, by "trial_name\0attempt" -> supervisor pid.
+  [[nodiscard]] std::unordered_map<std::string, int> live() const;
+  [[nodiscard]] const fs::path& file() const { return file_; }
+
+ private:
+  void add(std::string_view line);
+  fs::path file_;
+  uint64_t offset_ = 0;
+  std::unordered_map<std::string, LoggedAttempt> by_attempt_;
+};
+
+// Whether process `pid` runs (not a zombie) and started at `ticks`.
+[[nodiscard]] bool process_alive(int pid, uint64_t ticks);
+
+}  // namespace tune::exec

@@ -1,0 +1,251 @@
+// The local transport on real processes: LocalExecutor, a real tune-agent (built beside the
+// tests) and the attempt log. Each case runs in a scratch dir in well under a second.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "exec/agent_link.hpp"
+#include "exec/attempt_log.hpp"
+#include "exec/exit_record.hpp"
+#include "exec/local_executor.hpp"
+#include "util/fs.hpp"
+
+namespace fs = std::filesystem;
+using namespace tune;
+
+namespace {
+
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    char tmpl[] = "/tmp/tune-transport-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    fs::create_directories(dir / ".tune");
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+exec::LocalOptions options(const fs::path& exp) {
+  exec::LocalOptions o;
+  o.agent = TUNE_TEST_AGENT;
+  o.attempt_log = exp / exec::kAttemptLog;
+  o.lease_file = exp / ".tune" / "lease";
+  o.grace_s = 1;
+  o.record_key = "00112233445566778899aabbccddeeff";
+  return o;
+}
+
+exec::Launch launch(const fs::path& exp, const std::string& id, std::vector<std::string> argv,
+                    int attempt = 1) {
+  exec::Launch l;
+  l.trial_id = id;
+  l.attempt = attempt;
+  l.trial_dir = exp / ("trial_" + id);
+  l.cwd = exp;
+  l.argv = std::move(argv);
+  l.env = {{"PATH", "/usr/bin:/bin"}};
+  l.params_json = "{\"x\": 1}\n";
+  return l;
+}
+
+// Waits until every id in `ids` has exited; collects output and exits.
+struct Outcome {
+  std::map<std::string, std::string> out;
+  std::map<std::string, exec::ExitInfo> exits;
+};
+void collect(exec::Executor& ex, Outcome& o, double wait_s) {
+  for (auto& e : ex.wait(wait_s)) {
+    if (auto* out = std::get_if<exec::OutputEvent>(&e)) o.out[out->trial_id] += out->data;
+    if (auto* x = std::get_if<exec::ExitEvent>(&e)) o.exits[x->trial_id] = x->info;
+  }
+}
+Outcome run_until_exits(exec::Executor& ex, size_t n, Outcome o = {}, double timeout_s = 20) {
+  double end = ex.now() + timeout_s;
+  while (o.exits.size() < n && ex.now() < end) collect(ex, o, 0.2);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("local transport: output, exit code, params.json, and the attempt log") {
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  REQUIRE(ex.start(launch(s.dir, "a", {"sh", "-c", "echo '{\"v\": 1}'; exit 3"})));
+  REQUIRE(ex.start(launch(s.dir, "b", {"no-such-program-xyz"})));
+  auto o = run_until_exits(ex, 2);
+  REQUIRE(o.exits.size() == 2);
+  CHECK(o.out["a"] == "{\"v\": 1}\n");
+  CHECK(o.exits["a"].exit_code == 3);
+  CHECK(o.exits["a"].reason == "exited");
+  CHECK(o.exits["a"].pid.has_value());
+  CHECK(o.exits["b"].reason == "exec_failed");
+  CHECK(o.exits["b"].error == "command not found: no-such-program-xyz");
+  CHECK(util::read_file(s.dir / "trial_a" / "params.json", 100) == "{\"x\": 1}\n");
+  exec::AttemptLog log(s.dir / exec::kAttemptLog);
+  log.refresh();
+  const auto* a = log.find("trial_a", 1);
+  REQUIRE(a);
+  CHECK(a->supervisor.has_value());
+  CHECK(a->pid == o.exits["a"].pid);
+  REQUIRE(a->exit);
+  exec::ExitInfo info;
+  exec::AttemptIdentity id{
+      exec::attempt_nonce(options(s.dir).record_key, "trial_a", 1), {}, {}, {}};
+  CHECK(exec::check_exit_record(*a->exit, 1, id, info) == exec::RecordCheck::kGenuine);
+  CHECK(info.exit_code == 3);
+}
+
+TEST_CASE("local transport: stop before and after the supervisor is known") {
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  REQUIRE(ex.start(launch(s.dir, "a", {"sleep", "30"})));
+  ex.stop("a", false);  // asked at once: applied when the start arrives
+  REQUIRE(ex.start(launch(s.dir, "b", {"sleep", "30"})));
+  Outcome o;
+  while (!ex.pid("b")) collect(ex, o, 0.05);
+  ex.stop("b", true);
+  o = run_until_exits(ex, 2, o);
+  for (const auto& [id, x] : o.exits) INFO(id + ": " + x.reason);
+  CHECK(o.exits.count("a"));
+  CHECK(o.exits.count("b"));
+  REQUIRE(o.exits.size() == 2);
+  CHECK(o.exits["a"].reason == "driver_stop");
+  CHECK(o.exits["a"].signal == SIGTERM);
+  CHECK(o.exits["b"].reason == "driver_stop");
+  CHECK(o.exits["b"].signal == SIGKILL);
+}
+
+TEST_CASE("local transport: a killed agent leaves its trials running; their ends still arrive") {
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  REQUIRE(ex.start(launch(s.dir, "a", {"sh", "-c", "sleep 0.5; echo done"})));
+  Outcome before;
+  while (!ex.pid("a")) collect(ex, before, 0.05);
+  // The agent is the only tune-agent child of this process with `serve` in its command line.
+  bool killed = false;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    auto cmd = util::read_file(entry.path() / "cmdline", 4096);
+    auto stat = util::read_file(entry.path() / "stat", 4096);
+    if (!cmd || !stat || cmd->find("tune-agent") == std::string::npos) continue;
+    auto close = stat->rfind(')');
+    int ppid = std::atoi(stat->c_str() + close + 4);
+    if (ppid != ::getpid()) continue;
+    ::kill(std::stoi(entry.path().filename().string()), SIGKILL);
+    killed = true;
+  }
+  REQUIRE(killed);
+  auto o = run_until_exits(ex, 1, before);
+  REQUIRE(o.exits.size() == 1);
+  CHECK(o.exits["a"].reason == "exited");
+  CHECK(o.exits["a"].exit_code == 0);
+  CHECK(o.out["a"] == "done\n");
+  // and a new agent starts for the next launch
+  auto started = ex.start(launch(s.dir, "b", {"true"}));
+  INFO((started ? std::string() : started.error().message));
+  REQUIRE(started);
+  CHECK(run_until_exits(ex, 1).exits["b"].exit_code == 0);
+}
+
+TEST_CASE("local transport: attach finds running and ended attempts in the log, and no others") {
+  Scratch s;
+  {
+    exec::LocalExecutor first(options(s.dir));
+    REQUIRE(first.start(launch(s.dir, "run", {"sh", "-c", "sleep 1; echo late"})));
+    REQUIRE(first.start(launch(s.dir, "end", {"sh", "-c", "echo early; exit 4"})));
+    while (!first.pid("run") || !first.pid("end")) (void)first.wait(0.05);
+  }  // the driver is gone (its agent exits; supervisors go on)
+  ::usleep(300'000);
+  exec::LocalExecutor ex(options(s.dir));
+  auto l_run = launch(s.dir, "run", {});
+  auto l_end = launch(s.dir, "end", {});
+  auto l_none = launch(s.dir, "none", {});
+  CHECK(ex.attach(l_run).value() == exec::Attached::kRunning);
+  CHECK(ex.attach(l_end).value() == exec::Attached::kEnded);
+  CHECK(ex.attach(l_none).value() == exec::Attached::kGone);
+  auto wrong_attempt = launch(s.dir, "end", {}, 2);
+  wrong_attempt.trial_id = "end2";
+  CHECK(ex.attach(wrong_attempt).value() == exec::Attached::kGone);
+  auto o = run_until_exits(ex, 2);
+  CHECK(o.exits["run"].exit_code == 0);
+  CHECK(o.out["run"] == "late\n");
+  CHECK(o.exits["end"].exit_code == 4);
+}
+
+TEST_CASE("attempt log: forged, torn and foreign lines") {
+  Scratch s;
+  fs::path file = s.dir / exec::kAttemptLog;
+  {
+    std::ofstream f(file);
+    f << "not json\n"
+      << "{\"event\":\"start\",\"trial\":\"t\",\"attempt\":1,\"supervisor\":-5,\"pid\":1}\n"
+      << "{\"event\":\"start\",\"trial\":\"t\",\"attempt\":\"1\",\"supervisor\":5,\"pid\":1}\n"
+      << "[1,2]\n"
+      << "{\"event\":\"exit\",\"trial\":\"t\",\"attempt\":2,\"nonce\":\"00\",\"reason\":\"exited\","
+         "\"ended\":1}\n"
+      << "{\"event\":\"start\",\"trial\":\"u\",\"attempt\":1,\"supervisor\":1,\"pid\":2";  // torn
+  }
+  exec::AttemptLog log(file);
+  log.refresh();
+  CHECK(log.find("t", 1) == nullptr);
+  const auto* t2 = log.find("t", 2);
+  REQUIRE(t2);
+  REQUIRE(t2->exit);
+  exec::ExitInfo info;
+  exec::AttemptIdentity id{
+      exec::attempt_nonce("00112233445566778899aabbccddeeff", "t", 2), {}, {}, {}};
+  CHECK(exec::check_exit_record(*t2->exit, 2, id, info) == exec::RecordCheck::kForged);
+  CHECK(log.find("u", 1) == nullptr);  // not complete yet
+  {
+    std::ofstream f(file, std::ios::app);
+    f << ",\"started\":3}\n";
+  }
+  log.refresh();
+  REQUIRE(log.find("u", 1));
+  CHECK(log.find("u", 1)->supervisor == 1);
+  CHECK(log.live().empty());  // pid 1 did not start at tick 0: not believed to be running
+}
+
+TEST_CASE("local transport: launches asked for just before the driver died are found on resume") {
+  Scratch s;
+  auto opts = options(s.dir);
+  constexpr int kTrials = 200;  // the old agent takes a while over them
+  {
+    exec::AgentLink link;  // the old driver's end: requests sent, then it is gone at once
+    REQUIRE(link.start(opts.agent, opts.attempt_log));
+    for (int i = 0; i < kTrials; ++i) {
+      auto l = launch(s.dir, std::to_string(i), {"sleep", "3"});
+      nlohmann::json req = {
+          {"op", "launch"},
+          {"id", l.trial_id},
+          {"dir", l.trial_dir.string()},
+          {"attempt", 1},
+          {"lease", opts.lease_file.string()},
+          {"orphan_timeout", 600},
+          {"grace", 1},
+          {"cwd", l.cwd.string()},
+          {"fifo", false},
+          {"argv", {"/bin/sleep", "3"}},
+          {"env", {"PATH=/usr/bin:/bin"}},
+          {"nonce", exec::attempt_nonce(opts.record_key, l.trial_dir.filename().string(), 1)}};
+      REQUIRE(link.send(req.dump()));
+    }
+  }
+  // The new driver: every attempt the old one asked for runs, and is found (none would be
+  // started a second time beside it).
+  exec::LocalExecutor ex(opts);
+  int running = 0;
+  for (int i = 0; i < kTrials; ++i)
+    running += ex.attach(launch(s.dir, std::to_string(i), {})).value() == exec::Attached::kRunning;
+  CHECK(running == kTrials);
+  for (int i = 0; i < kTrials; ++i) ex.stop(std::to_string(i), true);
+  CHECK(run_until_exits(ex, kTrials).exits.size() == kTrials);
+}
