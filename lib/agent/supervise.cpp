@@ -75,13 +75,25 @@ double clock_s(clockid_t id) {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
-// Age in seconds of the lease file; a missing lease counts from `since`.
-double lease_age(const std::string& lease, double since) {
-  struct stat st {};
-  if (::stat(lease.c_str(), &st) != 0) return clock_s(CLOCK_REALTIME) - since;
-  double m = static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
-  return clock_s(CLOCK_REALTIME) - m;
-}
+// The driver's heartbeat, seen from here: how long the lease file has not changed, on this
+// host's monotonic clock. Only a change of its mtime counts, never its value, so a driver whose
+// clock differs from this host's (by minutes, say) is neither taken for dead nor kept alive.
+struct LeaseWatch {
+  bool seen = false;
+  timespec mtime{};
+  double changed_at = 0;  // monotonic; the supervisor's start until a change is seen
+
+  double silence(const std::string& lease, double now) {
+    struct stat st {};
+    if (::stat(lease.c_str(), &st) == 0 &&
+        (!seen || st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec)) {
+      seen = true;
+      mtime = st.st_mtim;
+      changed_at = now;
+    }
+    return now - changed_at;
+  }
+};
 
 // Field 22 of /proc/PID/stat: the process's start time in clock ticks since boot (0 if gone).
 unsigned long long start_ticks(pid_t pid) {
@@ -269,10 +281,12 @@ void pump(Output& o, const std::string& attempt) {
 
 // Waits for the trial's process to end (leaving it a zombie), copying its output, passing on
 // stop requests and watching the lease; reaps orphans that came back to this subreaper.
-Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], double started,
+Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2],
                   std::string& reason) {
   double kill_at = -1;  // monotonic deadline for SIGKILL after a SIGTERM
   double next_lease_check = 0;
+  LeaseWatch lease;
+  lease.changed_at = clock_s(CLOCK_MONOTONIC);
   bool stopping = false;
   auto stop = [&](const char* why, bool now) {
     if (!stopping) reason = why;
@@ -310,7 +324,7 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
     }
     if (!stopping && now >= next_lease_check) {
       next_lease_check = now + 0.5;
-      if (lease_age(a.lease, started) > a.orphan_timeout) {
+      if (lease.silence(a.lease, now) > a.orphan_timeout) {
         diag("the driver's lease expired (no driver for " +
              std::to_string(static_cast<int>(a.orphan_timeout)) +
              " s): stopping the orphaned trial");
@@ -355,7 +369,6 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   ::setsid();  // no-op if already a session leader
   // Orphans of the trial (double forks, setsid) are reparented here, not to init.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  const double started = clock_s(CLOCK_REALTIME);
 
   sigset_t mask;
   sigemptyset(&mask);
@@ -436,7 +449,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       reason = "exec_failed";
       diag(error);
     }
-    ended = watch_trial(a, child, sig_fd, outs, started, reason);
+    ended = watch_trial(a, child, sig_fd, outs, reason);
     end_descendants(child);  // nothing of the attempt runs, or writes, once its end is recorded
     for (auto& o : outs) {   // every writer is gone: what the pipes hold, then EOF
       pump(o, a.attempt);

@@ -1,6 +1,7 @@
 // What every executor shares: the default (local) file operations and the exit record parser.
 #include "exec/executor.hpp"
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/adopt.hpp"
@@ -38,6 +39,17 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   info.reason = reason->get<std::string>();
   if (const auto* v = field("error"); v && v->is_string()) info.error = v->get<std::string>();
   return info;
+}
+
+timespec lease_stamp() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  static const long long skew = [] {
+    const char* v = std::getenv("TUNE_TEST_LEASE_SKEW_S");
+    return v ? std::atoll(v) : 0LL;
+  }();
+  ts.tv_sec += static_cast<time_t>(skew);
+  return ts;
 }
 
 Result<void> prepare_trial_dir(const Launch& l) {

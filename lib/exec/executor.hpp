@@ -2,6 +2,8 @@
 // executor runs supervisors on this machine, tests use a scripted fake (tests/unit/fake_executor).
 #pragma once
 
+#include <time.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -30,6 +32,11 @@ struct Launch {
   bool stdin_fifo = false;                 // step mode: commands arrive on stdin.fifo
   std::string params_json;  // written to trial_dir/params.json if set and the file is missing
 };
+
+// What a driver writes as its lease file's mtime: this machine's time, shifted by
+// $TUNE_TEST_LEASE_SKEW_S seconds if set (tests: a worker whose clock is ahead or behind).
+// Supervisors only look for changes of that mtime, never compare it with their own clock.
+[[nodiscard]] timespec lease_stamp();
 
 // Makes launch.trial_dir and writes its params.json (on this machine): what start() does first
 // in executors that do not leave it to the host's agent.

@@ -570,9 +570,11 @@ std::string LocalExecutor::host_name() {
 void LocalExecutor::renew_lease() {
   const auto& p = impl_->opts.lease_file;
   if (p.empty()) return;
-  if (::utimensat(AT_FDCWD, p.c_str(), nullptr, 0) != 0) {
+  timespec times[2] = {lease_stamp(), lease_stamp()};
+  if (::utimensat(AT_FDCWD, p.c_str(), times, 0) != 0) {
     int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) ::close(fd);
+    (void)::utimensat(AT_FDCWD, p.c_str(), times, 0);
   }
 }
 

@@ -506,7 +506,21 @@ struct SshExecutor::Impl {
     if (auto sh = h.open_shell(); !sh) return sh;
     // rsync goes through an OpenSSH master connection that the driver owns.
     if (opts.syncer == "rsync") {
-      h.control_path = "/tmp/tune-cm-" + std::to_string(::getpid()) + "-" + std::to_string(h.index);
+      // Under the experiment's .tune dir (one driver at a time holds it), unless that path is
+      // too long for a Unix socket; a socket a killed master left is removed before the start.
+      // The master itself gets SIGTERM when the driver dies (util::spawn_process).
+      h.control_path =
+          (opts.head_exp_dir / ".tune" / ("ssh-" + std::to_string(h.index) + ".sock")).string();
+      if (h.control_path.size() > 100)
+        h.control_path = "/tmp/tune-cm-" +
+                         std::to_string(std::hash<std::string>{}(opts.head_exp_dir.string())) +
+                         "-" + std::to_string(h.index);
+      if (fs::exists(h.control_path)) {  // a master an earlier driver (or connection) left
+        std::string stop = "ssh -o ControlPath=" + util::shell_quote(h.control_path) +
+                           " -O exit localhost >/dev/null 2>&1";
+        (void)!std::system(stop.c_str());
+        ::unlink(h.control_path.c_str());
+      }
       std::vector<std::string> cmd = {"ssh",
                                       "-M",
                                       "-N",
@@ -987,8 +1001,10 @@ void SshExecutor::renew_lease() {
   for (auto& h : impl_->hosts) {
     if (!h->up) continue;
     if (!h->session) continue;
+    timespec now = lease_stamp();
     timeval tv[2];
-    ::gettimeofday(&tv[0], nullptr);
+    tv[0].tv_sec = now.tv_sec;
+    tv[0].tv_usec = now.tv_nsec / 1000;
     tv[1] = tv[0];
     if (sftp_utimes(h->sftp, h->lease.c_str(), tv) != 0) {
       sftp_file f = sftp_open(h->sftp, h->lease.c_str(), O_WRONLY | O_CREAT, 0644);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,20 +35,55 @@ Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   std::string out = log.empty() ? "/dev/null" : log.string();
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t attr;
-  init_spawn_attrs(attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);  // its own group: a terminal's Ctrl-C goes to the driver
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return fail("cannot run '", args[0], "': ", std::strerror(rc));
+  // fork + exec rather than posix_spawn, for PR_SET_PDEATHSIG: a helper (rsync, an ssh master,
+  // an upload) must not outlive a driver that is killed. Between fork and exec only
+  // async-signal-safe calls; an exec failure comes back through a close-on-exec pipe.
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0)
+    return fail("cannot run '", args[0], "': ", std::strerror(errno));
+  const pid_t parent = ::getpid();
+  // PR_SET_PDEATHSIG fires when the *thread* that forked ends: tie the helper to the driver only
+  // when that thread is the main one (helpers a short-lived thread starts are not tied).
+  const bool tie = ::gettid() == parent;
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(err_pipe[0]), ::close(err_pipe[1]);
+    return fail("cannot run '", args[0], "': ", std::strerror(e));
+  }
+  if (pid == 0) {
+    if (tie) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(127);  // the driver died before the line above
+    }
+    ::setpgid(0, 0);  // its own group: a terminal's Ctrl-C goes to the driver
+    int in = ::open("/dev/null", O_RDONLY);
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || o < 0 || ::dup2(in, 0) < 0 || ::dup2(o, 1) < 0 || ::dup2(o, 2) < 0) {
+      int e = errno;
+      (void)!::write(err_pipe[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGHUP}) ::signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execvp(argv[0], argv.data());
+    int e = errno;
+    (void)!::write(err_pipe[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  ::close(err_pipe[1]);
+  int child_errno = 0;
+  ssize_t got;
+  while ((got = ::read(err_pipe[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {
+  }
+  ::close(err_pipe[0]);
+  if (got == static_cast<ssize_t>(sizeof child_errno)) {
+    ::waitpid(pid, nullptr, 0);
+    return fail("cannot run '", args[0], "': ", std::strerror(child_errno));
+  }
   return pid;
 }
 

@@ -22,8 +22,10 @@ namespace fs = std::filesystem;
 // (POSIX_SPAWN_SETSID or POSIX_SPAWN_SETPGROUP). Destroy with posix_spawnattr_destroy.
 void init_spawn_attrs(posix_spawnattr_t& attr, short flags);
 
-// Starts argv[0] (searched on PATH) with the driver's environment; stdin is /dev/null, stdout
-// and stderr go to `log` (truncated), or /dev/null if empty.
+// Starts argv[0] (searched on PATH) with the driver's environment, in its own process group;
+// stdin is /dev/null, stdout and stderr go to `log` (truncated), or /dev/null if empty. It gets
+// SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG): a killed driver leaves no
+// rsync, ssh master or upload behind.
 [[nodiscard]] Result<pid_t> spawn_process(const std::vector<std::string>& argv,
                                           const fs::path& log);
 

@@ -123,6 +123,38 @@ class SshTest(TuneTest):
                 with open(os.path.join(worker, f), "rb") as a, open(os.path.join(head, f), "rb") as b:
                     self.assertEqual(a.read(), b.read(), f)
 
+    def test_a_driver_clock_ten_minutes_off_neither_orphans_nor_keeps_remote_trials(self):
+        # The lease mtimes the driver writes on the workers are 10 minutes behind (then ahead
+        # of) the workers' clocks: a live driver's trials run to their end; a dead driver's
+        # stop after orphan_timeout_s all the same.
+        def exp(name, steps):
+            self.write("exp.yaml", textwrap.dedent(f"""
+                name: {name}
+                trial:
+                  command: ["{PY}", "{TRIAL}"]
+                param_space: {{x: {{grid_search: [1, 2]}}, steps: {steps}, sleep: 0.5}}
+                orphan_timeout_s: 3
+                hosts:
+                """) + self.host_lines() + "\n")
+        exp("behind", 12)  # 6 s, twice orphan_timeout_s
+        self.tune("run", "exp.yaml", check=0, timeout=120,
+                  env=dict(self.env, TUNE_TEST_LEASE_SKEW_S="-600"))
+        for t in self.trials("behind"):
+            self.assertEqual(t["status"], "TERMINATED", t.get("error"))
+            self.assertEqual(self.iterations("behind", t), list(range(1, 13)))
+        exp("ahead", 400)
+        p = self.start_tune("run", "exp.yaml", env=dict(self.env, TUNE_TEST_LEASE_SKEW_S="600"))
+        self.wait_for(lambda: len(self.trials("ahead")) == 2 and all(
+            t["status"] == "RUNNING" and t.get("iteration", 0) > 0 for t in self.trials("ahead")),
+                      timeout=60, what="both remote trials running")
+        p.kill()
+        p.communicate()
+        for t in self.trials("ahead"):
+            i = [w for w in range(2) if t["host"].startswith(self.hosts["hosts"][w]["host"])][0]
+            err = os.path.join(self.worker_dir(i, "ahead", t["trial_name"]), "stderr.log")
+            self.wait_for(lambda: os.path.exists(err) and "lease expired" in open(err).read(),
+                          timeout=20, what="the orphaned remote trial to stop")
+
     def test_step_mode_trials_on_a_worker(self):
         step = os.path.join(SOURCE, "configs", "examples", "python_step.py")
         self.write("exp.yaml", textwrap.dedent(f"""
@@ -350,14 +382,23 @@ class SshTest(TuneTest):
                           timeout=60, what="a checkpoint being copied")
             run.kill()
             run.communicate()
-            # The driver's rsync and ssh master run in their own process groups: killed too.
-            for pid in self.processes_under(self.dir):
-                try:  # (it may have ended meanwhile)
-                    with open("/proc/%d/cmdline" % pid, "rb") as f:
-                        if os.path.basename(f.read().split(b"\0")[0]) in (b"rsync", b"ssh"):
-                            os.kill(pid, 9)
-                except (FileNotFoundError, ProcessLookupError):
-                    pass
+            # The driver's rsync and ssh master end with it (they get SIGTERM when it dies),
+            # and the master's control socket goes with them.
+            def helpers_left():
+                left = []
+                for pid in self.processes_under(self.dir):
+                    try:  # (it may have ended meanwhile)
+                        with open("/proc/%d/cmdline" % pid, "rb") as f:
+                            if os.path.basename(f.read().split(b"\0")[0]) in (b"rsync", b"ssh"):
+                                left.append(pid)
+                    except FileNotFoundError:
+                        pass
+                return left
+            self.wait_for(lambda: not helpers_left(), timeout=10,
+                          what="the killed driver's rsync and ssh master to exit")
+            sockets = [f for f in os.listdir(os.path.join(self.exp_dir("killedsync"), ".tune"))
+                       if f.endswith(".sock")]
+            self.assertEqual(sockets, [])
         finally:
             subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         self.assertTrue(os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")))
