@@ -68,6 +68,7 @@ struct Host {
   bool lost = false;
   std::thread reconnect;
   std::atomic<bool> reconnect_done{false};
+  std::atomic<bool> key_changed{false};  // its host key is not the known one: not used again
   Result<void> reconnect_result;
   std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
 
@@ -275,6 +276,50 @@ struct SshExecutor::Impl {
     return nullptr;
   }
 
+  // "it sent SHA256:..., known: SHA256:..." (OpenSSH's form of fingerprint), as far as known.
+  static std::string key_fingerprints(Host& h) {
+    auto fingerprint = [](ssh_key key) -> std::string {
+      unsigned char* hash = nullptr;
+      size_t len = 0;
+      if (!key || ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &len) != 0)
+        return "?";
+      char* text = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, len);
+      std::string out = text ? text : "?";
+      ssh_string_free_char(text);
+      ssh_clean_pubkey_hash(&hash);
+      return std::string(ssh_key_type_to_char(ssh_key_type(key))) + " " + out;
+    };
+    ssh_key sent = nullptr;
+    (void)ssh_get_server_publickey(h.session, &sent);
+    std::string out = "it sent " + fingerprint(sent);
+    ssh_key_free(sent);
+    // The known keys: this host's lines of known_hosts (plain names; hashed ones cannot be
+    // matched without the key being asked for).
+    std::string names =
+        h.cfg.port == 22 ? h.cfg.host : "[" + h.cfg.host + "]:" + std::to_string(h.cfg.port);
+    auto split = [](const std::string& text, char sep) {
+      std::vector<std::string> parts;
+      size_t start = 0;
+      for (size_t at; (at = text.find(sep, start)) != std::string::npos; start = at + 1)
+        parts.push_back(text.substr(start, at - start));
+      parts.push_back(text.substr(start));
+      return parts;
+    };
+    auto text = util::read_file(util::expand_user(h.cfg.known_hosts), 1 << 20);
+    for (const auto& line : split(text.value_or(""), '\n')) {
+      auto words = split(line, ' ');
+      if (words.size() < 3) continue;
+      auto hosts = split(words[0], ',');
+      if (std::find(hosts.begin(), hosts.end(), names) == hosts.end()) continue;
+      ssh_key known = nullptr;
+      if (ssh_pki_import_pubkey_base64(words[2].c_str(), ssh_key_type_from_name(words[1].c_str()),
+                                       &known) == 0)
+        out += ", known: " + fingerprint(known);
+      ssh_key_free(known);
+    }
+    return out;
+  }
+
   std::string ssh_words(const Host& h) const {
     std::string w = "ssh -o ControlMaster=no -o ControlPath=" + h.control_path +
                     " -o BatchMode=yes -p " + std::to_string(h.cfg.port);
@@ -436,8 +481,9 @@ struct SshExecutor::Impl {
         break;
       case SSH_KNOWN_HOSTS_CHANGED:
       case SSH_KNOWN_HOSTS_OTHER:
-        return fail("its host key differs from the one in ", kh,
-                    ": refused (possible man-in-the-middle; remove the old key if the host "
+        h.key_changed = true;
+        return fail("its host key differs from the one in ", kh, " (", key_fingerprints(h),
+                    "): refused (possible man-in-the-middle; remove the old key if the host "
                     "was reinstalled)");
       case SSH_KNOWN_HOSTS_UNKNOWN:
       case SSH_KNOWN_HOSTS_NOT_FOUND:
@@ -647,15 +693,23 @@ struct SshExecutor::Impl {
           host_events.emplace_back(std::in_place_type<HostEvent>, HostEvent{h.cfg.name, true});
           continue;
         }
-        spdlog::debug("host {}: reconnect failed: {}", h.cfg.name,
-                      h.reconnect_result.error().message);
+        if (h.key_changed) {
+          spdlog::error("host {}: {}; it is not used again in this run", h.cfg.name,
+                        h.reconnect_result.error().message);
+        } else {
+          spdlog::debug("host {}: reconnect failed: {}", h.cfg.name,
+                        h.reconnect_result.error().message);
+        }
         h.backoff = std::min(h.backoff * 2, 10.0);
         h.next_retry = now + h.backoff;
       }
-      if (!h.lost && now - h.down_since > opts.host_timeout_s) {
+      if (!h.lost && (h.key_changed || now - h.down_since > opts.host_timeout_s)) {
         h.lost = true;
-        spdlog::warn("host {}: unreachable for {:.0f} s: its trials are re-queued", h.cfg.name,
-                     now - h.down_since);
+        if (h.key_changed)
+          spdlog::warn("host {}: its host key changed: its trials are re-queued", h.cfg.name);
+        else
+          spdlog::warn("host {}: unreachable for {:.0f} s: its trials are re-queued", h.cfg.name,
+                       now - h.down_since);
         for (auto it = runs.begin(); it != runs.end();) {
           Run& r = it->second;
           if (r.host != &h || r.exited) {
@@ -666,14 +720,15 @@ struct SshExecutor::Impl {
           ExitInfo info;
           info.attempt = r.attempt;
           info.reason = "host_lost";
-          info.error = "host " + h.cfg.name + " unreachable for " +
-                       util::format_short(now - h.down_since) + " s";
+          info.error = h.key_changed ? "host " + h.cfg.name + ": its host key changed"
+                                     : "host " + h.cfg.name + " unreachable for " +
+                                           util::format_short(now - h.down_since) + " s";
           exits.emplace_back(std::in_place_type<ExitEvent>, ExitEvent{it->first, info});
           drop_sync(r);
           it = runs.erase(it);
         }
       }
-      if (!h.reconnect.joinable() && now >= h.next_retry) {
+      if (!h.reconnect.joinable() && now >= h.next_retry && !h.key_changed) {
         h.close();
         h.reconnect_done = false;
         h.reconnect = std::thread([this, &h] {

@@ -3,6 +3,7 @@ is a network namespace with its own address and a private storage dir, so the he
 worker's files only through ssh/rsync. (Where namespaces cannot be made, the script falls back
 to sshd's on loopback ports and the tests say so.)"""
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -433,6 +434,40 @@ class SshTest(TuneTest):
         self.assertIn(self.known_hosts, refused[0])
         self.assertTrue(all(t["status"] == "TERMINATED" and not t["host"].startswith(bad)
                             for t in self.trials("keys2")))
+
+
+    def test_a_host_key_that_changes_mid_run_is_named_with_both_fingerprints(self):
+        # Worker 2's sshd comes back with a new host key while its trials run: the driver says
+        # so (OpenSSH's SHA256 fingerprints, the one it sent and the known one), stops using
+        # the host, and its trials finish elsewhere.
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: rekeyed
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: {{grid_search: [1, 2, 3, 4]}}, steps: 30, sleep: 0.2}}
+            host_timeout_s: 600
+            hosts:
+            """) + self.host_lines() + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        bad = self.hosts["hosts"][1]["host"]
+        self.wait_for(lambda: any(t["status"] == "RUNNING" and t["host"].startswith(bad)
+                                  for t in self.trials("rekeyed")), timeout=60,
+                      what="a trial running on worker 2")
+        for step in ("rekey", "kill", "start"):  # new key; drop the sessions; listen again
+            p = subprocess.run([SCRIPT, step, self.hosts_dir, "2"], capture_output=True,
+                               text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        out, err = run.communicate(timeout=300)
+        self.assertEqual(run.returncode, 0, err)
+        named = [l for l in err.splitlines() if "host key differs" in l]
+        self.assertEqual(len(named), 1, err)  # once, not at every retry
+        self.assertRegex(named[0], r"it sent ssh-ed25519 SHA256:\S+, known: ssh-ed25519 SHA256:\S+")
+        self.assertIn("not used again", named[0])
+        sent, known = re.findall(r"SHA256:(\S+?)[,)]", named[0])[:2]
+        self.assertNotEqual(sent, known)
+        for t in self.trials("rekeyed"):
+            self.assertEqual(t["status"], "TERMINATED", t.get("error"))
+            self.assertEqual(self.iterations("rekeyed", t), list(range(1, 31)))
 
 
 if __name__ == "__main__":
