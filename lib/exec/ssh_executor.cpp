@@ -30,8 +30,9 @@ namespace tune::exec {
 
 namespace {
 
-constexpr double kPollPeriod = 0.2;      // remote output and exits are looked at this often
-constexpr size_t kReadChunk = 4u << 20;  // per trial per poll
+constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
+constexpr double kPollPeriod = 0.2;       // remote output and exits are looked at this often
+constexpr size_t kReadChunk = 4u << 20;   // per trial per poll
 constexpr const char* kBinDir = ".tune-bin";
 
 double clock_s(clockid_t id) {
@@ -739,6 +740,70 @@ struct SshExecutor::Impl {
     }
   }
 
+  // Every kSupervisorCheck seconds, per host: are the supervisors of its running attempts
+  // alive? One that is gone without an exit record (killed, or it could not write the record,
+  // e.g. on a full disk) ends its attempt as supervisor_died, instead of a wait forever.
+  double last_supervisor_check = 0;
+  void check_supervisors(double now) {
+    if (now - last_supervisor_check < kSupervisorCheck) return;
+    last_supervisor_check = now;
+    for (auto& host : hosts) {
+      Host& h = *host;
+      if (!h.up) continue;
+      std::string cmd;
+      std::vector<Run*> asked;
+      for (auto& [id, r] : runs) {
+        if (r.host != &h || r.exit || r.exited || r.sup_pid <= 0) continue;
+        // "G PID" if gone (its command line names the trial dir: a reused pid does not pass);
+        // else, while the trial's pid is not known, "C PID CHILD" (to end it if need be).
+        std::string p = std::to_string(r.sup_pid);
+        cmd += "if grep -qaF -- " + q(r.dir) + " /proc/" + p + "/cmdline 2>/dev/null; then " +
+               (r.child_pid ? std::string(":")
+                            : "echo C " + p + " $(cat /proc/" + p + "/task/" + p +
+                                  "/children 2>/dev/null)") +
+               "; else echo G " + p + "; fi; ";
+        asked.push_back(&r);
+      }
+      if (asked.empty()) continue;
+      std::string out;
+      auto st = h.shell_run(cmd + "true", &out);
+      if (!st || *st != 0) continue;  // the host is checked by tend_hosts
+      std::set<int> gone;
+      std::map<int, int> children;
+      for (size_t at = 0; at < out.size();) {
+        size_t nl = out.find('\n', at);
+        if (nl == std::string::npos) nl = out.size();
+        int pid = 0, child = 0;
+        char kind = 0;
+        int n = std::sscanf(out.c_str() + at, "%c %d %d", &kind, &pid, &child);
+        if (n >= 2 && kind == 'G') gone.insert(pid);
+        if (n == 3 && kind == 'C' && child > 0) children[pid] = child;
+        at = nl + 1;
+      }
+      for (Run* r : asked) {
+        if (auto c = children.find(r->sup_pid); c != children.end()) r->child_pid = c->second;
+        if (!gone.count(r->sup_pid)) continue;
+        read_exit(*r);  // it may have written the record just before it exited
+        if (r->exit) continue;
+        ExitInfo info;
+        info.attempt = r->attempt;
+        info.reason = "supervisor_died";
+        info.error = "the trial's supervisor on " + h.cfg.name +
+                     " is gone without recording the trial's exit (killed, or the host's disk "
+                     "is full)";
+        info.pid = r->child_pid;
+        spdlog::warn("trial {}: {}{}", r->head_dir.filename().string(), info.error,
+                     r->child_pid ? "; ending its trial, pid " + std::to_string(*r->child_pid)
+                                  : std::string("; its trial's pid is not known"));
+        // Its trial may still run (it leads its own process group): end it, so that a retry
+        // never runs beside it.
+        if (r->child_pid && *r->child_pid > 0)
+          (void)h.shell_run("kill -KILL -" + std::to_string(*r->child_pid) + " 2>/dev/null; true");
+        r->exit = std::move(info);
+      }
+    }
+  }
+
   // This attempt's exit, if its supervisor recorded it; a record it did not write is ignored,
   // with a warning once per attempt.
   void read_exit(Run& r) {
@@ -986,6 +1051,7 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
   }
   impl.last_poll = t;
   impl.tend_hosts(t, exits);
+  impl.check_supervisors(t);
   std::vector<std::string> done;
   for (auto& [id, r] : impl.runs) {
     Host& h = *r.host;

@@ -470,5 +470,47 @@ class SshTest(TuneTest):
             self.assertEqual(self.iterations("rekeyed", t), list(range(1, 31)))
 
 
+    def test_a_killed_remote_supervisor_ends_its_attempt_and_the_retry_runs_alone(self):
+        # kill -9 of the supervisor on the worker: no exit record will come. The driver notices
+        # within seconds, ends the attempt's trial, and the retry is the only one running.
+        self.write("quiet.py", """
+            import json, os, time, tune_trial
+            tune_trial.report({"attempt": int(os.environ.get("TUNE_TRIAL_ATTEMPT", "0"))})
+            time.sleep(60 if not os.path.exists(os.environ["TUNE_TRIAL_DIR"] + "/again") else 0)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: supkill
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'quiet.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            failure_config: {{max_failures: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: [t.get("iteration", 0) for t in self.trials("supkill")] == [1],
+                      timeout=60, what="the trial's first result")
+        def supervisors():
+            out = subprocess.run(["pgrep", "-f", "tune-supervisor .*supkill"], capture_output=True,
+                                 text=True).stdout.split()
+            return [int(p) for p in out]
+        sups = supervisors()
+        self.assertEqual(len(sups), 1, sups)
+        trial_pids = subprocess.run(["pgrep", "-P", str(sups[0])], capture_output=True,
+                                    text=True).stdout.split()
+        self.assertEqual(len(trial_pids), 1)
+        # the next attempt must not sleep: mark it through the worker's trial dir
+        d = self.worker_dir(0, "supkill", self.trials("supkill")[0]["trial_name"])
+        open(os.path.join(d, "again"), "w").close()
+        os.kill(sups[0], 9)
+        out, err = run.communicate(timeout=60)
+        self.assertEqual(run.returncode, 0, err)
+        t = self.trials("supkill")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2))
+        with open(os.path.join(self.exp_dir("supkill"), "tune.log")) as f:
+            self.assertIn("is gone without recording the trial's exit", f.read())
+        self.assertFalse(os.path.exists("/proc/" + trial_pids[0]),
+                         "the first attempt's trial still runs beside the retry")
+
+
 if __name__ == "__main__":
     unittest.main()
