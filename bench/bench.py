@@ -9,13 +9,16 @@ Each figure is printed as a ratio against a baseline measured in the same run:
               (result.json and progress.csv written), against the rate `cat` alone reaches into a file
   state       10,000 trials x 100 results: state write (steady state vs every trial serialized),
               load, resume start-up (as the driver logs it), driver peak RSS
+  stall       the driver loop's longest stall while a trial hands over a 30,000-file checkpoint
+              from tmpfs (copied off the loop), vs `cp -r` of the same tree (what the stall would be
+              if the loop copied it)
   inspect     `tune ls` and `tune status` on a finished 5,000-trial state with 10 KB configs (time
               and peak RSS) vs reading the whole state (`ls` on the same state without its summary
               header, as written by an older tune; `checkpoints ls`, which loads the whole state as
               `status` did before it streamed)
 
   bench/bench.py [--launch-trials 1000] [--results 1000000] [--repeat 3] [--json out.json]
-                 [--state-trials 10000] [--only state|ssh|inspect|launch] [--baseline-tune BIN]
+                 [--state-trials 10000] [--only state|ssh|inspect|launch|stall] [--baseline-tune BIN]
 
 The launch figure is measured twice: with the experiment dir beside the bench's temp dir (the
 disk), and on /dev/shm (tmpfs), since each trial creates a handful of files and file creation
@@ -89,6 +92,52 @@ def bench_launch(tmp, trials, repeat, storage_root=None, tune=None):
     for d in made:
         shutil.rmtree(d, ignore_errors=True)
     return out
+
+
+def bench_stall(tmp, files=30000, repeat=3):
+    """The loop's longest stall while a trial hands over a checkpoint of `files` small files from
+    tmpfs to the disk (copied off the loop), as tune.log reports it; baseline: `cp -r` of the
+    same tree to the same disk, i.e. how long the loop would have stalled had it copied."""
+    shm = tempfile.mkdtemp(prefix="tune-bench-stall-", dir="/dev/shm")
+    try:
+        src = os.path.join(shm, "tree")
+        os.makedirs(src)
+        for i in range(files):
+            with open(os.path.join(src, "f%05d" % i), "w") as f:
+                f.write("x" * 64)
+        script = os.path.join(tmp, "stall.py")
+        with open(script, "w") as f:
+            f.write("import json, os, shutil, sys, time\n"
+                    "if sys.argv[1] == '1':\n"
+                    "    d = os.path.join(os.environ['TMPDIR'], 'ck')\n"
+                    "    shutil.copytree(%r, d)\n"
+                    "    print(json.dumps({'i': 1, 'checkpoint': d}), flush=True)\n"
+                    "    sys.exit(0)\n"
+                    "for i in range(1, 81):\n"
+                    "    print(json.dumps({'i': i}), flush=True)\n"
+                    "    time.sleep(0.05)\n" % src)
+        yaml = os.path.join(tmp, "stall.yaml")
+        with open(yaml, "w") as f:
+            f.write("name: stall\ntrial: {command: [%s, %s, \"{x}\"]}\n"
+                    "param_space: {x: {grid_search: [1, 2]}}\n" % (json.dumps(sys.executable), json.dumps(script)))
+        stalls, copies = [], []
+        for _ in range(repeat):
+            storage = tempfile.mkdtemp(dir=tmp)
+            run_tmp = tempfile.mkdtemp(dir=shm)
+            env = dict(os.environ, TMPDIR=run_tmp)
+            subprocess.run([TUNE, "run", yaml, "--quiet", "--storage-path", storage], check=True,
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(os.path.join(storage, "stall", "tune.log")) as f:
+                import re
+                stalls.append(float(re.findall(r"longest loop stall: (\d+) ms", f.read())[-1]) / 1000)
+            dest = os.path.join(tempfile.mkdtemp(dir=tmp), "copy")
+            t0 = time.monotonic()
+            subprocess.run(["cp", "-r", src, dest], check=True)
+            copies.append(time.monotonic() - t0)
+        return {"files": files, "stall_s": statistics.median(stalls), "stall_max_s": max(stalls),
+                "copy_s": statistics.median(copies)}
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
 
 
 def print_launch(label, launch):
@@ -257,12 +306,22 @@ def main():
     ap.add_argument("--json", help="write the figures here as JSON")
     ap.add_argument("--state-trials", type=int, default=10000)
     ap.add_argument("--baseline-tune", help="launch: also run this (older) tune binary, for a ratio in the same run")
-    ap.add_argument("--only", choices=["state", "ssh", "inspect", "launch"], help="run only this workload")
+    ap.add_argument("--only", choices=["state", "ssh", "inspect", "launch", "stall"], help="run only this workload")
     a = ap.parse_args()
     if a.only == "inspect":
         tmp = tempfile.mkdtemp(prefix="tune-bench-")
         try:
             print_inspect(bench_inspect(tmp, repeat=a.repeat))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
+    if a.only == "stall":
+        tmp = tempfile.mkdtemp(prefix="tune-bench-")
+        try:
+            r = bench_stall(tmp, repeat=a.repeat)
+            print("%-44s %11.3fs %11.3fs %9.3fx  (median of %d; max stall %.3f s; target <= 0.2 s)" % (
+                "stall: %d-file checkpoint, tmpfs -> disk" % r["files"], r["stall_s"], r["copy_s"],
+                r["stall_s"] / r["copy_s"], a.repeat, r["stall_max_s"]))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <optional>
 
 #include "state/seal.hpp"
@@ -65,6 +66,23 @@ struct Reader {
     if (it == j.end()) {
       if (ok) err = {where + ": " + ctx + ": missing '" + key + "'"}, ok = false;
       return T{};
+    }
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // nlohmann converts a float (or an out-of-range integer) with a plain cast, undefined
+      // behaviour for 1e300: accept only integers that fit.
+      bool fits = false;
+      if (it->is_number_unsigned())
+        fits = it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+      else if (it->is_number_integer())
+        fits = it->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+               (it->get<int64_t>() < 0 ||
+                static_cast<uint64_t>(it->get<int64_t>()) <=
+                    static_cast<uint64_t>(std::numeric_limits<T>::max()));
+      if (!fits) {
+        if (ok)
+          err = {where + ": " + ctx + ": '" + key + "' is not an integer in range"}, ok = false;
+        return T{};
+      }
     }
     try {
       return it->get<T>();
