@@ -218,7 +218,10 @@ int CheckpointsLsCommand::execute() {
                   on_head(r) ? "yes" : "no");
     std::cout << line << util::printable(r.trial->config.dump(), 80) << "\n";
   }
-  std::cout << "best: " << path_of(rows.front()) << "\n";
+  std::cout << "best: " << path_of(rows.front())
+            << (on_head(rows.front()) ? ""
+                                      : "  (not on the head: on " + rows.front().trial->host + ")")
+            << "\n";
   return kExitOk;
 }
 
@@ -247,7 +250,19 @@ int CheckpointsBestCommand::execute() {
   if (metric && !rows.front().score)
     throw Fatal("no checkpoint of '" + s.name + "' has a score for '" + *metric + "'",
                 kExitTrialError);
-  std::cout << (dir / rows.front().trial->name / rows.front().ckpt->dir_name()).string() << "\n";
+  // Never a path that does not exist: a checkpoint saved on an SSH host may not be pulled yet.
+  const auto& best = rows.front();
+  fs::path path = dir / best.trial->name / best.ckpt->dir_name();
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    bool remote = !best.trial->host.empty() && best.trial->host != util::host_name();
+    throw Fatal("the best checkpoint, " + best.trial->name + "/" + best.ckpt->dir_name() +
+                    (remote ? ", is on host " + best.trial->host +
+                                  " and not on the head yet (a resume of the experiment pulls it)"
+                            : ", is missing from the head (" + path.string() + ")"),
+                kExitTrialError);
+  }
+  std::cout << path.string() << "\n";
   return kExitOk;
 }
 

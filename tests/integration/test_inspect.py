@@ -48,6 +48,28 @@ class BestSkipsErroredTest(TuneTest):
                                   "--include-errored", check=0).stdout)
         self.assertEqual([r["path"] for r in ls], [bad, good])
 
+    def test_best_never_prints_a_path_that_does_not_exist(self):
+        # The state names a checkpoint the head has no copy of (moved away here; for one saved
+        # on an SSH host and not pulled yet see test_ssh): best says so, prints no path.
+        self.write("report.py", ERRORS_BEST)
+        self.write("exp.yaml", """
+            name: remote
+            trial: {command: ["%s", "report.py"]}
+            param_space: {x: {grid_search: [1, 2]}}
+            metric: loss
+            mode: min
+            failure_config: {max_failures: 0}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=1)
+        by_x = {t["config"]["x"]: t for t in self.trials("remote")}
+        good = os.path.join(self.exp_dir("remote"), by_x[2]["trial_name"], "checkpoint_000001")
+        os.rename(good, good + ".away")
+        r = self.tune("checkpoints", "best", "remote", check=1)
+        self.assertEqual(r.stdout, "")
+        self.assertIn("is missing from the head", r.stderr)
+        os.rename(good + ".away", good)
+        self.assertEqual(self.tune("checkpoints", "best", "remote", check=0).stdout, good + "\n")
+
 
 class ConcurrencyNoteTest(TuneTest):
     def test_capped_concurrency_is_explained_in_log_and_table_header(self):

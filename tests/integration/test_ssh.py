@@ -400,6 +400,14 @@ class SshTest(TuneTest):
             sockets = [f for f in os.listdir(os.path.join(self.exp_dir("killedsync"), ".tune"))
                        if f.endswith(".sock")]
             self.assertEqual(sockets, [])
+            # The checkpoint being copied is not on the head: `best` never prints a path that
+            # does not exist (it prints one that does, or says where the checkpoint is).
+            best = self.tune("checkpoints", "best", "killedsync")
+            if best.returncode == 0:
+                self.assertTrue(os.path.isdir(best.stdout.strip()), best.stdout)
+            else:
+                self.assertEqual(best.stdout, "")
+                self.assertRegex(best.stderr, r"is on host \S+ and not on the head yet|no checkpoints")
         finally:
             subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         self.assertTrue(os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")))
