@@ -160,6 +160,10 @@ void Controller::prepare_restart(trial::Trial& t) {
   reconcile_checkpoints(t, false, nullptr);
 }
 
+std::string Controller::host_of(const Placement& p) const {
+  return pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
+}
+
 bool Controller::launch(trial::Trial& t, const Placement& p) {
   fs::path dir = trial_dir(t);   // the executor makes it (off this loop where it can)
   Runtime& rt = running_[t.id];  // a fresh runtime for this attempt
@@ -176,7 +180,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   }
   t.status = Status::kRunning;
   t.reason = trial::Reason::kNone;
-  t.host = pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
+  t.host = host_of(p);
   t.error.clear();
 
   exec::Launch l;
@@ -230,6 +234,9 @@ void Controller::launch_ready() {
     }
     trial::Trial& next = state_.trials[at];
     next.gpu_ids = placement->gpu_ids;
+    // Where it runs is written ahead with the rest (journal line or state), so that a resume
+    // after a crash at any instant looks for the attempt on the right host.
+    next.host = host_of(*placement);
     next.attempt_started = ex_.wall_time();
     if (next.attempt > 0) {
       prepare_restart(next);

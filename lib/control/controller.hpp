@@ -97,6 +97,8 @@ class Controller {
   // The oldest pending trial whose retry back-off has passed, by index.
   [[nodiscard]] std::optional<size_t> next_pending(double now) const;
   bool launch(trial::Trial& t, const Placement& p);
+  // The host name a placement puts a trial on (as the state records it).
+  [[nodiscard]] std::string host_of(const Placement& p) const;
   // A retried or resumed attempt restarts from the latest checkpoint: later results are
   // dropped (each training_iteration is recorded once) and stray checkpoint dirs removed.
   void prepare_restart(trial::Trial& t);

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <optional>
+#include <type_traits>
 
 #include "state/seal.hpp"
 #include "util/atomic_file.hpp"
@@ -75,9 +75,8 @@ struct Reader {
         fits = it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
       else if (it->is_number_integer())
         fits = it->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-               (it->get<int64_t>() < 0 ||
-                static_cast<uint64_t>(it->get<int64_t>()) <=
-                    static_cast<uint64_t>(std::numeric_limits<T>::max()));
+               (it->get<int64_t>() < 0 || static_cast<uint64_t>(it->get<int64_t>()) <=
+                                              static_cast<uint64_t>(std::numeric_limits<T>::max()));
       if (!fits) {
         if (ok)
           err = {where + ": " + ctx + ": '" + key + "' is not an integer in range"}, ok = false;
@@ -317,6 +316,7 @@ void replay(ExperimentState& s, const json& j) {
     if (l.contains("stdout_offset") && l["stdout_offset"].is_number_unsigned())
       t->stdout_offset = l["stdout_offset"].get<uint64_t>();
     if (l.contains("started") && l["started"].is_number()) t->attempt_started = l["started"];
+    if (l.contains("host") && l["host"].is_string()) t->host = l["host"].get<std::string>();
     t->gpu_ids.clear();
     if (l.contains("gpu_ids") && l["gpu_ids"].is_array())
       for (const auto& g : l["gpu_ids"])
@@ -352,7 +352,8 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
                  {"attempt", t.attempt},
                  {"stdout_offset", t.stdout_offset},
                  {"started", t.attempt_started},
-                 {"gpu_ids", t.gpu_ids}}}};
+                 {"gpu_ids", t.gpu_ids},
+                 {"host", t.host}}}};
   std::string text = seal_object(util::dump_json_ext(line)) + "\n";
   ssize_t n =
       ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed

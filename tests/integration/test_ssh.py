@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 
 from harness import PY, SOURCE, TuneTest
@@ -518,6 +519,34 @@ class SshTest(TuneTest):
             self.assertIn("is gone without recording the trial's exit", f.read())
         self.assertFalse(os.path.exists("/proc/" + trial_pids[0]),
                          "the first attempt's trial still runs beside the retry")
+
+
+    def test_a_driver_killed_right_after_a_remote_launch_finds_the_attempt_on_resume(self):
+        # kill -9 as soon as the remote supervisor runs (before any state write could name the
+        # host): the resume must re-attach attempt 1 on the worker, not start attempt 2 beside it.
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: early
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: {{grid_search: [1]}}, steps: 20, sleep: 0.1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        def supervisors():
+            return subprocess.run(["pgrep", "-f", "tune-supervisor .*early"], capture_output=True,
+                                  text=True).stdout.split()
+        deadline = time.time() + 60
+        while not supervisors() and time.time() < deadline:
+            time.sleep(0.005)
+        run.kill()
+        run.communicate()
+        self.assertTrue(supervisors(), "the remote attempt runs on without its driver")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        t = self.trials("early")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
+        self.assertEqual(self.iterations("early", t), list(range(1, 21)))
+        with open(os.path.join(self.exp_dir("early"), "tune.log")) as f:
+            self.assertIn("re-attached", f.read())
 
 
 if __name__ == "__main__":
