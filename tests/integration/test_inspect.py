@@ -22,18 +22,22 @@ sys.exit(1 if x == 1 else 0)
 
 
 class BestSkipsErroredTest(TuneTest):
-    def test_best_leaves_out_error_trials_unless_asked(self):
+    def run_errors_best(self, name):
+        """Runs ERRORS_BEST as experiment `name`; returns the run and its trials by x."""
         self.write("report.py", ERRORS_BEST)
         self.write("exp.yaml", """
-            name: errbest
+            name: %s
             trial: {command: ["%s", "report.py"]}
             param_space: {x: {grid_search: [1, 2]}}
             metric: loss
             mode: min
             failure_config: {max_failures: 0}
-        """ % PY)
+        """ % (name, PY))
         run = self.tune("run", "exp.yaml", "--quiet", check=1)
-        by_x = {t["config"]["x"]: t for t in self.trials("errbest")}
+        return run, {t["config"]["x"]: t for t in self.trials(name)}
+
+    def test_best_leaves_out_error_trials_unless_asked(self):
+        run, by_x = self.run_errors_best("errbest")
         self.assertEqual(by_x[1]["status"], "ERROR")
         self.assertEqual(by_x[2]["status"], "TERMINATED")
         good = os.path.join(self.exp_dir("errbest"), by_x[2]["trial_name"], "checkpoint_000001")
@@ -51,17 +55,7 @@ class BestSkipsErroredTest(TuneTest):
     def test_best_never_prints_a_path_that_does_not_exist(self):
         # The state names a checkpoint the head has no copy of (moved away here; for one saved
         # on an SSH host and not pulled yet see test_ssh): best says so, prints no path.
-        self.write("report.py", ERRORS_BEST)
-        self.write("exp.yaml", """
-            name: remote
-            trial: {command: ["%s", "report.py"]}
-            param_space: {x: {grid_search: [1, 2]}}
-            metric: loss
-            mode: min
-            failure_config: {max_failures: 0}
-        """ % PY)
-        self.tune("run", "exp.yaml", "--quiet", check=1)
-        by_x = {t["config"]["x"]: t for t in self.trials("remote")}
+        _, by_x = self.run_errors_best("remote")
         good = os.path.join(self.exp_dir("remote"), by_x[2]["trial_name"], "checkpoint_000001")
         os.rename(good, good + ".away")
         r = self.tune("checkpoints", "best", "remote", check=1)
