@@ -26,8 +26,12 @@ std::optional<LedgerEntry> entry_from_json(const json& j) {
   if (!j.is_object()) return std::nullopt;
   try {
     LedgerEntry e;
-    e.pid = j.at("pid").get<pid_t>();
-    e.start_ticks = j.at("start").get<uint64_t>();
+    // (integers only: nlohmann casts a float to an integer type, undefined for 1e300)
+    const json &pid = j.at("pid"), &start = j.at("start");
+    if (!pid.is_number_integer() || !start.is_number_unsigned()) return std::nullopt;
+    if (pid.get<int64_t>() <= 0 || pid.get<int64_t>() > INT32_MAX) return std::nullopt;
+    e.pid = static_cast<pid_t>(pid.get<int64_t>());
+    e.start_ticks = start.get<uint64_t>();
     e.exp_dir = j.at("exp").get<std::string>();
     e.cpus = j.at("cpus").get<double>();
     for (auto it = j.at("gpus").begin(); it != j.at("gpus").end(); ++it)

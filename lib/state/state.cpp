@@ -55,6 +55,35 @@ json trial_to_json(const trial::Trial& t) {
           {"gpu_ids", t.gpu_ids}};
 }
 
+// Whether `j` converts to T without nlohmann's plain cast of a float (or an out-of-range
+// integer) to an integer type, undefined behaviour for 1e300: for integer types (and vectors of
+// them) only integers that fit pass; anything else is left to get<T>() and its type checks.
+template <typename T>
+struct is_vector : std::false_type {};
+template <typename U, typename A>
+struct is_vector<std::vector<U, A>> : std::true_type {};
+
+template <typename T>
+bool fits_integers(const json& j) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (j.is_number_unsigned())
+      return j.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+    if (j.is_number_integer()) {
+      int64_t v = j.get<int64_t>();
+      return v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+             (v < 0 ||
+              static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+    }
+    return false;
+  } else if constexpr (is_vector<T>::value) {
+    if (!j.is_array()) return true;  // get<T>() refuses it
+    return std::all_of(j.begin(), j.end(),
+                       [](const json& e) { return fits_integers<typename T::value_type>(e); });
+  } else {
+    return true;
+  }
+}
+
 struct Reader {
   const std::string& where;
   Error err;
@@ -67,21 +96,9 @@ struct Reader {
       if (ok) err = {where + ": " + ctx + ": missing '" + key + "'"}, ok = false;
       return T{};
     }
-    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      // nlohmann converts a float (or an out-of-range integer) with a plain cast, undefined
-      // behaviour for 1e300: accept only integers that fit.
-      bool fits = false;
-      if (it->is_number_unsigned())
-        fits = it->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
-      else if (it->is_number_integer())
-        fits = it->get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-               (it->get<int64_t>() < 0 || static_cast<uint64_t>(it->get<int64_t>()) <=
-                                              static_cast<uint64_t>(std::numeric_limits<T>::max()));
-      if (!fits) {
-        if (ok)
-          err = {where + ": " + ctx + ": '" + key + "' is not an integer in range"}, ok = false;
-        return T{};
-      }
+    if (!fits_integers<T>(*it)) {
+      if (ok) err = {where + ": " + ctx + ": '" + key + "' is not an integer in range"}, ok = false;
+      return T{};
     }
     try {
       return it->get<T>();

@@ -2,10 +2,16 @@
 // lost or misattributed results found by attacking the driver), driven by the FakeExecutor.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <fstream>
+
 #include "checkpoint/adopt.hpp"
+#include "control/ledger.hpp"
 #include "controller_fixtures.hpp"
 #include "state/state.hpp"
 #include "util/fs.hpp"
+#include "util/process.hpp"
 
 using namespace tune;
 using testing::FakeContext;
@@ -302,4 +308,29 @@ TEST_CASE("item 6: a checkpoint copied in on the file worker is registered befor
     CHECK_FALSE(fs::exists(e.dir() / t.name / "checkpoint_000001"));  // retention
     CHECK(fs::exists(d.path / "tmp" / (t.id + "_1") / "i"));          // the sources stay
   }
+}
+
+TEST_CASE("the CPU/GPU ledger skips lines with numbers that are not integers in range",
+          "[hardening]") {
+  char tmpl[] = "/tmp/tune-ledger-XXXXXX";
+  std::filesystem::path dir = ::mkdtemp(tmpl);
+  // This process is alive: a well-formed line of it counts, mangled ones never do (and never
+  // cast 1e300 to a pid: undefined behaviour, caught under UBSan's float-cast-overflow).
+  auto start = tune::util::process_start_ticks(::getpid());
+  std::string me = std::to_string(::getpid()), ticks = std::to_string(start);
+  {
+    std::ofstream f(dir / "ledger.json");
+    f << R"({"pid":1e300,"start":)" << ticks << R"(,"exp":"/x","cpus":1,"gpus":{}})"
+      << "\n"
+      << R"({"pid":)" << me << R"(,"start":1e300,"exp":"/y","cpus":1,"gpus":{}})"
+      << "\n"
+      << R"({"pid":-5,"start":)" << ticks << R"(,"exp":"/z","cpus":1,"gpus":{}})"
+      << "\n"
+      << R"({"pid":)" << me << R"(,"start":)" << ticks << R"(,"exp":"/ok","cpus":2,"gpus":{}})"
+      << "\n";
+  }
+  auto live = tune::control::Ledger::read_live(dir);
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].exp_dir == "/ok");
+  std::filesystem::remove_all(dir);
 }

@@ -93,6 +93,11 @@ TEST_CASE("foreign, versioned and hostile states are refused", "[state]") {
   j = state::to_json(sample());
   j["trials"][0]["attempt"] = 1e300;
   CHECK(!state::from_json(j, "f"));
+  j = state::to_json(sample());
+  j["trials"][0]["gpu_ids"] = {0, 7.7e38};  // found by the fuzzer too, in a list
+  REQUIRE(!state::from_json(j, "f"));
+  CHECK(state::from_json(j, "f").error().message.find("'gpu_ids' is not an integer in range") !=
+        std::string::npos);
 }
 
 TEST_CASE("NaN and Infinity of results survive the state file and the journal", "[state]") {
