@@ -754,14 +754,17 @@ struct SshExecutor::Impl {
       std::vector<Run*> asked;
       for (auto& [id, r] : runs) {
         if (r.host != &h || r.exit || r.exited || r.sup_pid <= 0) continue;
-        // "G PID" if gone (its command line names the trial dir: a reused pid does not pass);
-        // else, while the trial's pid is not known, "C PID CHILD" (to end it if need be).
+        // "G PID" if gone: no such process, or a zombie (by its state in /proc/PID/stat; not
+        // by its command line, which is the shell's until the supervisor is exec'd); else,
+        // while the trial's pid is not known, "C PID CHILD" (to end it if need be).
         std::string p = std::to_string(r.sup_pid);
-        cmd += "if grep -qaF -- " + q(r.dir) + " /proc/" + p + "/cmdline 2>/dev/null; then " +
-               (r.child_pid ? std::string(":")
-                            : "echo C " + p + " $(cat /proc/" + p + "/task/" + p +
-                                  "/children 2>/dev/null)") +
-               "; else echo G " + p + "; fi; ";
+        cmd +=
+            "s=$(sed 's/.*) //' /proc/" + p + "/stat 2>/dev/null | cut -c1); " +
+            "if [ -z \"$s\" ] || [ \"$s\" = Z ] || [ \"$s\" = X ]; then echo G " + p + "; else " +
+            (r.child_pid
+                 ? std::string(":")
+                 : "echo C " + p + " $(cat /proc/" + p + "/task/" + p + "/children 2>/dev/null)") +
+            "; fi; ";
         asked.push_back(&r);
       }
       if (asked.empty()) continue;
@@ -794,11 +797,14 @@ struct SshExecutor::Impl {
         info.pid = r->child_pid;
         spdlog::warn("trial {}: {}{}", r->head_dir.filename().string(), info.error,
                      r->child_pid ? "; ending its trial, pid " + std::to_string(*r->child_pid)
-                                  : std::string("; its trial's pid is not known"));
-        // Its trial may still run (it leads its own process group): end it, so that a retry
-        // never runs beside it.
+                                  : std::string("; ending its trial's session"));
+        // Its trial may still run: end it, so that a retry never runs beside it. The
+        // supervisor led its own session, which the trial's processes stay in (pkill -s), and
+        // the trial leads its own process group (when its pid is known).
+        std::string end = "pkill -KILL -s " + std::to_string(r->sup_pid) + " 2>/dev/null; ";
         if (r->child_pid && *r->child_pid > 0)
-          (void)h.shell_run("kill -KILL -" + std::to_string(*r->child_pid) + " 2>/dev/null; true");
+          end += "kill -KILL -" + std::to_string(*r->child_pid) + " 2>/dev/null; ";
+        (void)h.shell_run(end + "true");
         r->exit = std::move(info);
       }
     }

@@ -517,7 +517,13 @@ class SshTest(TuneTest):
         self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2))
         with open(os.path.join(self.exp_dir("supkill"), "tune.log")) as f:
             self.assertIn("is gone without recording the trial's exit", f.read())
-        self.assertFalse(os.path.exists("/proc/" + trial_pids[0]),
+        def running(pid):  # (a zombie, not reaped yet, has ended)
+            try:
+                with open("/proc/%s/stat" % pid) as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            except (FileNotFoundError, IndexError):
+                return False
+        self.assertFalse(running(trial_pids[0]),
                          "the first attempt's trial still runs beside the retry")
 
 
