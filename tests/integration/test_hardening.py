@@ -117,7 +117,8 @@ class HardeningTest(TuneTest):
             start = int(open(os.path.join(ck, "i")).read()) if ck else 0
             for i in range(start + 1, 21):
                 d = os.path.join(os.environ["TUNE_TRIAL_DIR"], "ck%d" % i)
-                os.makedirs(d)
+                # (exist_ok: SIGTERM may come between making it and reporting it)
+                os.makedirs(d, exist_ok=True)
                 open(os.path.join(d, "i"), "w").write(str(i))
                 tune_trial.report({"i": i}, checkpoint_dir=d)
                 time.sleep(0.1)
