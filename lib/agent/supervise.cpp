@@ -379,13 +379,14 @@ int supervise(const Attempt& a, const Sinks& sinks) {
 
   const std::string name = json_escape(trial_name(a.dir));
   const std::string me = std::to_string(::getpid());
+  // (read once: this process's start time, as the log's lines give it)
+  const std::string who = ",\"supervisor\":" + me +
+                          ",\"supervisor_started\":" + std::to_string(start_ticks(::getpid()));
   // First of all, the attempt log names this supervisor: from here on a driver that resumes
   // finds the attempt (the agent waits for this before it reads its next request, and a new
   // driver waits for the old agent to exit, so no launch the old driver asked for is missed).
   emit(sinks.log_fd, "{\"event\":\"supervising\",\"trial\":\"" + name +
-                         "\",\"attempt\":" + a.attempt + ",\"supervisor\":" + me +
-                         ",\"supervisor_started\":" + std::to_string(start_ticks(::getpid())) +
-                         "}");
+                         "\",\"attempt\":" + a.attempt + who + "}");
   if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
 
   std::string error;  // set: the attempt fails as an exec failure, with this in its record
@@ -439,9 +440,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
     }
     child_started = start_ticks(child);
     std::string start = "{\"event\":\"start\",\"trial\":\"" + name + "\",\"attempt\":" + a.attempt +
-                        ",\"supervisor\":" + me +
-                        ",\"supervisor_started\":" + std::to_string(start_ticks(::getpid())) +
-                        ",\"pid\":" + std::to_string(child) +
+                        who + ",\"pid\":" + std::to_string(child) +
                         ",\"started\":" + std::to_string(child_started);
     emit(sinks.log_fd, start + "}");
     emit(sinks.event_fd, start + ",\"id\":\"" + json_escape(a.id) + "\"}");

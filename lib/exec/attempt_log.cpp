@@ -5,9 +5,10 @@
 
 #include <cerrno>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <vector>
 
 #include "util/fs.hpp"
-#include "util/process.hpp"
 
 namespace tune::exec {
 
@@ -21,15 +22,32 @@ std::string key(std::string_view name, int attempt) {
 
 }  // namespace
 
-bool process_alive(int pid, uint64_t ticks) {
+bool supervisor_alive(int pid, uint64_t ticks) {
   if (pid <= 0 || ticks == 0) return false;
   auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
   if (!text) return false;
+  // Fields after the command name (which may hold spaces and parentheses): 3 state, 6 session,
+  // 22 start time.
   auto close = text->rfind(')');
-  if (close == std::string::npos || close + 2 >= text->size()) return false;
-  char state = (*text)[close + 2];
-  if (state == 'Z' || state == 'X') return false;  // ended, not reaped yet
-  return util::process_start_ticks(pid) == ticks;
+  if (close == std::string::npos) return false;
+  std::vector<std::string_view> fields;
+  std::string_view rest = std::string_view(*text).substr(close + 1);
+  for (size_t at = 0; fields.size() < 20 && at < rest.size();) {
+    size_t from = rest.find_first_not_of(' ', at);
+    if (from == std::string_view::npos) break;
+    size_t to = rest.find(' ', from);
+    if (to == std::string_view::npos) to = rest.size();
+    fields.push_back(rest.substr(from, to - from));
+    at = to;
+  }
+  if (fields.size() < 20) return false;
+  if (fields[0] == "Z" || fields[0] == "X") return false;  // ended, not reaped yet
+  if (fields[3] != std::to_string(pid)) return false;      // a supervisor leads its session
+  if (fields[19] != std::to_string(ticks)) return false;   // the pid was reused
+  // and it is a tune-agent process (a line naming the user's editor is not believed)
+  std::error_code ec;
+  auto exe = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).filename().string();
+  return !ec && exe.starts_with("tune-agent");
 }
 
 void AttemptLog::refresh() {
@@ -93,7 +111,8 @@ const LoggedAttempt* AttemptLog::find(std::string_view trial_name, int attempt) 
 std::unordered_map<std::string, int> AttemptLog::live() const {
   std::unordered_map<std::string, int> out;
   for (const auto& [k, a] : by_attempt_)
-    if (a.supervisor && process_alive(*a.supervisor, a.supervisor_started)) out[k] = *a.supervisor;
+    if (a.supervisor && supervisor_alive(*a.supervisor, a.supervisor_started))
+      out[k] = *a.supervisor;
   return out;
 }
 

@@ -3,7 +3,8 @@
 // trial's) and how it ended (the exit record, exit_record.hpp). Appended by many processes (one
 // write() per line); read back by a driver that re-attaches after a crash and by `tune status`.
 // Any process of the user can append to it: a start line is believed only while its supervisor
-// runs (pid and start time match), an exit line only with the attempt's nonce.
+// runs (pid and start time match, and it is a tune-agent process that leads its session), an
+// exit line only with the attempt's nonce.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,8 @@ class AttemptLog {
   std::unordered_map<std::string, LoggedAttempt> by_attempt_;
 };
 
-// Whether process `pid` runs (not a zombie) and started at `ticks`.
-[[nodiscard]] bool process_alive(int pid, uint64_t ticks);
+// Whether `pid` is a running supervisor that started at `ticks`: not a zombie, the leader of its
+// session, and a tune-agent process (what a start line in the log must name to be believed).
+[[nodiscard]] bool supervisor_alive(int pid, uint64_t ticks);
 
 }  // namespace tune::exec

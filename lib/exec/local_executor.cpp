@@ -256,7 +256,7 @@ struct LocalExecutor::Impl {
     bool refreshed = false;
     for (auto& [id, r] : runs) {
       if (r.via_agent || r.supervisor_gone || r.exit) continue;
-      if (r.supervisor && process_alive(*r.supervisor, r.supervisor_started)) continue;
+      if (r.supervisor && supervisor_alive(*r.supervisor, r.supervisor_started)) continue;
       if (!refreshed) log.refresh(), refreshed = true;
       if (const auto* a = log.find(r.name, r.attempt); a && a->exit)
         r.exit = check_record(r, *a->exit);
@@ -433,7 +433,7 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
   const LoggedAttempt* a = impl.log.find(r.name, r.attempt);
   if (!a) return Attached::kGone;
   Attached found = Attached::kGone;
-  if (a->supervisor && process_alive(*a->supervisor, a->supervisor_started)) {
+  if (a->supervisor && supervisor_alive(*a->supervisor, a->supervisor_started)) {
     found = Attached::kRunning;
     impl.supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
   } else if (a->exit) {
@@ -472,7 +472,8 @@ void LocalExecutor::stop(const std::string& trial_id, bool now) {
     if (now || r.stop == StopAsk::kNone) r.stop = now ? StopAsk::kKill : StopAsk::kTerm;
     return;
   }
-  if (!process_alive(*r.supervisor, r.supervisor_started)) return;  // gone; the pid may be reused
+  if (!supervisor_alive(*r.supervisor, r.supervisor_started))
+    return;  // gone; the pid may be reused
   ::kill(*r.supervisor, now ? SIGUSR1 : SIGTERM);
 }
 

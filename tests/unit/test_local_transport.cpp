@@ -15,6 +15,7 @@
 #include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
 #include "util/fs.hpp"
+#include "util/process.hpp"
 
 namespace fs = std::filesystem;
 using namespace tune;
@@ -171,6 +172,15 @@ TEST_CASE("local transport: attach finds running and ended attempts in the log, 
   CHECK(ex.attach(l_run).value() == exec::Attached::kRunning);
   CHECK(ex.attach(l_end).value() == exec::Attached::kEnded);
   CHECK(ex.attach(l_none).value() == exec::Attached::kGone);
+  // A start line anyone could append, naming a live process of the user with its real start
+  // time (this test process): not a supervisor, so never re-attached (and never signalled).
+  {
+    std::ofstream f(s.dir / exec::kAttemptLog, std::ios::app);
+    f << "{\"event\":\"start\",\"trial\":\"trial_forged\",\"attempt\":1,\"supervisor\":"
+      << ::getpid() << ",\"supervisor_started\":" << util::process_start_ticks(::getpid())
+      << ",\"pid\":" << ::getpid() << ",\"started\":1}\n";
+  }
+  CHECK(ex.attach(launch(s.dir, "forged", {})).value() == exec::Attached::kGone);
   auto wrong_attempt = launch(s.dir, "end", {}, 2);
   wrong_attempt.trial_id = "end2";
   CHECK(ex.attach(wrong_attempt).value() == exec::Attached::kGone);
