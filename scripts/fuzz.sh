@@ -3,7 +3,7 @@
 # its corpus (tests/fuzz/TARGET/corpus, where new interesting inputs are added). A crash is
 # written to tests/fuzz/TARGET/crashes-open/ (fix it, then move it to crashes/ to be replayed).
 #   scripts/fuzz.sh TARGET SECONDS [libFuzzer flags...]
-#   TARGET: spec result_line exit_record state controller step
+#   TARGET: spec result_line exit_record state controller step arrivals
 # Gentle on a shared machine: nice, one process (libFuzzer's default; -jobs=1 would only add a
 # parent process and move the output to fuzz-0.log), 2 GB RSS limit. See docs/TESTING.md.
 set -euo pipefail
@@ -15,7 +15,7 @@ fi
 target=$1 seconds=$2
 shift 2
 declare -A max_len=([spec]=4096 [result_line]=4096 [exit_record]=1024 [state]=16384
-                    [controller]=4096 [step]=4096)
+                    [controller]=4096 [step]=4096 [arrivals]=1024)
 if [ -z "${max_len[$target]:-}" ]; then
   echo "fuzz.sh: unknown target '$target' (one of: ${!max_len[*]})" >&2
   exit 2

@@ -1,6 +1,8 @@
 // One trial attempt's supervisor (see supervise.hpp). The code that was tune-supervisor's main.
 #include "agent/supervise.hpp"
 
+#include "agent/arrival_notes.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -254,7 +256,8 @@ struct Output {
 };
 
 // Copies what the pipe holds now (its read end is non-blocking); at EOF closes it.
-void pump(Output& o, const std::string& attempt) {
+// `notes`: where stdout's arrival times go (null for stderr).
+void pump(Output& o, const std::string& attempt, ArrivalNotes* notes) {
   char buf[65536];
   while (o.pipe >= 0) {
     ssize_t n = ::read(o.pipe, buf, sizeof buf);
@@ -266,6 +269,7 @@ void pump(Output& o, const std::string& attempt) {
       return;
     }
     if (o.file < 0 && !o.failed) o.file = open_log(o.name, attempt);
+    if (notes && o.file >= 0) notes->before_write(o.file, buf, static_cast<size_t>(n));
     for (ssize_t done = 0; o.file >= 0 && done < n;) {
       ssize_t w = ::write(o.file, buf + done, static_cast<size_t>(n - done));
       if (w < 0 && errno == EINTR) continue;
@@ -281,7 +285,7 @@ void pump(Output& o, const std::string& attempt) {
 
 // Waits for the trial's process to end (leaving it a zombie), copying its output, passing on
 // stop requests and watching the lease; reaps orphans that came back to this subreaper.
-Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2],
+Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], ArrivalNotes& notes,
                   std::string& reason) {
   double kill_at = -1;  // monotonic deadline for SIGKILL after a SIGTERM
   double next_lease_check = 0;
@@ -311,7 +315,7 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2],
     pollfd fds[3] = {{sig_fd, POLLIN, 0}, {outs[0].pipe, POLLIN, 0}, {outs[1].pipe, POLLIN, 0}};
     (void)::poll(fds, 3, 500);
     for (int k = 0; k < 2; ++k)
-      if (fds[k + 1].revents) pump(outs[k], a.attempt);
+      if (fds[k + 1].revents) pump(outs[k], a.attempt, k == 0 ? &notes : nullptr);
     signalfd_siginfo info{};
     while (::read(sig_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) stop("driver_stop", false);
@@ -429,6 +433,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
 
   pid_t child = -1;
   unsigned long long child_started = 0;
+  ArrivalNotes notes(g_dir, a.attempt);
   std::string reason = "exited";
   Ended ended;
   if (error.empty()) {
@@ -439,6 +444,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       return 3;
     }
     child_started = start_ticks(child);
+    notes.started();
     std::string start = "{\"event\":\"start\",\"trial\":\"" + name + "\",\"attempt\":" + a.attempt +
                         who + ",\"pid\":" + std::to_string(child) +
                         ",\"started\":" + std::to_string(child_started);
@@ -448,10 +454,10 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       reason = "exec_failed";
       diag(error);
     }
-    ended = watch_trial(a, child, sig_fd, outs, reason);
+    ended = watch_trial(a, child, sig_fd, outs, notes, reason);
     end_descendants(child);  // nothing of the attempt runs, or writes, once its end is recorded
     for (auto& o : outs) {   // every writer is gone: what the pipes hold, then EOF
-      pump(o, a.attempt);
+      pump(o, a.attempt, &o == &outs[0] ? &notes : nullptr);
       if (o.file >= 0) ::close(o.file);
     }
   } else {

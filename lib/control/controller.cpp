@@ -450,7 +450,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   // A partial last line (no newline) still counts as a line once the process is gone.
-  if (rt.splitter.pending() > 0) on_output(id, "\n");
+  if (rt.splitter.pending() > 0) on_output(exec::OutputEvent(id, "\n"));
   StopWhy why = rt.stop_why;
   bool clean = info.exit_code && *info.exit_code == 0;
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
@@ -741,7 +741,7 @@ void Controller::dispatch(exec::Event& ev) {
   if (std::holds_alternative<exec::InterruptEvent>(ev)) {
     on_interrupt();
   } else if (auto* o = std::get_if<exec::OutputEvent>(&ev)) {
-    on_output(o->trial_id, o->data);
+    on_output(*o);
   } else if (auto* x = std::get_if<exec::ExitEvent>(&ev)) {
     on_exit(x->trial_id, x->info);
   } else if (auto* h = std::get_if<exec::HostEvent>(&ev)) {

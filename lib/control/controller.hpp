@@ -4,6 +4,7 @@
 // on a trial's behalf.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -86,6 +87,13 @@ class Controller {
     // Checkpoints being copied in on the file worker; the attempt's exit waits for them.
     int copies_in_flight = 0;
     std::optional<exec::ExitInfo> deferred_exit;
+    // When its output arrived, on its host's clocks (exec/arrivals.hpp), when the host notes
+    // it: results then get the trial's times even when read late.
+    std::deque<exec::Arrival> arrivals;          // notes not yet passed
+    std::optional<exec::HostTime> host_started;  // the attempt's start
+    exec::HostTime host_last;                    // the last result's arrival (or the start)
+    std::optional<exec::HostTime> passed;        // the latest note passed
+    uint64_t line_end = 0;                       // in on_line: stdout offset after the line
   };
 
   trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }
@@ -117,7 +125,9 @@ class Controller {
   [[nodiscard]] std::string remote_host(const trial::Trial& t) const;
   trial::Trial& new_trial();
 
-  void on_output(const std::string& id, const std::string& data);
+  void on_output(const exec::OutputEvent& ev);
+  // When the line that ends at rt.line_end arrived, on the trial host's clocks, if known.
+  [[nodiscard]] std::optional<exec::HostTime> arrival_of_line(Runtime& rt);
   void on_line(trial::Trial& t, Runtime& rt, std::string_view line);
   void on_exit(const std::string& id, const exec::ExitInfo& info);
   void record_result(trial::Trial& t, Runtime& rt, nlohmann::json result);

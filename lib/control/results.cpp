@@ -43,18 +43,45 @@ json numeric_metrics(const json& result) {
 
 }  // namespace
 
-void Controller::on_output(const std::string& id, const std::string& data) {
-  auto it = running_.find(id);
+void Controller::on_output(const exec::OutputEvent& ev) {
+  auto it = running_.find(ev.trial_id);
   if (it == running_.end()) return;  // output of an attempt we no longer track
-  auto& t = trial(id);
+  auto& t = trial(ev.trial_id);
   Runtime& rt = it->second;
+  if (ev.started && !rt.host_started) {
+    rt.host_started = *ev.started;
+    // Re-attached after results of this attempt were recorded: the latest one's arrival.
+    double since =
+        rt.iterations_since_restore > 0 ? std::max(0.0, t.time_total_s - rt.time_base) : 0.0;
+    rt.host_last = {ev.started->wall + since, ev.started->mono + since};
+  }
+  rt.arrivals.insert(rt.arrivals.end(), ev.arrivals.begin(), ev.arrivals.end());
+  uint64_t end = t.stdout_offset;  // where the line the splitter holds (if any) starts
   uint64_t consumed = rt.splitter.feed(
-      data, [&](std::string_view line) { on_line(t, rt, line); },
+      ev.data,
+      [&](std::string_view line) {
+        end += line.size() + 1;
+        rt.line_end = end;
+        on_line(t, rt, line);
+      },
       [&](uint64_t len) {
+        end += len + 1;
         spdlog::warn("trial {}: a stdout line of {} bytes exceeds the 16 MiB limit: not parsed",
                      t.name, len);
       });
   t.stdout_offset += consumed;
+}
+
+std::optional<exec::HostTime> Controller::arrival_of_line(Runtime& rt) {
+  if (!rt.host_started) return std::nullopt;
+  while (!rt.arrivals.empty() && rt.arrivals.front().end < rt.line_end) {
+    rt.passed = rt.arrivals.front().at;
+    rt.arrivals.pop_front();
+  }
+  if (!rt.arrivals.empty()) return rt.arrivals.front().at;
+  // No note covers it (a line the driver completed at the exit, or notes that lag): the
+  // latest time known of the host, so that its clock alone is used.
+  return rt.passed.value_or(*rt.host_started);
 }
 
 void Controller::on_line(trial::Trial& t, Runtime& rt, std::string_view line) {
@@ -111,8 +138,15 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   t.iteration += 1;
   t.fail_streak = 0;
   double total = rt.time_base + (now - rt.started);
+  double this_iter = now - rt.last_result_at;
+  if (auto at = arrival_of_line(rt)) {  // the trial's times, on its host's clocks
+    total = rt.time_base + std::max(0.0, at->mono - rt.host_started->mono);
+    this_iter = std::max(0.0, at->mono - rt.host_last.mono);
+    wall = at->wall;
+    rt.host_last = *at;
+  }
   result["training_iteration"] = t.iteration;
-  result["time_this_iter_s"] = now - rt.last_result_at;
+  result["time_this_iter_s"] = this_iter;
   result["time_total_s"] = total;
   result["timestamp"] = static_cast<int64_t>(wall);
   result["date"] = ray_date(wall);

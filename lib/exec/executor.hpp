@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "exec/arrivals.hpp"
 #include "util/error.hpp"
 
 namespace tune::exec {
@@ -72,8 +73,15 @@ struct InterruptEvent {
   int signal = 0;
 };
 struct OutputEvent {
+  OutputEvent(std::string id, std::string bytes)
+      : trial_id(std::move(id)), data(std::move(bytes)) {}
   std::string trial_id;
   std::string data;  // the next bytes of stdout.log
+  // When they arrived, on the trial host's clocks (arrivals.hpp), as far as its supervisor
+  // noted it: notes covering these bytes (and maybe a few after), and the attempt's start when
+  // first known. Empty: the driver times the output as it reads it.
+  std::vector<Arrival> arrivals;
+  std::optional<HostTime> started;
 };
 struct ExitEvent {
   std::string trial_id;

@@ -53,6 +53,8 @@ struct Run {
   bool warned_forged = false;
   uint64_t offset = 0;
   int out_fd = -1;
+  int times_fd = -1;  // stdout.times, once it exists
+  ArrivalReader times{0};
   std::optional<int> supervisor;    // once started
   uint64_t supervisor_started = 0;  // its start time (guards against pid reuse)
   bool via_agent = true;            // the current agent reports its events (else: poll)
@@ -135,6 +137,7 @@ struct LocalExecutor::Impl {
     r.dir = l.trial_dir;
     r.name = l.trial_dir.filename().string();
     r.offset = l.stdout_offset;
+    r.times = ArrivalReader(l.attempt);
     r.who.nonce = attempt_nonce(opts.record_key, r.name, l.attempt);
     return r;
   }
@@ -148,12 +151,13 @@ struct LocalExecutor::Impl {
 
   void close_run(Run& r) {
     if (r.out_fd >= 0) ::close(r.out_fd);
+    if (r.times_fd >= 0) ::close(r.times_fd);
     if (r.fifo_fd >= 0) ::close(r.fifo_fd);
     if (r.wd >= 0) {
       ::inotify_rm_watch(ino_fd, r.wd);
       by_wd.erase(r.wd);
     }
-    r.out_fd = r.fifo_fd = r.wd = -1;
+    r.out_fd = r.times_fd = r.fifo_fd = r.wd = -1;
   }
 
   // An exit line (from the agent or the log) that this attempt's supervisor wrote, else
@@ -311,6 +315,21 @@ struct LocalExecutor::Impl {
     return data;
   }
 
+  // The notes of when the output arrived that are new since the last call.
+  static void read_times(Run& r, OutputEvent& ev) {
+    if (r.times_fd < 0) {
+      r.times_fd = ::open((r.dir / "stdout.times").c_str(), O_RDONLY | O_CLOEXEC);
+      if (r.times_fd < 0) return;  // none: the controller times the output as it reads it
+    }
+    char buf[65536];
+    for (int chunks = 0; chunks < 64; ++chunks) {  // bounded per call, as the output is
+      ssize_t n = ::pread(r.times_fd, buf, sizeof buf, static_cast<off_t>(r.times.offset()));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      r.times.feed(std::string_view(buf, static_cast<size_t>(n)), ev.arrivals, ev.started);
+    }
+  }
+
   // Output first, then (if the attempt has ended and all output is read) the exit.
   void collect(Run& r, std::vector<Event>& outputs, std::vector<Event>& exits, bool& finished) {
     finished = false;
@@ -318,8 +337,11 @@ struct LocalExecutor::Impl {
     // the output is final: read to the end, then report the exit.
     const bool ended = r.exit || r.supervisor_gone;
     std::string data = read_output(r);
-    if (!data.empty())
-      outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{r.id, std::move(data)});
+    if (!data.empty()) {
+      OutputEvent ev(r.id, std::move(data));
+      read_times(r, ev);  // after the output: its notes are written before it
+      outputs.emplace_back(std::move(ev));
+    }
     if (r.more || !ended) return;
     if (!r.exit) {  // gone without a record over the pipe: the log may have it
       log.refresh();

@@ -236,6 +236,7 @@ struct Run {
   AttemptIdentity who;  // what a genuine record must say
   bool warned_forged = false;
   uint64_t offset = 0;
+  ArrivalReader times{0};  // stdout.times on the host
   int sup_pid = -1;
   std::optional<int> child_pid;
   bool pid_asked = false;
@@ -615,6 +616,7 @@ struct SshExecutor::Impl {
     r.dir = h->info.exp_dir + "/" + l.trial_dir.filename().string();
     r.head_dir = opts.head_exp_dir / l.trial_dir.filename();
     r.offset = l.stdout_offset;
+    r.times = ArrivalReader(l.attempt);
     std::string name = l.trial_dir.filename().string();
     r.record = h->info.exp_dir + "/" + record_path(name);
     r.who.nonce = attempt_nonce(opts.record_key, name, l.attempt);
@@ -1071,7 +1073,12 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
         if (!data) impl.check(h);
         if (data && !data->empty()) {
           r.offset += data->size();
-          outputs.emplace_back(std::in_place_type<OutputEvent>, OutputEvent{id, std::move(*data)});
+          OutputEvent ev(id, std::move(*data));
+          // When it arrived, on the host's clocks (its notes are written before the output;
+          // none, or an unreadable file: the controller times it as it reads it).
+          if (auto notes = h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
+            r.times.feed(*notes, ev.arrivals, ev.started);
+          outputs.emplace_back(std::move(ev));
           continue;  // exit only once all output is read
         }
       }

@@ -116,6 +116,19 @@ class TuneTest(unittest.TestCase):
     def iterations(self, name, trial):
         return [r["training_iteration"] for r in self.results(name, trial)]
 
+    def check_arrival_times(self, rows, gap, outage):
+        """Rows of a trial that printed a result every `gap` seconds, some read only after an
+        `outage` with no driver: each keeps the time its line arrived (not 0 s for the lines
+        read late, nor the outage counted in one iteration)."""
+        for r in rows:
+            self.assertGreaterEqual(r["time_this_iter_s"], gap * 0.8, r)
+            self.assertLess(r["time_this_iter_s"], gap + outage * 0.8, r)
+        for a, b in zip(rows, rows[1:]):
+            self.assertAlmostEqual(b["time_total_s"] - a["time_total_s"], b["time_this_iter_s"],
+                                   places=3)
+            self.assertLess(b["timestamp"] - a["timestamp"], gap + outage * 0.8 + 1)
+        self.assertGreaterEqual(rows[-1]["timestamp"] - rows[0]["timestamp"], outage)
+
     def wait_for(self, predicate, timeout=30, what="condition"):
         deadline = time.time() + timeout
         while time.time() < deadline:

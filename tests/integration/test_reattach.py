@@ -68,5 +68,30 @@ class ReattachTest(TuneTest):
         self.check_finished_once()
 
 
+class ArrivalTimesTest(TuneTest):
+    """Results read after a re-attach get the trial's times (when each line arrived, as its
+    supervisor noted it), not the resuming driver's: no 0 s iterations for the lines written
+    while no driver ran, and the outage is not counted in one iteration."""
+
+    def test_results_read_late_keep_their_times(self):
+        self.write("exp.yaml", f"""
+            name: times
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: 0.5, steps: 14, sleep: 0.3}}
+            """)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("times")) == 1 and len(
+            self.results("times", self.trials("times")[0])) >= 2, what="2 results")
+        p.kill()
+        p.communicate()
+        time.sleep(3)  # ~10 results are written while no driver runs
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        t = self.trials("times")[0]
+        self.assertEqual(t["attempt"], 1)
+        rows = self.results("times", t)
+        self.assertEqual([r["step"] for r in rows], list(range(1, 15)))
+        self.check_arrival_times(rows, gap=0.3, outage=3)
+
 if __name__ == "__main__":
     unittest.main()

@@ -554,6 +554,27 @@ class SshTest(TuneTest):
         with open(os.path.join(self.exp_dir("early"), "tune.log")) as f:
             self.assertIn("re-attached", f.read())
 
+    def test_results_read_after_a_reattach_keep_the_times_the_worker_noted(self):
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: times
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: 0.5, steps: 14, sleep: 0.3}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("times")) == 1 and len(
+            self.results("times", self.trials("times")[0])) >= 2, timeout=60, what="2 results")
+        run.kill()
+        run.communicate()
+        time.sleep(3)  # ~10 results are written on the worker while no driver runs
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        t = self.trials("times")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
+        rows = self.results("times", t)
+        self.assertEqual([r["step"] for r in rows], list(range(1, 15)))
+        self.check_arrival_times(rows, gap=0.3, outage=3)
+
 
 if __name__ == "__main__":
     unittest.main()

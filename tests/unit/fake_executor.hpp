@@ -24,6 +24,9 @@ struct FakeContext {
   bool alive = true;
   void print(const std::string& line);       // one stdout line
   void print_raw(const std::string& bytes);  // arbitrary stdout bytes
+  // Stdout bytes with the host's notes of when they arrived (exec/arrivals.hpp).
+  void print_noted(const std::string& bytes, std::vector<exec::Arrival> arrivals,
+                   std::optional<exec::HostTime> started = std::nullopt);
   void exit(int code, const std::string& error = "", const std::string& reason = "exited");
   void killed(int signal);
   // A real directory inside the trial dir, e.g. for a function-mode checkpoint.
@@ -140,7 +143,15 @@ inline void FakeContext::print(const std::string& line) {
   print_raw(line + "\n");
 }
 inline void FakeContext::print_raw(const std::string& bytes) {
-  if (alive) ex->push(exec::OutputEvent{launch.trial_id, bytes});
+  if (alive) ex->push(exec::OutputEvent(launch.trial_id, bytes));
+}
+inline void FakeContext::print_noted(const std::string& bytes, std::vector<exec::Arrival> arrivals,
+                                     std::optional<exec::HostTime> started) {
+  if (!alive) return;
+  exec::OutputEvent ev(launch.trial_id, bytes);
+  ev.arrivals = std::move(arrivals);
+  ev.started = started;
+  ex->push(std::move(ev));
 }
 inline void FakeContext::exit(int code, const std::string& error, const std::string& reason) {
   if (!alive) return;
