@@ -129,6 +129,40 @@ std::string Controller::remote_host(const trial::Trial& t) const {
   return "";
 }
 
+void Controller::end_strays() {
+  std::unordered_map<std::string, const trial::Trial*> by_name;
+  for (const auto& t : state_.trials) by_name[t.name] = &t;
+  std::vector<exec::LiveAttempt> strays;
+  for (auto& a : ex_.live_attempts()) {
+    auto it = by_name.find(a.trial_name);
+    const trial::Trial* t = it == by_name.end() ? nullptr : it->second;
+    if (t && running_.count(t->id) && t->attempt == a.attempt && remote_host(*t) == a.host)
+      continue;  // the attempt this resume re-attached
+    spdlog::warn(
+        "{} attempt {} still runs on {} but is not the trial's current attempt{}: "
+        "stopping it before anything starts",
+        a.trial_name, a.attempt, a.host.empty() ? host_name_ : a.host,
+        t ? " (" + std::to_string(t->attempt) + ")" : std::string(" (unknown trial)"));
+    strays.push_back(std::move(a));
+  }
+  if (!strays.empty()) ex_.end_attempts(strays, opts_.grace_s);
+}
+
+void Controller::fetch_remote_only(trial::Trial& t) {
+  std::string host = remote_host(t);
+  if (host.empty()) return;
+  fs::path dir = trial_dir(t);
+  std::vector<std::string> missing;
+  std::error_code ec;
+  for (const auto& c : t.checkpoints)
+    if (!fs::is_directory(dir / c.dir_name(), ec)) missing.push_back(c.dir_name());
+  if (missing.empty()) return;
+  spdlog::info("trial {}: bringing {} checkpoint(s) from {} that never reached the head", t.name,
+               missing.size(), host);
+  auto got = ex_.fetch_checkpoints(host, dir, missing);
+  for (const auto& name : got) spdlog::info("trial {}: {} brought from {}", t.name, name, host);
+}
+
 void Controller::prepare_restart(trial::Trial& t) {
   fs::path dir = trial_dir(t);
   // A trial that ran on an SSH host restarts from the newest checkpoint the head holds (its
@@ -642,6 +676,9 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       else if (t.status == Status::kPaused || t.status == Status::kPending)
         set_pending(t);
     }
+    end_strays();
+    for (auto& t : state_.trials)
+      if (!running_.count(t.id)) fetch_remote_only(t);
   } else {
     state_.name = exp_.name;
     state_.seed = exp_.seed.value_or(0);

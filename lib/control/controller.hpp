@@ -123,6 +123,12 @@ class Controller {
   [[nodiscard]] fs::path host_trial_dir(const trial::Trial& t, const Placement& p) const;
   // The SSH host a trial last ran on ("" for this machine).
   [[nodiscard]] std::string remote_host(const trial::Trial& t) const;
+  // Resume: brings checkpoints the state names that the trial saved on its SSH host but that
+  // never reached the head (its driver died first) to the head, before anything restarts.
+  void fetch_remote_only(trial::Trial& t);
+  // Resume: asks every host which attempts run there, and ends those no trial expects (an
+  // attempt re-queued elsewhere while its host was unreachable, say), before anything starts.
+  void end_strays();
   trial::Trial& new_trial();
 
   void on_output(const exec::OutputEvent& ev);

@@ -1,9 +1,14 @@
 #include "exec/attempt_log.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <vector>
@@ -106,6 +111,47 @@ void AttemptLog::add(std::string_view line) {
 const LoggedAttempt* AttemptLog::find(std::string_view trial_name, int attempt) const {
   auto it = by_attempt_.find(key(trial_name, attempt));
   return it == by_attempt_.end() ? nullptr : &it->second;
+}
+
+std::vector<LiveAttempt> live_attempts(const AttemptLog& log) {
+  std::vector<LiveAttempt> out;
+  for (const auto& [key, pid] : log.live()) {
+    size_t nul = key.find('\0');
+    if (nul == std::string::npos) continue;
+    LiveAttempt a;
+    a.trial_name = key.substr(0, nul);
+    a.attempt = std::atoi(key.c_str() + nul + 1);
+    const LoggedAttempt* logged = log.find(a.trial_name, a.attempt);
+    if (!logged || a.attempt <= 0) continue;
+    a.supervisor = pid;
+    a.supervisor_started = logged->supervisor_started;
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
+  auto running = [&] {
+    size_t n = 0;
+    for (const auto& a : which) n += supervisor_alive(a.supervisor, a.supervisor_started);
+    return n;
+  };
+  auto signal_all = [&](int sig) {
+    for (const auto& a : which)
+      if (supervisor_alive(a.supervisor, a.supervisor_started)) ::kill(a.supervisor, sig);
+  };
+  auto wait_until = [&](double seconds) {
+    for (double waited = 0; running() > 0 && waited < seconds; waited += 0.05) {
+      timespec ts{0, 50'000'000};
+      ::nanosleep(&ts, nullptr);
+    }
+  };
+  signal_all(SIGTERM);
+  wait_until(grace_s + 5);
+  signal_all(SIGUSR1);  // the supervisor kills its trial at once
+  wait_until(5);
+  if (size_t left = running())
+    spdlog::warn("{} attempt(s) of an earlier driver still run after SIGTERM and SIGUSR1", left);
 }
 
 std::unordered_map<std::string, int> AttemptLog::live() const {

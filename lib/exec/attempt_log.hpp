@@ -13,6 +13,9 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
+
+#include "exec/executor.hpp"
 
 namespace tune::exec {
 
@@ -44,6 +47,12 @@ class AttemptLog {
   uint64_t offset_ = 0;
   std::unordered_map<std::string, LoggedAttempt> by_attempt_;
 };
+
+// The attempts `log` names whose supervisors run now (host "").
+[[nodiscard]] std::vector<LiveAttempt> live_attempts(const AttemptLog& log);
+// Ends supervisors of this machine as a driver stop does (SIGTERM; SIGUSR1, "now", after
+// grace_s + 5 s) and waits until they are gone, up to another 5 s.
+void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s);
 
 // Whether `pid` is a running supervisor that started at `ticks`: not a zombie, the leader of its
 // session, and a tune-agent process (what a start line in the log must name to be believed).

@@ -94,6 +94,15 @@ struct HostEvent {
 };
 using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent, HostEvent>;
 
+// An attempt whose supervisor runs now, as the host it runs on says.
+struct LiveAttempt {
+  std::string host;  // "" for this machine, else the SSH host's name
+  std::string trial_name;
+  int attempt = 0;
+  int supervisor = 0;               // its pid there
+  uint64_t supervisor_started = 0;  // its start time (this machine only: guards pid reuse)
+};
+
 // What attach() found of an attempt that an earlier driver started.
 enum class Attached {
   kRunning,  // its supervisor still runs: output and exit follow as for start()
@@ -139,6 +148,24 @@ class Executor {
   virtual void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                                  const std::string& name) {
     (void)host, (void)head_trial_dir, (void)name;
+  }
+  // Brings checkpoints a trial saved on SSH host `host` that never reached the head (`names`,
+  // checkpoint dir names) into head_trial_dir, each under its name only once complete. Blocking:
+  // for a resume, before any trial starts. Returns the names now on the head.
+  [[nodiscard]] virtual std::vector<std::string> fetch_checkpoints(
+      const std::string& host, const fs::path& head_trial_dir,
+      const std::vector<std::string>& names) {
+    (void)host, (void)head_trial_dir, (void)names;
+    return {};
+  }
+  // Every attempt of this experiment whose supervisor runs now, on every host that can be
+  // asked (a resume asks before anything starts, to end those no trial expects).
+  [[nodiscard]] virtual std::vector<LiveAttempt> live_attempts() { return {}; }
+  // Ends these attempts as a driver stop does (SIGTERM to their supervisors, which stop their
+  // trials with `grace_s`), and waits until they are gone (after grace_s + 5 s, at once).
+  // Blocking: for a resume, before any trial starts.
+  virtual void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
+    (void)which, (void)grace_s;
   }
   // Where reading the current attempt's stdout.log started: launch.stdout_offset, except on
   // hosts where the driver's copy of the file may lag (SSH).

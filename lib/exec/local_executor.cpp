@@ -601,6 +601,20 @@ void LocalExecutor::renew_lease() {
   }
 }
 
+std::vector<LiveAttempt> LocalExecutor::live_attempts() {
+  auto& impl = *impl_;
+  if (!impl.waited_for_old_agent) {  // launches it was asked for are in the log once it exits
+    impl.waited_for_old_agent = true;
+    wait_for_agent(impl.opts.attempt_log, 10.0);
+  }
+  impl.log.refresh();
+  return exec::live_attempts(impl.log);
+}
+
+void LocalExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
+  end_local_attempts(which, grace_s);
+}
+
 void wait_for_agent(const fs::path& attempt_log, double timeout_s) {
   fs::path lock = attempt_log;
   lock += ".agent-lock";

@@ -39,6 +39,8 @@ class LocalExecutor final : public Executor {
   double now() override;
   double wall_time() override;
   std::string host_name() override;
+  std::vector<LiveAttempt> live_attempts() override;
+  void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override;
   void renew_lease() override;
 
  private:

@@ -38,6 +38,23 @@ class MultiExecutor final : public Executor {
                          const std::string& name) override {
     if (!host.empty()) remote_.remove_checkpoint(host, head_trial_dir, name);
   }
+  std::vector<std::string> fetch_checkpoints(const std::string& host,
+                                             const fs::path& head_trial_dir,
+                                             const std::vector<std::string>& names) override {
+    return host.empty() ? std::vector<std::string>{}
+                        : remote_.fetch_checkpoints(host, head_trial_dir, names);
+  }
+  std::vector<LiveAttempt> live_attempts() override {
+    auto all = local_.live_attempts();
+    for (auto& a : remote_.live_attempts()) all.push_back(std::move(a));
+    return all;
+  }
+  void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override {
+    std::vector<LiveAttempt> here, there;
+    for (const auto& a : which) (a.host.empty() ? here : there).push_back(a);
+    if (!here.empty()) local_.end_attempts(here, grace_s);
+    if (!there.empty()) remote_.end_attempts(there, grace_s);
+  }
   void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }
   uint64_t output_offset(const std::string& id) override { return of(id).output_offset(id); }
 

@@ -330,21 +330,28 @@ struct SshExecutor::Impl {
 
   // The rsync commands that bring one trial dir to the head: its files (not checkpoints, not
   // staging), then each retained checkpoint the head lacks, into a staging name first.
+  // The command that copies `src` on host `h` to `dst` on the head (rsync over the host's
+  // master connection, or the user's syncer template).
+  std::vector<std::string> copy_from(const Host& h, const std::string& src, const std::string& dst,
+                                     const std::vector<std::string>& extra) const {
+    std::string remote = (h.cfg.user.empty() ? "" : h.cfg.user + "@") + h.cfg.host + ":";
+    if (opts.syncer != "rsync") return util::fill_template(opts.syncer, remote + src, dst);
+    std::vector<std::string> cmd = {"rsync", "-rlt", "-e", ssh_words(h)};
+    cmd.insert(cmd.end(), extra.begin(), extra.end());
+    cmd.push_back(remote + src);
+    cmd.push_back(dst);
+    return cmd;
+  }
+
   void plan_sync(Run& r) {
     if (opts.syncer == "none") return;
     Host& h = *r.host;
-    std::string remote = (h.cfg.user.empty() ? "" : h.cfg.user + "@") + h.cfg.host + ":";
     std::vector<Run::Step> steps;
     std::error_code ec;
     fs::create_directories(r.head_dir, ec);
     auto rsync = [&](const std::string& src, const std::string& dst,
-                     std::vector<std::string> extra) {
-      if (opts.syncer != "rsync") return util::fill_template(opts.syncer, remote + src, dst);
-      std::vector<std::string> cmd = {"rsync", "-rlt", "-e", ssh_words(h)};
-      cmd.insert(cmd.end(), extra.begin(), extra.end());
-      cmd.push_back(remote + src);
-      cmd.push_back(dst);
-      return cmd;
+                     const std::vector<std::string>& extra) {
+      return copy_from(h, src, dst, extra);
     };
     // Unchanged since the last sync (nothing in the trial dir newer than its mark, checked by
     // the kept shell in a few ms): no rsync. Otherwise the mark is set first, so that a file
@@ -606,6 +613,20 @@ struct SshExecutor::Impl {
   }
 
   std::vector<Event> host_events;
+
+  // The processes on `h` that run a tune-supervisor in the host's own mount namespace (hosts
+  // that share a pid namespace, as test hosts do, do not see each other's), as "PID ARGS..."
+  // lines (argv joined by spaces); nullopt if the host could not be asked.
+  static std::optional<std::string> supervisor_processes(Host& h) {
+    std::string out;
+    auto st = h.shell_run(
+        "m=$(readlink /proc/$$/ns/mnt); for p in $(pgrep -f tune-supervisor 2>/dev/null); do "
+        "[ \"$(readlink /proc/$p/ns/mnt 2>/dev/null)\" = \"$m\" ] && printf '%s %s\\n' \"$p\" "
+        "\"$(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; done; true",
+        &out);
+    if (!st) return std::nullopt;
+    return out;
+  }
 
   // An attempt of `l` on host `h`: its dir there and on the head, reading from l's offset.
   Run new_run(const Launch& l, Host* h) const {
@@ -965,12 +986,12 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
   if (!h || !h->up) return Attached::kGone;  // restarts (from the head's latest checkpoint)
   Run r = impl.new_run(l, h);
   // Its supervisor, by command line (as locally): "<supervisor> <trial dir> <attempt> ..."
-  std::string out;
-  auto st = h->shell_run("ps -eo pid=,args= 2>/dev/null", &out);
-  if (!st) {
+  auto procs = Impl::supervisor_processes(*h);
+  if (!procs) {
     impl.check(*h);
     return Attached::kGone;
   }
+  std::string out = std::move(*procs);
   std::string needle = h->supervisor + " " + r.dir + " " + std::to_string(l.attempt) + " ";
   for (size_t start = 0; start < out.size();) {
     size_t nl = out.find('\n', start);
@@ -1063,6 +1084,7 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
   std::vector<std::string> done;
   for (auto& [id, r] : impl.runs) {
     Host& h = *r.host;
+    bool read_some = false;
     if (!r.exited && h.up) {
       if (!r.exit) impl.read_exit(r);  // before reading: once it exists, the output is final
       auto size = h.size_of(r.dir + "/stdout.log");
@@ -1079,15 +1101,17 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
           if (auto notes = h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
             r.times.feed(*notes, ev.arrivals, ev.started);
           outputs.emplace_back(std::move(ev));
-          continue;  // exit only once all output is read
+          read_some = true;  // exit only once all output is read
         }
       }
-      if (r.exit && h.up) {
+      if (r.exit && h.up && !read_some) {
         r.exited = true;
         r.sync_due = true;  // the end-of-trial sync, before the exit is reported
       }
     }
     // A trial's exit is reported after its end-of-trial sync, so its files are on the head.
+    // Its syncs advance whether or not it printed (a trial that prints at every poll once
+    // starved them: checkpoints reached the head ~9 s late with sync_period 1).
     double before = now();
     bool syncing = h.up ? impl.poll_sync(r, t) : r.sync_pid > 0 && !util::try_wait(r.sync_pid);
     impl.sync_poll_max_ms = std::max(impl.sync_poll_max_ms, (now() - before) * 1000);
@@ -1189,6 +1213,112 @@ void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& hea
                  st ? out : st.error().message);
   for (auto& [id, r] : impl_->runs)
     if (r.host == h && r.dir == dir) r.checkpoints.erase(name);
+}
+
+std::vector<std::string> SshExecutor::fetch_checkpoints(const std::string& host,
+                                                        const fs::path& head_trial_dir,
+                                                        const std::vector<std::string>& names) {
+  std::vector<std::string> fetched;
+  Host* h = impl_->host(host);
+  if (!h || !h->up || impl_->opts.syncer == "none") return fetched;
+  std::string dir = h->info.exp_dir + "/" + head_trial_dir.filename().string();
+  fs::path log =
+      impl_->opts.head_exp_dir / ".tune" / ("fetch-" + head_trial_dir.filename().string() + ".log");
+  for (const auto& name : names) {
+    if (!name.starts_with("checkpoint_") || name.find('/') != std::string::npos) continue;
+    std::string staging = ".sync_" + name;
+    (void)util::remove_tree_nofollow(head_trial_dir, staging);
+    auto rc = util::run_process(
+        impl_->copy_from(*h, dir + "/" + name + "/", (head_trial_dir / staging).string() + "/",
+                         {"--timeout=30"}),
+        log);
+    std::error_code ec;
+    if (rc && *rc == 0) fs::rename(head_trial_dir / staging, head_trial_dir / name, ec);
+    if (!rc || *rc != 0 || ec) {
+      spdlog::warn("{}: cannot bring {} from {}: {}", head_trial_dir.filename().string(), name,
+                   host, ec ? ec.message() : util::last_line(log));
+      (void)util::remove_tree_nofollow(head_trial_dir, staging);
+      continue;
+    }
+    fetched.push_back(name);
+  }
+  return fetched;
+}
+
+std::vector<LiveAttempt> SshExecutor::live_attempts() {
+  std::vector<LiveAttempt> out;
+  for (auto& host : impl_->hosts) {
+    Host& h = *host;
+    if (!h.up) continue;
+    // A supervisor's command line: SUPERVISOR TRIAL_DIR ATTEMPT ... (apps/tune-supervisor);
+    // trial names hold no spaces. A zombie has an empty one and does not match.
+    auto procs = Impl::supervisor_processes(h);
+    if (!procs) continue;
+    const std::string& ps = *procs;
+    std::string prefix = h.supervisor + " " + h.info.exp_dir + "/";
+    for (size_t at = 0; at < ps.size();) {
+      size_t nl = ps.find('\n', at);
+      if (nl == std::string::npos) nl = ps.size();
+      std::string_view line(ps.data() + at, nl - at);
+      at = nl + 1;
+      while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+      size_t space = line.find(' ');
+      if (space == std::string_view::npos) continue;
+      int pid = std::atoi(std::string(line.substr(0, space)).c_str());
+      std::string_view args = line.substr(space + 1);
+      if (pid <= 0 || !args.starts_with(prefix)) continue;
+      args.remove_prefix(prefix.size());
+      size_t end = args.find(' ');
+      if (end == std::string_view::npos || args.substr(0, end).find('/') != std::string::npos)
+        continue;
+      LiveAttempt a;
+      a.host = h.cfg.name;
+      a.trial_name = std::string(args.substr(0, end));
+      a.attempt = std::atoi(std::string(args.substr(end + 1, 10)).c_str());
+      a.supervisor = pid;
+      if (a.attempt > 0) out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+void SshExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
+  std::map<Host*, std::string> pids;  // host -> "PID PID ..."
+  for (const auto& a : which)
+    if (Host* h = impl_->host(a.host); h && h->up) pids[h] += " " + std::to_string(a.supervisor);
+  for (auto& [h, list] : pids) {
+    // Running supervisors among them (not gone, not zombies), one per line.
+    std::string alive =
+        "for p in" + list +
+        "; do s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -c1); "
+        "[ -n \"$s\" ] && [ \"$s\" != Z ] && [ \"$s\" != X ] && echo $p; done; true";
+    auto left = [&] {
+      std::string out;
+      auto st = h->shell_run(alive, &out);
+      return st ? out : std::string();  // unreachable now: nothing more to do there
+    };
+    auto wait_until = [&](double seconds) {
+      for (double waited = 0; !left().empty() && waited < seconds; waited += 0.25)
+        ::usleep(250'000);
+    };
+    (void)h->shell_run("kill -TERM" + list + " 2>/dev/null; true");
+    wait_until(grace_s + 5);
+    (void)h->shell_run("kill -USR1" + list + " 2>/dev/null; true");
+    wait_until(5);
+    if (std::string still = left(); !still.empty()) {
+      spdlog::warn("host {}: supervisors of an earlier driver still run: ending their sessions",
+                   h->cfg.name);
+      std::string kill;
+      for (size_t at = 0; at < still.size();) {
+        size_t nl = still.find('\n', at);
+        if (nl == std::string::npos) nl = still.size();
+        kill +=
+            "pkill -KILL -s " + std::to_string(std::atoi(still.c_str() + at)) + " 2>/dev/null; ";
+        at = nl + 1;
+      }
+      (void)h->shell_run(kill + "true");
+    }
+  }
 }
 
 void SshExecutor::checkpoint_registered(const std::string& trial_id) {

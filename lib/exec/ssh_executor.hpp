@@ -67,11 +67,16 @@ class SshExecutor final : public Executor {
   double now() override;
   double wall_time() override;
   std::string host_name() override;
+  std::vector<LiveAttempt> live_attempts() override;
+  void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override;
   void renew_lease() override;
   Result<void> adopt(const std::string& trial_id, const std::string& reported, const fs::path& cwd,
                      const fs::path& head_trial_dir, const std::string& dest) override;
   void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                          const std::string& name) override;
+  std::vector<std::string> fetch_checkpoints(const std::string& host,
+                                             const fs::path& head_trial_dir,
+                                             const std::vector<std::string>& names) override;
   Result<void> make_staging(const std::string& trial_id, const fs::path& head_trial_dir,
                             const std::string& name) override;
   void checkpoint_registered(const std::string& trial_id) override;

@@ -39,7 +39,8 @@ class TuneTest(unittest.TestCase):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not os.environ.get("TUNE_TEST_KEEP"):
+            shutil.rmtree(self.dir, ignore_errors=True)
         self.assertEqual(leftovers, [], "processes of the experiment were left running")
 
     @staticmethod

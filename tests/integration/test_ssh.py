@@ -6,6 +6,7 @@ import json
 import re
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -574,6 +575,136 @@ class SshTest(TuneTest):
         rows = self.results("times", t)
         self.assertEqual([r["step"] for r in rows], list(range(1, 15)))
         self.check_arrival_times(rows, gap=0.3, outage=3)
+
+    def test_checkpoints_left_on_a_worker_by_a_killed_driver_are_brought_back_on_resume(self):
+        # The driver and the attempt are both killed (-9) after checkpoints were saved on the
+        # worker and before any sync brought them to the head: the resume brings them over
+        # first and restarts from the latest, not from an earlier one (here: from scratch).
+        trial = os.path.join(self.dir, "leftck_trial.py")  # its own name, for pkill
+        shutil.copy(TRIAL, trial)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: leftck
+            trial:
+              command: ["{PY}", "{trial}"]
+            param_space: {{x: 0.5, steps: 14, sleep: 0.2}}
+            checkpoint_config: {{num_to_keep: 2}}
+            sync_config: {{sync_period: 600, sync_on_checkpoint: false}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("leftck")) == 1 and len(
+            self.trials("leftck")[0]["checkpoints"]) >= 2, timeout=60,
+            what="2 checkpoints in the state")
+        run.kill()
+        run.communicate()
+        subprocess.run(["pkill", "-9", "-f", "tune-supervisor .*leftck"])
+        subprocess.run(["pkill", "-9", "-f", trial])
+        t = self.trials("leftck")[0]
+        head = os.path.join(self.exp_dir("leftck"), t["trial_name"])
+        latest = t["checkpoints"][-1]
+        self.assertFalse(os.path.isdir(os.path.join(head, latest["dir"])),
+                         "the checkpoint reached the head before the kill: nothing to test")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        t = self.trials("leftck")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2))
+        rows = self.results("leftck", t)
+        self.assertEqual([r["step"] for r in rows], list(range(1, 15)))
+        restarts = [r["training_iteration"] for r in rows if r["iterations_since_restore"] == 1]
+        self.assertEqual(restarts, [1, latest["iteration"] + 1])
+        with open(os.path.join(self.exp_dir("leftck"), "tune.log")) as f:
+            self.assertIn("%s brought from" % latest["dir"], f.read())
+        for c in t["checkpoints"]:
+            self.assertTrue(os.path.isfile(os.path.join(head, c["dir"], "state.json")))
+
+    def test_a_resume_ends_an_attempt_superseded_while_its_host_was_cut_off(self):
+        # Attempt 1 runs on worker1; its link is cut past host_timeout_s, so the trial is
+        # re-queued on worker2 (attempt 2); the driver is killed; the link heals. Attempt 1 still
+        # runs (its orphan timeout is long) and the resumed driver's lease would keep it alive:
+        # the resume must ask worker1 and end it before anything starts.
+        self.write("slowfirst.py", """
+            import json, os, tempfile, time, tune_trial as tt
+            ck = tt.get_checkpoint()
+            i = json.load(open(os.path.join(ck, "s.json")))["i"] if ck else 0
+            while i < 200:
+                time.sleep(0.01 if ck else 0.2)  # attempt 1 would run ~40 s, a restart ~2 s
+                i += 1
+                d = None
+                if i % 5 == 0:
+                    d = tempfile.mkdtemp()
+                    json.dump({"i": i}, open(os.path.join(d, "s.json"), "w"))
+                tt.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: strays
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'slowfirst.py')}"]
+            param_space: {{x: 1}}
+            host_timeout_s: 3
+            orphan_timeout_s: 600
+            checkpoint_config: {{num_to_keep: 2}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+            """) + self.host_lines((0, 1), cpus=1) + "\n")
+        w1, w2 = (h["host"] for h in self.hosts["hosts"])
+        run = self.start_tune("run", "exp.yaml")
+
+        def first_attempt():
+            return subprocess.run(["pgrep", "-f", r"tune-supervisor \S*/strays/trial_\S* 1 "],
+                                  capture_output=True, text=True).stdout.split()
+        try:
+            def on_head():
+                t = self.trials("strays")
+                return t and t[0]["host"] == w1 and t[0]["checkpoints"] and os.path.isdir(
+                    os.path.join(self.exp_dir("strays"), t[0]["trial_name"],
+                                 t[0]["checkpoints"][0]["dir"]))
+            self.wait_for(on_head, timeout=60,
+                          what="attempt 1 on worker1 with a checkpoint on the head")
+            self.cut(1)
+            self.wait_for(lambda: self.trials("strays")[0]["host"] == w2, timeout=60,
+                          what="the trial re-queued on worker2")
+            run.kill()
+            run.communicate()
+        finally:
+            self.cut(1, "heal")
+        self.assertTrue(first_attempt(), "attempt 1 runs on worker1 without its driver")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        self.assertEqual(first_attempt(), [], "attempt 1 outlived the resumed run")
+        with open(os.path.join(self.exp_dir("strays"), "tune.log")) as f:
+            self.assertRegex(f.read(), r"attempt 1 still runs on %s but is not the trial's "
+                             r"current attempt" % re.escape(w1))
+        t = self.trials("strays")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        self.assertEqual([r["i"] for r in self.results("strays", t)], list(range(1, 201)))
+
+    def test_a_checkpoint_reaches_the_head_while_its_trial_prints_non_stop(self):
+        # Output at every poll once starved the periodic syncs: a checkpoint reached the head
+        # only when the trial ended. Here the trial prints every 20 ms for up to 60 s.
+        self.write("chatty.py", """
+            import os, tempfile, time, tune_trial as tt
+            d = tempfile.mkdtemp()
+            open(os.path.join(d, "w.bin"), "wb").write(b"x" * 1000)
+            tt.report({"i": 1}, checkpoint_dir=d)
+            for i in range(2, 3000):
+                time.sleep(0.02)
+                tt.report({"i": i})
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: chatty
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'chatty.py')}"]
+            param_space: {{x: 1}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        try:
+            self.wait_for(lambda: self.trials("chatty") and os.path.isdir(os.path.join(
+                self.exp_dir("chatty"), self.trials("chatty")[0]["trial_name"],
+                "checkpoint_000001")), timeout=30, what="checkpoint_000001 on the head")
+            self.assertEqual(run.poll(), None, "the run ended: the trial did not print non-stop")
+        finally:
+            run.send_signal(signal.SIGINT)
+            run.communicate(timeout=120)
 
 
 if __name__ == "__main__":

@@ -259,3 +259,33 @@ TEST_CASE("local transport: launches asked for just before the driver died are f
   for (int i = 0; i < kTrials; ++i) ex.stop(std::to_string(i), true);
   CHECK(run_until_exits(ex, kTrials).exits.size() == kTrials);
 }
+
+TEST_CASE("local transport: a resume lists the attempts still running here and can end them") {
+  Scratch s;
+  std::vector<exec::LiveAttempt> live;
+  int sup = 0;
+  {
+    exec::LocalExecutor first(options(s.dir));
+    REQUIRE(first.start(launch(s.dir, "a", {"sleep", "30"}, 2)));
+    Outcome o;
+    while (!first.pid("a")) collect(first, o, 0.05);
+    // The driver is gone (its executor with it): the attempt runs on, as after a crash.
+  }
+  exec::LocalExecutor second(options(s.dir));
+  live = second.live_attempts();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].host.empty());
+  CHECK(live[0].trial_name == "trial_a");
+  CHECK(live[0].attempt == 2);
+  sup = live[0].supervisor;
+  CHECK(exec::supervisor_alive(sup, live[0].supervisor_started));
+  second.end_attempts(live, 1);
+  CHECK_FALSE(exec::supervisor_alive(sup, live[0].supervisor_started));
+  CHECK(second.live_attempts().empty());
+  exec::AttemptLog log(s.dir / exec::kAttemptLog);
+  log.refresh();
+  const auto* a = log.find("trial_a", 2);
+  REQUIRE(a);
+  REQUIRE(a->exit);
+  CHECK(a->exit->find("\"driver_stop\"") != std::string::npos);  // stopped, not killed
+}
