@@ -16,6 +16,7 @@
 #include "search/space.hpp"
 #include "spec/parse.hpp"
 #include "sync/upload.hpp"
+#include "sync/workdir.hpp"
 #include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
@@ -261,6 +262,11 @@ int RunCommand::execute() {
     so.sync_on_checkpoint = exp.sync.sync_on_checkpoint;
     so.syncer = exp.sync.syncer;
     so.record_key = lo.record_key;
+    so.sync_workdir = exp.trial.sync_workdir;
+    so.workdir = exp.trial.workdir;
+    if (so.sync_workdir)  // a workdir too big to copy is a config error, before anything runs
+      if (auto plan = sync::plan_workdir(so.workdir, dir.parent_path()); !plan)
+        throw Fatal(plan.error().message);
     ssh.emplace(so);
     co.hosts = control::local_hosts(exp);
     for (const auto& info : ssh->connect(ssh_hosts)) {

@@ -22,6 +22,7 @@
 #include <unordered_map>
 
 #include "exec/exit_record.hpp"
+#include "sync/workdir.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -61,6 +62,7 @@ struct Host {
   std::string lease;       // remote path
   pid_t master = -1;       // ssh -M (for rsync)
   std::string control_path;
+  bool workdir_ready = false;  // trial.sync_workdir: copied (or found current) in this run
   int index = 0;
   bool up = false;
   // Down: the connection failed; reconnects run on a helper thread (the loop never waits for
@@ -330,6 +332,47 @@ struct SshExecutor::Impl {
 
   // The rsync commands that bring one trial dir to the head: its files (not checkpoints, not
   // staging), then each retained checkpoint the head lacks, into a staging name first.
+  std::optional<sync::WorkdirPlan> workdir_plan;  // made at the first need, once per run
+
+  // trial.sync_workdir: the workdir's copy on `h` is current before a trial starts there.
+  Result<void> ensure_workdir(Host& h) {
+    if (!opts.sync_workdir || h.workdir_ready) return {};
+    if (!workdir_plan) {
+      auto plan = sync::plan_workdir(opts.workdir, opts.head_exp_dir.parent_path());
+      if (!plan) return std::unexpected(plan.error());
+      workdir_plan = std::move(*plan);
+    }
+    const auto& p = *workdir_plan;
+    std::string copy = h.info.exp_dir + "/" + kWorkdirCopy;
+    std::string stamp_file = copy + "/.tune_workdir_stamp";
+    if (auto there = h.read(stamp_file, 0, 64); there && *there == p.stamp + "\n") {
+      spdlog::info("host {}: the copy of {} there is current: not copied again", h.cfg.name,
+                   opts.workdir.string());
+      h.workdir_ready = true;
+      return {};
+    }
+    std::vector<std::string> cmd = {"rsync", "-rlt", "-e", ssh_words(h),
+                                    "--exclude=/.tune_workdir_stamp"};
+    for (const auto& x : p.excludes) cmd.push_back("--exclude=" + x);
+    std::string dst = (h.cfg.user.empty() ? "" : h.cfg.user + "@") + h.cfg.host + ":" + copy + "/";
+    cmd.push_back(opts.workdir.string() + "/");
+    cmd.push_back(dst);
+    fs::path log = opts.head_exp_dir / ".tune" / ("workdir-" + std::to_string(h.index) + ".log");
+    double t0 = clock_s(CLOCK_MONOTONIC);
+    auto rc = util::run_process(cmd, log);
+    if (!rc || *rc != 0)
+      return fail("cannot copy trial.workdir ", opts.workdir.string(), " to ", h.cfg.name, ": ",
+                  rc ? util::last_line(log) : rc.error().message);
+    if (auto w = h.write(stamp_file, p.stamp + "\n", 0644); !w) return w;
+    std::string left;
+    for (const auto& x : p.left_out) left += (left.empty() ? "" : ", ") + x;
+    spdlog::info("host {}: copied {} to {} ({} files, {:.1f} MB, {:.2f} s){}", h.cfg.name,
+                 opts.workdir.string(), copy, p.files, static_cast<double>(p.bytes) / 1e6,
+                 clock_s(CLOCK_MONOTONIC) - t0, left.empty() ? "" : "; left out: " + left);
+    h.workdir_ready = true;
+    return {};
+  }
+
   // The command that copies `src` on host `h` to `dst` on the head (rsync over the host's
   // master connection, or the user's syncer template).
   std::vector<std::string> copy_from(const Host& h, const std::string& src, const std::string& dst,
@@ -914,6 +957,25 @@ Result<void> SshExecutor::start(const Launch& l) {
     impl.drop_sync(it->second);
   }
   impl.remove_sync_leftovers(r.head_dir);
+  // trial.sync_workdir: the trial runs in the workdir's copy there, and words of its command
+  // that name a path inside the workdir name the same path in the copy.
+  std::string cwd = l.cwd.string();
+  std::vector<std::string> argv = l.argv;
+  if (impl.opts.sync_workdir && h->up) {
+    if (auto w = impl.ensure_workdir(*h); !w) {
+      impl.check(*h);
+      if (h->up) return w;  // else: host_lost below, re-queued
+    }
+    std::string from = impl.opts.workdir.string(), to = h->info.exp_dir + "/" + kWorkdirCopy;
+    auto remap = [&](std::string& s) {
+      if (s == from)
+        s = to;
+      else if (s.starts_with(from + "/"))
+        s = to + s.substr(from.size());
+    };
+    remap(cwd);
+    for (auto& a : argv) remap(a);
+  }
   // params.json, then the supervisor in the background; each word quoted for the host's shell.
   // The attempt's output starts where stdout.log ends now on the host (the head's copy may
   // lag, or be missing while the host has one from an earlier run): it prints that first.
@@ -923,9 +985,9 @@ Result<void> SshExecutor::start(const Launch& l) {
   for (const auto& [k, v] : l.env) cmd += " " + q(k + "=" + v);
   cmd += " " + q(h->supervisor) + " " + q(r.dir) + " " + std::to_string(l.attempt) + " " +
          q(h->lease) + " " + util::format_double(impl.opts.orphan_timeout_s) + " " +
-         util::format_double(impl.opts.grace_s) + " " + q(l.cwd.string()) + " " +
+         util::format_double(impl.opts.grace_s) + " " + q(cwd) + " " +
          (l.stdin_fifo ? "fifo" : "null") + " " + q(r.record) + " --";
-  for (const auto& a : l.argv) cmd += " " + q(a);
+  for (const auto& a : argv) cmd += " " + q(a);
   // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell;
   // the nonce reaches its stdin through a here-document, never a command line)
   cmd += " <<'TUNE_NONCE' >/dev/null 2>&1 & echo $! )\n" + r.who.nonce + "\nTUNE_NONCE";

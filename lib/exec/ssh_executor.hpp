@@ -37,6 +37,10 @@ struct SshOptions {
   bool sync_on_checkpoint = true;
   std::string syncer = "rsync";  // rsync | none | "CMD {source} {target}"
   std::string record_key;        // the experiment's key for attempt nonces (exit_record.hpp)
+  // trial.sync_workdir: copied to <exp dir on the host>/.workdir before the host's first trial
+  // (and again on a resume only if it changed); that copy is the trial's cwd there.
+  bool sync_workdir = false;
+  fs::path workdir;
 };
 
 // What connect() learned of a host that is ready for trials.
@@ -47,6 +51,9 @@ struct SshHostInfo {
   std::string exp_dir;      // <storage_path>/<experiment> on the host (absolute)
   std::string helpers_dir;  // where tune_trial.py is on the host
 };
+
+// The name of the workdir's copy in an experiment dir on a host.
+inline constexpr const char* kWorkdirCopy = ".workdir";
 
 class SshExecutor final : public Executor {
  public:

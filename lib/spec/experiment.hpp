@@ -25,6 +25,9 @@ struct TrialSpec {
   std::vector<std::string> command;  // argv template with {placeholders}
   TrialMode mode = TrialMode::kFunction;
   fs::path workdir;  // absolute
+  // Copy workdir to each SSH host (its <storage>/<name>/.workdir becomes the cwd there).
+  // Unset in the file: on when there are SSH hosts and the syncer is rsync.
+  bool sync_workdir = false;
   std::map<std::string, std::string> env;
   Resources resources;
 };

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <set>
@@ -40,7 +41,8 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "orphan_timeout_s",
                                          "host_timeout_s",
                                          "scheduler"};
-constexpr std::string_view kTrialKeys[] = {"command", "mode", "workdir", "env", "resources"};
+constexpr std::string_view kTrialKeys[] = {"command", "mode",      "workdir",
+                                           "env",     "resources", "sync_workdir"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
 constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score_attribute",
                                                 "checkpoint_score_order", "checkpoint_frequency",
@@ -273,6 +275,16 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
   if (auto n = root["sync_config"]) parse_sync(n, e);
   if (auto n = root["hosts"]) parse_hosts(n, e);
   if (e.hosts.empty()) e.hosts.push_back(HostSpec{});
+  bool ssh = std::any_of(e.hosts.begin(), e.hosts.end(),
+                         [](const HostSpec& h) { return h.kind == HostSpec::Kind::kSsh; });
+  e.trial.sync_workdir = ssh && e.sync.syncer == "rsync";
+  if (auto m = root["trial"]["sync_workdir"]) {
+    bool on = boolean(m, "trial.sync_workdir");
+    if (on && ssh && e.sync.syncer != "rsync")
+      error(m, "trial.sync_workdir copies with rsync: it needs sync_config.syncer: rsync (not '" +
+                   util::printable(e.sync.syncer, 40) + "')");
+    e.trial.sync_workdir = on && ssh;
+  }
   for (auto key : {"orphan_timeout_s", "host_timeout_s"}) {
     if (auto n = root[key]) {
       double v = number(n, key);

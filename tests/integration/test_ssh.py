@@ -706,6 +706,75 @@ class SshTest(TuneTest):
             run.send_signal(signal.SIGINT)
             run.communicate(timeout=120)
 
+    def test_the_workdir_goes_to_the_worker_and_again_on_resume_only_if_changed(self):
+        proj = os.path.join(self.dir, "proj")
+        os.makedirs(os.path.join(proj, ".git"))
+        self.write("proj/.git/HEAD", "ref: refs/heads/main\n")
+        self.write("proj/helper.py", "VERSION = 1\n")
+        with open(os.path.join(proj, "big.bin"), "wb") as f:
+            f.truncate(101 << 20)  # sparse: over the 100 MiB limit, costs no disk
+        self.write("proj/train.py", """
+            import json, os, tempfile, time, tune_trial as tt
+            import helper
+            ck = tt.get_checkpoint()
+            i = json.load(open(os.path.join(ck, "s.json")))["i"] if ck else 0
+            while i < 40:
+                time.sleep(0.2)
+                i += 1
+                d = None
+                if i % 3 == 0:
+                    d = tempfile.mkdtemp()
+                    json.dump({"i": i}, open(os.path.join(d, "s.json"), "w"))
+                tt.report({"i": i, "version": helper.VERSION, "cwd": os.getcwd(),
+                           "git": os.path.exists(".git"), "big": os.path.exists("big.bin")},
+                          checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: wdexp
+            trial:
+              command: ["{PY}", "train.py"]
+              workdir: proj
+            param_space: {{x: 1}}
+            checkpoint_config: {{num_to_keep: 2}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+
+        def kill_all_after(rows):
+            run = self.start_tune(*args)
+            self.wait_for(lambda: self.trials("wdexp") and len(
+                self.results("wdexp", self.trials("wdexp")[0])) >= rows, timeout=60,
+                what="%d results" % rows)
+            run.kill()
+            run.communicate()
+            sup = subprocess.run(["pgrep", "-f", "tune-supervisor .*wdexp"], capture_output=True,
+                                 text=True).stdout.split()
+            for pid in sup:  # the attempt's session: its supervisor and trial
+                subprocess.run(["pkill", "-9", "-s", pid])
+        args = ("run", "exp.yaml")
+        kill_all_after(4)
+        args = ("run", "exp.yaml", "--resume=auto")
+        kill_all_after(10)
+        self.write("proj/helper.py", "VERSION = 2\n")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        t = self.trials("wdexp")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 3))
+        rows = self.results("wdexp", t)
+        self.assertEqual([r["i"] for r in rows], list(range(1, 41)))
+        host = self.hosts["hosts"][0]
+        self.assertEqual({r["cwd"] for r in rows},
+                         {os.path.join(host["storage_path"], "wdexp", ".workdir")})
+        self.assertEqual({(r["git"], r["big"]) for r in rows}, {(False, False)})
+        restarts = [k for k, r in enumerate(rows) if r["iterations_since_restore"] == 1]
+        self.assertEqual(len(restarts), 3)
+        self.assertEqual({r["version"] for r in rows[:restarts[2]]}, {1})
+        self.assertEqual({r["version"] for r in rows[restarts[2]:]}, {2})
+        with open(os.path.join(self.exp_dir("wdexp"), "tune.log")) as f:
+            log = f.read()
+        copied = re.findall(r"copied \S*/proj to \S*/wdexp/\.workdir .*", log)
+        self.assertEqual(len(copied), 2, log)  # the first run, and the resume after the change
+        self.assertIn("left out: .git, big.bin (105.9 MB)", copied[0])
+        self.assertEqual(log.count("is current: not copied again"), 1)
+
 
 if __name__ == "__main__":
     unittest.main()

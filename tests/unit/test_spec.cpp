@@ -326,3 +326,20 @@ TEST_CASE("num_samples x grid may not wrap around 64 bits", "[spec][errors]") {
                                 .space,
                             5000000) == 10000000);
 }
+
+TEST_CASE("trial.sync_workdir: on for SSH hosts that sync with rsync, else off or an error",
+          "[spec]") {
+  const std::string ssh = "hosts: [{ssh: {host: h}}]\n", space = "param_space: {lr: 0.1}\n";
+  auto trial = [](const std::string& extra) {
+    return "trial: {command: [python3, train.py]" + extra + "}\n";
+  };
+  CHECK_FALSE(ok(trial("") + space).trial.sync_workdir);
+  CHECK(ok(trial("") + space + ssh).trial.sync_workdir);
+  CHECK_FALSE(ok(trial(", sync_workdir: false") + space + ssh).trial.sync_workdir);
+  CHECK_FALSE(ok(trial(", sync_workdir: true") + space).trial.sync_workdir);  // no SSH host
+  CHECK_FALSE(ok(trial("") + space + ssh + "sync_config: {syncer: none}\n").trial.sync_workdir);
+  CHECK(error_of(trial(", sync_workdir: true") + space + ssh + "sync_config: {syncer: none}\n")
+            .find("needs sync_config.syncer: rsync") != std::string::npos);
+  CHECK(error_of(trial(", sync_workdir: maybe") + space + ssh).find("trial.sync_workdir") !=
+        std::string::npos);
+}

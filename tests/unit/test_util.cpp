@@ -1,11 +1,13 @@
 // util: shell splitting, suggestions, atomic files, safe deletion, name safety.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
 
 #include "exec/executor.hpp"
 #include "fake_executor.hpp"
+#include "sync/workdir.hpp"
 #include "trial/trial.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
@@ -104,8 +106,7 @@ TEST_CASE("move_dir copies across filesystems keeping symlinks as links", "[util
   fs::remove_all(dst);
 }
 
-TEST_CASE("fill_template puts each value into its word, once, never through a shell",
-          "[util]") {
+TEST_CASE("fill_template puts each value into its word, once, never through a shell", "[util]") {
   auto argv = util::fill_template("rclone sync --x='a b' {source} dst={target}", "/p/{target}/",
                                   "s3://b/$(rm -rf x)");
   CHECK(argv == std::vector<std::string>{"rclone", "sync", "--x=a b", "/p/{target}/",
@@ -122,10 +123,10 @@ TEST_CASE("parse_exit_record believes only this attempt's well-formed supervisor
   CHECK(*ok->exit_code == 0);
   CHECK(*ok->pid == 7);
   CHECK(ok->reason == "exited");
-  for (const char* bad : {R"({"attempt":1,"reason":"exited","ended":1})",  // another attempt
-                          R"({"attempt":"2","reason":"exited","ended":1})",
-                          R"({"attempt":2,"reason":5,"ended":1})", R"({"attempt":2,"reason":"x"})",
-                          "not json {", "[2]", ""})
+  for (const char* bad :
+       {R"({"attempt":1,"reason":"exited","ended":1})",  // another attempt
+        R"({"attempt":"2","reason":"exited","ended":1})", R"({"attempt":2,"reason":5,"ended":1})",
+        R"({"attempt":2,"reason":"x"})", "not json {", "[2]", ""})
     CHECK_FALSE(exec::parse_exit_record(bad, 2));
 }
 
@@ -142,4 +143,29 @@ TEST_CASE("invalid_utf8_at finds the first byte that is not well-formed UTF-8", 
   CHECK(invalid_utf8_at("\xf4\x90\x80\x80") == 0);              // above U+10FFFF
   CHECK(invalid_utf8_at("\xe2\x82\x28") == 0);                  // bad continuation
   CHECK(invalid_utf8_at(std::string_view("a\0b", 3)) == npos);  // NUL is UTF-8 (checked apart)
+}
+
+TEST_CASE("workdir plan: .git, the storage path and files over 100 MiB are left out", "[sync]") {
+  char tmpl[] = "/tmp/tune-wd-XXXXXX";
+  std::filesystem::path d = ::mkdtemp(tmpl);
+  std::filesystem::create_directories(d / ".git");
+  std::filesystem::create_directories(d / "results" / "exp");
+  std::filesystem::create_directories(d / "src");
+  std::ofstream(d / "src" / "a.py") << "x = 1\n";
+  std::ofstream(d / "results" / "exp" / "r.json") << "{}\n";
+  { std::ofstream big(d / "big.bin"); }
+  std::filesystem::resize_file(d / "big.bin", (100ull << 20) + 1);
+  auto p = sync::plan_workdir(d, d / "results");
+  REQUIRE(p);
+  CHECK(p->files == 1);
+  CHECK(p->left_out ==
+        std::vector<std::string>{".git", "big.bin (104.9 MB)", "results (the storage path)"});
+  std::string before = p->stamp;
+  CHECK(sync::plan_workdir(d, d / "results")->stamp == before);
+  std::ofstream(d / "results" / "exp" / "r2.json") << "{}\n";  // the storage path: no change
+  CHECK(sync::plan_workdir(d, d / "results")->stamp == before);
+  std::ofstream(d / "src" / "b.py") << "y = 2\n";
+  CHECK(sync::plan_workdir(d, d / "results")->stamp != before);
+  CHECK_FALSE(sync::plan_workdir(d / "missing", d / "results"));
+  std::filesystem::remove_all(d);
 }
