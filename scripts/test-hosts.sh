@@ -42,11 +42,18 @@ start_sshd() {  # K
   return 1
 }
 
+descendants() {  # PID: its children, theirs, ... (none for an empty PID)
+  [ -n "${1:-}" ] || return 0
+  local c
+  for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
+}
+
 case "$cmd" in
 up)
   n=${3:?N}
   command -v /usr/sbin/sshd >/dev/null || { echo "test-hosts: openssh-server is not installed" >&2; exit 1; }
-  mkdir -p "$D" /run/sshd
+  mkdir -p "$D"
+  mkdir -p /run/sshd 2>/dev/null || true  # sshd wants it; as a user it must exist already
   if netns_ok; then mode=netns; else mode=loopback; fi
   echo "$mode" >"$D/mode"
   # One /16 of 10.0.0.0/8 per run. Parallel runs, and namespaces a killed run left behind (a
@@ -139,9 +146,14 @@ cut|heal)
   ;;
 kill)
   w="$D/w${3:?K}"
-  kill -9 "$(cat "$w/sshd.pid")" 2>/dev/null || true
-  rm -f "$w/sshd.pid"
-  if [ -f "$w/netns" ]; then  # the per-connection sshd's too: every session drops
+  master=$(cat "$w/sshd.pid" 2>/dev/null || true)
+  # The per-connection sshd's too, so that every session drops: in loopback mode they are the
+  # listener's children (its grandchildren are the sessions' shells, whose trials live on).
+  conns=$(descendants "$master")
+  [ -n "$master" ] && kill -9 "$master" 2>/dev/null || true
+  for pid in $conns $(cat "$w/conns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+  rm -f "$w/sshd.pid" "$w/conns"
+  if [ -f "$w/netns" ]; then
     for pid in $(ip netns pids "$(cat "$w/netns")"); do
       [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] && kill -9 "$pid" 2>/dev/null || true
     done
@@ -158,6 +170,8 @@ slow)
   ;;
 rekey)
   k=${3:?K}; w="$D/w$k"
+  # (loopback mode: the sessions outlive their listener; `kill` ends them later)
+  descendants "$(cat "$w/sshd.pid" 2>/dev/null)" >>"$w/conns"
   kill "$(cat "$w/sshd.pid")" 2>/dev/null || true
   rm -f "$w/sshd.pid" "$w/hostkey" "$w/hostkey.pub"
   sleep 0.2

@@ -659,12 +659,15 @@ struct SshExecutor::Impl {
 
   // The processes on `h` that run a tune-supervisor in the host's own mount namespace (hosts
   // that share a pid namespace, as test hosts do, do not see each other's), as "PID ARGS..."
-  // lines (argv joined by spaces); nullopt if the host could not be asked.
+  // lines (argv joined by spaces); nullopt if the host could not be asked. A supervisor is not
+  // dumpable (its nonce), so only root can read its namespace: one that cannot be read counts
+  // (the trial dir in its command line tells hosts apart then).
   static std::optional<std::string> supervisor_processes(Host& h) {
     std::string out;
     auto st = h.shell_run(
         "m=$(readlink /proc/$$/ns/mnt); for p in $(pgrep -f tune-supervisor 2>/dev/null); do "
-        "[ \"$(readlink /proc/$p/ns/mnt 2>/dev/null)\" = \"$m\" ] && printf '%s %s\\n' \"$p\" "
+        "n=$(readlink /proc/$p/ns/mnt 2>/dev/null); "
+        "{ [ -z \"$n\" ] || [ \"$n\" = \"$m\" ]; } && printf '%s %s\\n' \"$p\" "
         "\"$(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; done; true",
         &out);
     if (!st) return std::nullopt;
