@@ -11,9 +11,7 @@ status=0
 ctest --preset default -j"$jobs" || status=1
 if [ "${TUNE_SKIP_ASAN:-0}" != 1 ]; then
   cmake --preset asan >/dev/null
-  cmake --build build-asan -j"$jobs" --target tune_unit_tests tune fuzz_replay_spec \
-    fuzz_replay_result_line fuzz_replay_exit_record fuzz_replay_state fuzz_replay_controller \
-    fuzz_replay_step
+  cmake --build build-asan -j"$jobs" --target tune_unit_tests tune fuzz_replay_all
   ctest --preset asan -j"$jobs" || status=1
 fi
 exit "$status"
