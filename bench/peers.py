@@ -151,7 +151,10 @@ def checkpoints(tmp, c):
             for h in hj["hosts"])
         results = {}
         for syncer in ("none", "rsync"):
-            yaml = os.path.join(tmp, "ckpt-%s.yaml" % syncer)
+            # (in a dir of its own: it is the trials' workdir, which sync_workdir copies to the
+            # hosts, and `tmp` also holds the workers' storage)
+            os.makedirs(os.path.join(tmp, "exp"), exist_ok=True)
+            yaml = os.path.join(tmp, "exp", "ckpt-%s.yaml" % syncer)
             with open(yaml, "w") as f:
                 f.write(textwrap.dedent(f"""
                     name: ckpt-{syncer}

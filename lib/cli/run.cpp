@@ -264,9 +264,15 @@ int RunCommand::execute() {
     so.record_key = lo.record_key;
     so.sync_workdir = exp.trial.sync_workdir;
     so.workdir = exp.trial.workdir;
-    if (so.sync_workdir)  // a workdir too big to copy is a config error, before anything runs
-      if (auto plan = sync::plan_workdir(so.workdir, dir.parent_path()); !plan)
-        throw Fatal(plan.error().message);
+    if (so.sync_workdir) {  // a workdir too big to copy is a config error, before anything runs
+      auto plan = sync::plan_workdir(so.workdir, dir.parent_path());
+      if (!plan) throw Fatal(plan.error().message);
+      if (plan->bytes > sync::kWarnWorkdirBytes)
+        spdlog::warn(
+            "trial.sync_workdir: {:.0f} MB of {} go to each SSH host (point trial.workdir at the "
+            "code, or set trial.sync_workdir: false)",
+            static_cast<double>(plan->bytes) / 1e6, so.workdir.string());
+    }
     ssh.emplace(so);
     co.hosts = control::local_hosts(exp);
     for (const auto& info : ssh->connect(ssh_hosts)) {

@@ -26,7 +26,9 @@ struct WorkdirPlan {
 inline constexpr uint64_t kMaxWorkdirFile = 100ull << 20;
 // More than this to copy is taken for a mistake (a workdir that is a home directory, say).
 inline constexpr uint64_t kMaxWorkdirFiles = 100'000;
-inline constexpr uint64_t kMaxWorkdirBytes = 4ull << 30;
+inline constexpr uint64_t kMaxWorkdirBytes = 1ull << 30;
+// More than this is copied, with a warning that names the size (data beside the code, say).
+inline constexpr uint64_t kWarnWorkdirBytes = 100ull << 20;
 
 // Walks `workdir` (symlinks are copied as links, never followed); `storage` is the head's
 // storage path. An error if it cannot be read or holds more than the limits above.
