@@ -262,16 +262,15 @@ int RunCommand::execute() {
     so.sync_on_checkpoint = exp.sync.sync_on_checkpoint;
     so.syncer = exp.sync.syncer;
     so.record_key = lo.record_key;
-    so.sync_workdir = exp.trial.sync_workdir;
-    so.workdir = exp.trial.workdir;
-    if (so.sync_workdir) {  // a workdir too big to copy is a config error, before anything runs
-      auto plan = sync::plan_workdir(so.workdir, dir.parent_path());
+    if (exp.trial.sync_workdir) {  // too big to copy: a config error, before anything runs
+      auto plan = sync::plan_workdir(exp.trial.workdir, dir.parent_path());
       if (!plan) throw Fatal(plan.error().message);
       if (plan->bytes > sync::kWarnWorkdirBytes)
         spdlog::warn(
             "trial.sync_workdir: {:.0f} MB of {} go to each SSH host (point trial.workdir at the "
             "code, or set trial.sync_workdir: false)",
-            static_cast<double>(plan->bytes) / 1e6, so.workdir.string());
+            static_cast<double>(plan->bytes) / 1e6, exp.trial.workdir.string());
+      so.workdir = std::move(*plan);
     }
     ssh.emplace(so);
     co.hosts = control::local_hosts(exp);

@@ -336,22 +336,15 @@ struct SshExecutor::Impl {
 
   // The rsync commands that bring one trial dir to the head: its files (not checkpoints, not
   // staging), then each retained checkpoint the head lacks, into a staging name first.
-  std::optional<sync::WorkdirPlan> workdir_plan;  // made at the first need, once per run
-
   // trial.sync_workdir: the workdir's copy on `h` is current before a trial starts there.
   Result<void> ensure_workdir(Host& h) {
-    if (!opts.sync_workdir || h.workdir_ready) return {};
-    if (!workdir_plan) {
-      auto plan = sync::plan_workdir(opts.workdir, opts.head_exp_dir.parent_path());
-      if (!plan) return std::unexpected(plan.error());
-      workdir_plan = std::move(*plan);
-    }
-    const auto& p = *workdir_plan;
+    if (!opts.workdir || h.workdir_ready) return {};
+    const auto& p = *opts.workdir;
     std::string copy = h.info.exp_dir + "/" + kWorkdirCopy;
     std::string stamp_file = copy + "/.tune_workdir_stamp";
     if (auto there = h.read(stamp_file, 0, 64); there && *there == p.stamp + "\n") {
       spdlog::info("host {}: the copy of {} there is current: not copied again", h.cfg.name,
-                   opts.workdir.string());
+                   p.workdir.string());
       h.workdir_ready = true;
       return {};
     }
@@ -359,19 +352,19 @@ struct SshExecutor::Impl {
                                     "--exclude=/.tune_workdir_stamp"};
     for (const auto& x : p.excludes) cmd.push_back("--exclude=" + x);
     std::string dst = (h.cfg.user.empty() ? "" : h.cfg.user + "@") + h.cfg.host + ":" + copy + "/";
-    cmd.push_back(opts.workdir.string() + "/");
+    cmd.push_back(p.workdir.string() + "/");
     cmd.push_back(dst);
     fs::path log = opts.head_exp_dir / ".tune" / ("workdir-" + std::to_string(h.index) + ".log");
     double t0 = clock_s(CLOCK_MONOTONIC);
     auto rc = util::run_process(cmd, log);
     if (!rc || *rc != 0)
-      return fail("cannot copy trial.workdir ", opts.workdir.string(), " to ", h.cfg.name, ": ",
+      return fail("cannot copy trial.workdir ", p.workdir.string(), " to ", h.cfg.name, ": ",
                   rc ? util::last_line(log) : rc.error().message);
     if (auto w = h.write(stamp_file, p.stamp + "\n", 0644); !w) return w;
     std::string left;
     for (const auto& x : p.left_out) left += (left.empty() ? "" : ", ") + x;
     spdlog::info("host {}: copied {} to {} ({} files, {:.1f} MB, {:.2f} s){}", h.cfg.name,
-                 opts.workdir.string(), copy, p.files, static_cast<double>(p.bytes) / 1e6,
+                 p.workdir.string(), copy, p.files, static_cast<double>(p.bytes) / 1e6,
                  clock_s(CLOCK_MONOTONIC) - t0, left.empty() ? "" : "; left out: " + left);
     h.workdir_ready = true;
     return {};
@@ -1019,12 +1012,13 @@ Result<void> SshExecutor::start(const Launch& l) {
   // that name a path inside the workdir name the same path in the copy.
   std::string cwd = l.cwd.string();
   std::vector<std::string> argv = l.argv;
-  if (impl.opts.sync_workdir && h->up) {
+  if (impl.opts.workdir && h->up) {
     if (auto w = impl.ensure_workdir(*h); !w) {
       impl.check(*h);
       if (h->up) return w;  // else: host_lost below, re-queued
     }
-    std::string from = impl.opts.workdir.string(), to = h->info.exp_dir + "/" + kWorkdirCopy;
+    std::string from = impl.opts.workdir->workdir.string();
+    std::string to = h->info.exp_dir + "/" + kWorkdirCopy;
     auto remap = [&](std::string& s) {
       if (s == from)
         s = to;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "exec/executor.hpp"
+#include "sync/workdir.hpp"
 
 namespace tune::exec {
 
@@ -37,10 +38,9 @@ struct SshOptions {
   bool sync_on_checkpoint = true;
   std::string syncer = "rsync";  // rsync | none | "CMD {source} {target}"
   std::string record_key;        // the experiment's key for attempt nonces (exit_record.hpp)
-  // trial.sync_workdir: copied to <exp dir on the host>/.workdir before the host's first trial
-  // (and again on a resume only if it changed); that copy is the trial's cwd there.
-  bool sync_workdir = false;
-  fs::path workdir;
+  // trial.sync_workdir: what is copied to <exp dir on the host>/.workdir before the host's
+  // first trial (and again on a resume only if it changed); that copy is the trial's cwd there.
+  std::optional<sync::WorkdirPlan> workdir;
 };
 
 // What connect() learned of a host that is ready for trials.
