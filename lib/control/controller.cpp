@@ -44,7 +44,8 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
       opts_(std::move(opts)),
       table_(table),
       pool_(opts_.hosts.empty() ? local_hosts(exp_) : opts_.hosts),
-      policy_(checkpoint::Policy::from(exp_.checkpoint)) {
+      policy_(checkpoint::Policy::from(exp_.checkpoint)),
+      sched_(sched::make_scheduler(exp_.scheduler, exp_.seed.value_or(0))) {
   host_name_ = ex_.host_name();
 }
 
@@ -61,6 +62,7 @@ trial::Trial& Controller::new_trial() {
   t.config = std::move(cfg.config);
   index_[t.id] = state_.trials.size();
   state_.trials.push_back(std::move(t));
+  sched_->on_trial_add(state_.trials.back().id, state_.trials.back().index);
   return state_.trials.back();
 }
 
@@ -282,6 +284,7 @@ void Controller::launch_ready() {
     }
     if (!start_first_attempt(next, *placement)) break;
   }
+  maybe_no_more_trials();
   if (restarts.empty()) return;
   mark_dirty();
   if (!maybe_save_state(true, false)) {
@@ -393,8 +396,9 @@ void Controller::set_pending(trial::Trial& t) {
 }
 
 void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
-  // A stop criterion or done is final: a later Ctrl-C does not make the trial interrupted.
-  bool final = rt.stop_why == StopWhy::kCriterion || rt.stop_why == StopWhy::kDone;
+  // A stop criterion, done or a scheduler's decision is final: a later Ctrl-C does not make
+  // the trial interrupted.
+  bool final = is_final(rt.stop_why);
   if (rt.stop_why == StopWhy::kNone ||
       (!final && (why == StopWhy::kUser || why == StopWhy::kFailFast)))
     rt.stop_why = why;
@@ -423,7 +427,7 @@ void Controller::stop_all(StopWhy why, bool now) {
     if (rt.deferred_exit) continue;  // ended already
     auto& t = trial(id);
     if (now) {
-      if (rt.stop_why != StopWhy::kCriterion && rt.stop_why != StopWhy::kDone) rt.stop_why = why;
+      if (!is_final(rt.stop_why)) rt.stop_why = why;
       ex_.stop(id, true);
     } else {
       request_stop(t, rt, why);
@@ -470,7 +474,10 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
     spdlog::error("trial {} failed: {}", t.name, error);
   else
     spdlog::info("trial {} {}", t.name, trial::status_name(status));
-  if (t.finished()) apply_retention(t, false);
+  if (t.finished()) {
+    apply_retention(t, false);
+    scheduler_complete(t);
+  }
   mark_dirty();
 }
 
@@ -490,7 +497,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
   bool by_supervisor = info.reason == "orphaned" || info.reason == "host_lost";
   bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
-                    why == StopWhy::kBudget || (why == StopWhy::kNone && clean && !by_supervisor);
+                    why == StopWhy::kBudget || why == StopWhy::kScheduler ||
+                    (why == StopWhy::kNone && clean && !by_supervisor);
   // The driver ended it for another reason (SPEC §1): interrupted, resumed later from its
   // latest checkpoint, whatever its exit code, and never counted as a failure. A supervisor
   // that stopped its trial because the driver went silent (a stopped or suspended driver)
@@ -504,7 +512,12 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   running_.erase(it);
 
   if (terminated) {
+    if (why == StopWhy::kScheduler) t.reason = trial::Reason::kStopped;
     finish(t, Status::kTerminated, "");
+    return;
+  }
+  if (why == StopWhy::kPause) {  // whatever its exit code: the driver ended it
+    paused(t);
     return;
   }
   if (why == StopWhy::kResync) {  // a step-mode attempt found after a crash: restart it
@@ -582,6 +595,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   double now = ex_.now();
   if (!force && (!state_dirty_ || now < next_state_write_)) return true;
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
+  state_.scheduler = sched_->save();
   // Checkpoints are deleted right after this write: it must survive a power loss too, or an
   // older state could name them.
   durable = durable || !pending_deletions_.empty();
@@ -659,6 +673,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (resume) {
     state_ = std::move(*resume);
     elapsed_before_ = state_.elapsed_s;
+    if (auto r = sched_->restore(state_.scheduler);
+        !r && exp_.scheduler.kind != spec::SchedulerKind::kFifo)
+      throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +
+                  ": it cannot be resumed");
     std::sort(state_.trials.begin(), state_.trials.end(),
               [](const auto& a, const auto& b) { return a.index < b.index; });
     for (size_t i = 0; i < state_.trials.size(); ++i)
@@ -673,8 +691,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       // end go back to the queue and restart from their latest checkpoint.
       if (t.status == Status::kRunning)
         resume_running(t);
-      else if (t.status == Status::kPaused || t.status == Status::kPending)
+      else if (t.status == Status::kPending)
         set_pending(t);
+      else if (t.status == Status::kPaused)
+        (sched_->may_resume(t.id) ? pending_ : paused_).insert(t.index);
     }
     end_strays();
     for (auto& t : state_.trials)
@@ -716,6 +736,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     check_deadlines(now);
     launch_ready();
     bool more = !stopping_ && (state_.next_index < state_.total_trials || !pending_.empty());
+    if (running_.empty() && !more && !stopping_ && !paused_.empty()) {
+      release_stuck_paused();
+      continue;
+    }
     if (running_.empty() && !more) break;
     if (interrupts_ >= 2 || lost_) break;
     double timeout = wait_timeout(now);

@@ -17,6 +17,7 @@
 #include "checkpoint/retention.hpp"
 #include "control/resources.hpp"
 #include "exec/executor.hpp"
+#include "sched/scheduler.hpp"
 #include "spec/experiment.hpp"
 #include "state/state.hpp"
 #include "trial/line_splitter.hpp"
@@ -60,8 +61,24 @@ class Controller {
  private:
   // kResync: a step-mode attempt found running after a driver crash is stopped and restarted
   // from its latest checkpoint (which command it was answering is unknown).
-  enum class StopWhy { kNone, kCriterion, kDone, kBudget, kUser, kFailFast, kResync };
+  // kScheduler: stopped early by the scheduler (TERMINATED); kPause: paused by it (PAUSED).
+  enum class StopWhy {
+    kNone,
+    kCriterion,
+    kDone,
+    kBudget,
+    kUser,
+    kFailFast,
+    kResync,
+    kScheduler,
+    kPause
+  };
   enum class StepOp { kNone, kStep, kSave, kStop };
+  // Stops that a later Ctrl-C does not turn into an interruption.
+  static bool is_final(StopWhy w) {
+    return w == StopWhy::kCriterion || w == StopWhy::kDone || w == StopWhy::kScheduler ||
+           w == StopWhy::kPause;
+  }
 
   // What the controller knows about a running attempt (not persisted).
   struct Runtime {
@@ -78,6 +95,8 @@ class Controller {
     std::optional<int> pid;
     StepOp pending = StepOp::kNone;
     bool stop_after_save = false;
+    bool force_save = false;   // step mode: a pause saves even without checkpoint_at_end
+    sched::Decision decision;  // the scheduler's answer to the latest result
     int64_t last_checkpoint_iteration = -1;
     int64_t pending_seq = 0;
     double next_write_warning = 0;  // write errors (disk full) are logged at most every 30 s
@@ -158,6 +177,24 @@ class Controller {
   void step_saved(trial::Trial& t, Runtime& rt, const nlohmann::json& reply);
   void step_send(trial::Trial& t, Runtime& rt, StepOp op);
 
+  // Scheduling (scheduling.cpp): what the scheduler sees of a result (nullopt without the
+  // metric or time_attr), its decision on one, carried out; decisions on paused trials.
+  [[nodiscard]] std::optional<sched::Observation> observe(const trial::Trial& t,
+                                                          const nlohmann::json& result) const;
+  // Asks the scheduler about a result about to be recorded; notes the decision in `result`.
+  void consult_scheduler(trial::Trial& t, Runtime& rt, nlohmann::json& result);
+  // Function mode: carries out rt.decision at once (step mode: step_next does).
+  void act_on_decision(trial::Trial& t, Runtime& rt);
+  void apply_verdicts();
+  // A trial the scheduler paused has ended its attempt: PAUSED, waiting or queued to resume.
+  void paused(trial::Trial& t);
+  // Tells the scheduler a trial ended (TERMINATED or ERROR).
+  void scheduler_complete(const trial::Trial& t);
+  // The search space is exhausted: tells the scheduler once.
+  void maybe_no_more_trials();
+  // Paused trials the scheduler never released while nothing else can run: resumed anyway.
+  void release_stuck_paused();
+
   void request_stop(trial::Trial& t, Runtime& rt, StopWhy why);
   void stop_all(StopWhy why, bool now);
   void on_interrupt();
@@ -203,7 +240,10 @@ class Controller {
   state::StateWriter writer_;
   std::unordered_map<std::string, size_t> index_;
   std::unordered_map<std::string, Runtime> running_;
-  std::set<uint64_t> pending_;           // indexes of PENDING trials not running, oldest first
+  std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first
+  std::set<uint64_t> paused_;   // PAUSED trials the scheduler holds back
+  std::unique_ptr<sched::TrialScheduler> sched_;
+  bool told_no_more_ = false;
   std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head

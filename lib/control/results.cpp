@@ -177,6 +177,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   // The result that meets a stop criterion is the trial's last: it says done, as Ray's does.
   bool criterion = should_stop(result);
   if (criterion) result["done"] = true;
+  if (!criterion && !done) consult_scheduler(t, rt, result);
   rt.log.append(result);
   t.track_metrics(result);
   t.last_result = std::move(result);
@@ -186,6 +187,8 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
       request_stop(t, rt, StopWhy::kCriterion);
     else if (done)
       request_stop(t, rt, StopWhy::kDone);
+    else
+      act_on_decision(t, rt);
   }
 }
 
@@ -247,8 +250,16 @@ void Controller::step_next(trial::Trial& t, Runtime& rt, const json& result) {
     step_save(t, rt, true);
     return;
   }
-  bool done = result.value("done", false);
+  bool done = result.value("done", false) && rt.decision.action != sched::Action::kStop;
   bool stop = done || should_stop(result);
+  if (!stop && rt.decision.action != sched::Action::kContinue) {
+    // The scheduler's stop or pause: saved first (a pause always, so no work is lost).
+    bool pause = rt.decision.action == sched::Action::kPause;
+    request_stop(t, rt, pause ? StopWhy::kPause : StopWhy::kScheduler);
+    rt.force_save = pause;
+    step_save(t, rt, true);
+    return;
+  }
   bool wanted = result.contains("should_checkpoint") && result["should_checkpoint"].is_boolean() &&
                 result["should_checkpoint"].get<bool>();
   int freq = exp_.checkpoint.frequency;
@@ -276,7 +287,9 @@ void Controller::step_send(trial::Trial& t, Runtime& rt, StepOp op) {
 void Controller::step_save(trial::Trial& t, Runtime& rt, bool then_stop) {
   bool at_end_needed =
       exp_.checkpoint.at_end && rt.last_checkpoint_iteration != t.iteration && t.iteration > 0;
-  bool needed = then_stop ? at_end_needed : rt.last_checkpoint_iteration != t.iteration;
+  bool fresh = rt.last_checkpoint_iteration != t.iteration && t.iteration > 0;
+  bool needed = then_stop ? at_end_needed || (rt.force_save && fresh)
+                          : rt.last_checkpoint_iteration != t.iteration;
   if (!needed) {
     step_send(t, rt, then_stop ? StepOp::kStop : StepOp::kStep);
     return;

@@ -62,6 +62,24 @@ struct HostSpec {
   int port = 22;
 };
 
+// scheduler: which trials go on, stop or pause by their results (docs/SCHEDULERS.md).
+enum class SchedulerKind { kFifo, kAsha, kHyperBand, kMedianStopping };
+
+struct SchedulerSpec {
+  SchedulerKind kind = SchedulerKind::kFifo;
+  std::string metric;  // the scheduler's own, else the experiment's (required for all but fifo)
+  Order mode = Order::kMin;
+  std::string time_attr = "training_iteration";  // any result key that grows
+  double max_t = 100;                            // asha 100, hyperband 81 (Ray's defaults)
+  double grace_period = 1;                       // asha, median_stopping
+  double reduction_factor = 4;                   // asha 4, hyperband 3
+  int brackets = 1;                              // asha
+  int min_samples_required = 3;                  // median_stopping
+};
+
+// The name a scheduler has in YAML and in messages ("asha").
+[[nodiscard]] const char* scheduler_name(SchedulerKind k);
+
 struct Experiment {
   fs::path source_file;  // the YAML file
   std::string name;
@@ -82,7 +100,7 @@ struct Experiment {
   std::vector<HostSpec> hosts;
   double orphan_timeout_s = 600;
   double host_timeout_s = 120;
-  std::string scheduler = "fifo";
+  SchedulerSpec scheduler;
   // The whole document as run (after --set), as JSON: what a resume compares against.
   nlohmann::json effective = nlohmann::json::object();
 

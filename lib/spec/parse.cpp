@@ -53,7 +53,9 @@ constexpr std::string_view kSyncKeys[] = {"syncer", "sync_period", "sync_on_chec
 constexpr std::string_view kLocalHostKeys[] = {"cpus", "gpus"};
 constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "identity_file",
                                              "storage_path", "cpus", "gpus", "known_hosts_file"};
-constexpr std::string_view kSchedulerKeys[] = {"type"};
+constexpr std::string_view kSchedulerKeys[] = {
+    "type",         "metric",           "mode",     "time_attr",           "max_t",
+    "grace_period", "reduction_factor", "brackets", "min_samples_required"};
 constexpr std::string_view kDomainKeys[] = {"uniform", "loguniform", "quniform", "qloguniform",
                                             "randint", "randn",      "choice",   "grid_search"};
 
@@ -92,6 +94,7 @@ class Parser {
   void parse_checkpoint(const YAML::Node& n, Experiment& e) const;
   void parse_sync(const YAML::Node& n, Experiment& e) const;
   void parse_hosts(const YAML::Node& n, Experiment& e) const;
+  void parse_scheduler(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
   fs::path file_;
@@ -292,16 +295,7 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
       (std::string_view(key) == "orphan_timeout_s" ? e.orphan_timeout_s : e.host_timeout_s) = v;
     }
   }
-  if (auto n = root["scheduler"]) {
-    check_map(n, "scheduler");
-    check_keys(n, kSchedulerKeys, "scheduler");
-    if (auto t = n["type"]) {
-      e.scheduler = string(t, "scheduler.type");
-      if (e.scheduler != "fifo")
-        error(t, "scheduler '" + util::printable(e.scheduler, 40) +
-                     "' is not available in this version (available: fifo)");
-    }
-  }
+  if (auto n = root["scheduler"]) parse_scheduler(n, e);
   check_placeholders(root["trial"]["command"], e);
   return e;
 }
@@ -533,6 +527,95 @@ void Parser::parse_sync(const YAML::Node& n, Experiment& e) const {
   }
 }
 
+void Parser::parse_scheduler(const YAML::Node& n, Experiment& e) const {
+  if (n.IsNull()) return;
+  check_map(n, "scheduler");
+  check_keys(n, kSchedulerKeys, "scheduler");
+  auto& s = e.scheduler;
+  if (auto t = n["type"]) {
+    std::string type = string(t, "scheduler.type");
+    static const std::map<std::string, SchedulerKind> kKinds = {
+        {"fifo", SchedulerKind::kFifo},
+        {"asha", SchedulerKind::kAsha},
+        {"async_hyperband", SchedulerKind::kAsha},
+        {"hyperband", SchedulerKind::kHyperBand},
+        {"median_stopping", SchedulerKind::kMedianStopping},
+        {"median_stopping_rule", SchedulerKind::kMedianStopping}};
+    auto it = kKinds.find(type);
+    if (it == kKinds.end()) {
+      constexpr std::string_view kNames[] = {"fifo", "asha", "hyperband", "median_stopping"};
+      std::string msg = "unknown scheduler '" + util::printable(type, 40) + "'";
+      if (type == "pbt")
+        msg = "scheduler 'pbt' is not available in this version";
+      else if (auto sug = util::suggest(type, kNames))
+        msg += " (did you mean '" + *sug + "'?)";
+      error(t, msg + " (available: fifo, asha, hyperband, median_stopping)");
+    }
+    s.kind = it->second;
+  } else {
+    error(n, "scheduler: missing required key 'type' (fifo, asha, hyperband, median_stopping)");
+  }
+  const char* name = scheduler_name(s.kind);
+  auto key = [&](const char* k) { return std::string("scheduler.") + k; };
+  if (s.kind == SchedulerKind::kHyperBand) s.max_t = 81, s.reduction_factor = 3;
+  if (auto m = n["metric"]) s.metric = string(m, key("metric"));
+  if (s.metric.empty() && e.metric) s.metric = *e.metric;
+  s.mode = e.mode;
+  if (auto m = n["mode"]) s.mode = order(m, key("mode"));
+  if (s.kind != SchedulerKind::kFifo) {
+    if (s.metric.empty())
+      error(n, std::string("scheduler '") + name +
+                   "' needs a metric to compare trials by: set 'metric' (and 'mode') in the "
+                   "experiment or the scheduler");
+    if (!n["mode"] && !e.mode_given)
+      error(n, std::string("scheduler '") + name +
+                   "' needs 'mode: min' or 'mode: max' for metric '" +
+                   util::printable(s.metric, 40) + "'");
+  }
+  if (auto m = n["time_attr"]) s.time_attr = string(m, key("time_attr"));
+  if (s.time_attr.empty()) error(n["time_attr"], "scheduler.time_attr must not be empty");
+  auto positive = [&](const char* k, double& out) {
+    if (auto m = n[k]) {
+      out = number(m, key(k));
+      if (!(out > 0) || std::isinf(out)) error(m, key(k) + " must be a positive number");
+    }
+  };
+  positive("max_t", s.max_t);
+  positive("grace_period", s.grace_period);
+  if (auto m = n["reduction_factor"]) {
+    s.reduction_factor = number(m, key("reduction_factor"));
+    if (!(s.reduction_factor > 1) || std::isinf(s.reduction_factor))
+      error(m, "scheduler.reduction_factor must be greater than 1, got " +
+                   util::format_double(s.reduction_factor));
+  }
+  if (auto m = n["brackets"]) {
+    auto v = integer(m, key("brackets"));
+    if (v < 1 || v > 100) error(m, "scheduler.brackets must be between 1 and 100");
+    s.brackets = static_cast<int>(v);
+  }
+  if (auto m = n["min_samples_required"]) {
+    auto v = integer(m, key("min_samples_required"));
+    if (v < 1 || v > 1'000'000) error(m, "scheduler.min_samples_required must be at least 1");
+    s.min_samples_required = static_cast<int>(v);
+  }
+  // Keys that mean nothing to this scheduler are refused rather than ignored.
+  static const std::map<SchedulerKind, std::set<std::string>> kUses = {
+      {SchedulerKind::kFifo, {}},
+      {SchedulerKind::kAsha, {"max_t", "grace_period", "reduction_factor", "brackets"}},
+      {SchedulerKind::kHyperBand, {"max_t", "reduction_factor"}},
+      {SchedulerKind::kMedianStopping, {"grace_period", "min_samples_required"}}};
+  for (const auto& kv : n) {
+    std::string k = kv.first.Scalar();
+    if (k == "type" || k == "metric" || k == "mode" || k == "time_attr") continue;
+    if (!kUses.at(s.kind).count(k))
+      error(kv.first, "scheduler '" + std::string(name) + "' has no option '" + k + "'");
+  }
+  if (s.kind == SchedulerKind::kAsha && s.grace_period > s.max_t)
+    error(n["grace_period"] ? n["grace_period"] : n,
+          "scheduler.grace_period (" + util::format_double(s.grace_period) +
+              ") must not exceed max_t (" + util::format_double(s.max_t) + ")");
+}
+
 void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
   if (n.IsNull()) return;
   if (!n.IsSequence()) error(n, "hosts must be a list of {local: {...}} or {ssh: {...}} entries");
@@ -752,6 +835,20 @@ std::vector<std::string> changed_keys(const nlohmann::json& before, const nlohma
                     out.push_back(dotted);
                   });
   return out;
+}
+
+const char* scheduler_name(SchedulerKind k) {
+  switch (k) {
+    case SchedulerKind::kFifo:
+      return "fifo";
+    case SchedulerKind::kAsha:
+      return "asha";
+    case SchedulerKind::kHyperBand:
+      return "hyperband";
+    case SchedulerKind::kMedianStopping:
+      return "median_stopping";
+  }
+  return "?";
 }
 
 fs::path default_storage_path() {

@@ -38,6 +38,8 @@ json trial_to_json(const trial::Trial& t) {
           {"config", t.config},
           {"status", trial::status_name(t.status)},
           {"reason", trial::reason_name(t.reason)},
+          {"cause", trial::cause_name(t.cause)},
+          {"decided_at", t.decided_at},
           {"attempt", t.attempt},
           {"failures", t.failures},
           {"host", t.host},
@@ -141,7 +143,8 @@ json header_json(const ExperimentState& s) {
           {"phase", s.phase},
           {"metric", s.metric ? json(*s.metric) : json(nullptr)},
           {"mode", s.mode},
-          {"hosts", s.hosts}};
+          {"hosts", s.hosts},
+          {"scheduler", s.scheduler}};
 }
 }  // namespace
 
@@ -179,6 +182,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
   if (j.contains("hosts") && j["hosts"].is_object())
     for (auto it = j["hosts"].begin(); it != j["hosts"].end(); ++it)
       if (it->is_string()) s.hosts[it.key()] = it->get<std::string>();
+  if (j.contains("scheduler")) s.scheduler = j["scheduler"];  // checked by the scheduler
   json trials = r.get<json>(j, "trials", "experiment");
   if (!r.ok) return std::unexpected(r.err);
   if (!trials.is_array()) return fail(where, ": 'trials' is not a list");
@@ -210,6 +214,12 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
       auto why = trial::parse_reason(r.get<std::string>(tj, "reason", ctx));
       if (r.ok && !why) return fail(where, ": ", ctx, ": unknown reason");
       t.reason = why.value_or(trial::Reason::kNone);
+    }
+    if (tj.contains("cause")) {  // (absent in states written before schedulers existed)
+      auto cause = trial::parse_cause(r.get<std::string>(tj, "cause", ctx));
+      if (r.ok && !cause) return fail(where, ": ", ctx, ": unknown cause");
+      t.cause = cause.value_or(trial::Cause::kNone);
+      t.decided_at = r.get<double>(tj, "decided_at", ctx);
     }
     if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
     json metrics = r.get<json>(tj, "metrics", ctx);
@@ -272,7 +282,9 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
             t.time_total_s,
             t.attempt_started,
             t.host,
-            t.error};
+            t.error,
+            static_cast<int>(t.cause),
+            t.decided_at};
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);

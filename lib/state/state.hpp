@@ -29,6 +29,7 @@ struct ExperimentState {
   std::optional<std::string> metric;
   std::string mode = "min";
   std::map<std::string, std::string> hosts;  // host -> "up" | "unreachable" (as last seen)
+  nlohmann::json scheduler;                  // the trial scheduler's own state (null for fifo)
   std::vector<trial::Trial> trials;
 };
 
@@ -78,6 +79,8 @@ class StateWriter {
     uint64_t stdout_offset = 0;
     double time_total_s = 0, attempt_started = 0;
     std::string host, error;
+    int cause = 0;
+    double decided_at = 0;
     bool operator==(const Key&) const = default;
   };
   struct Entry {

@@ -33,14 +33,48 @@ const char* reason_name(Reason r) {
       return "";
     case Reason::kInterrupted:
       return "interrupted";
+    case Reason::kStopped:
+      return "stopped";
+    case Reason::kPaused:
+      return "paused";
   }
   return "";
 }
 
 std::optional<Reason> parse_reason(std::string_view s) {
-  for (Reason r : {Reason::kNone, Reason::kInterrupted})
+  for (Reason r : {Reason::kNone, Reason::kInterrupted, Reason::kStopped, Reason::kPaused})
     if (s == reason_name(r)) return r;
   return std::nullopt;
+}
+
+const char* cause_name(Cause c) {
+  switch (c) {
+    case Cause::kNone:
+      return "";
+    case Cause::kCutoff:
+      return "cutoff";
+    case Cause::kMedian:
+      return "median";
+    case Cause::kMaxT:
+      return "max_t";
+    case Cause::kRung:
+      return "rung";
+  }
+  return "";
+}
+
+std::optional<Cause> parse_cause(std::string_view s) {
+  for (Cause c : {Cause::kNone, Cause::kCutoff, Cause::kMedian, Cause::kMaxT, Cause::kRung})
+    if (s == cause_name(c)) return c;
+  return std::nullopt;
+}
+
+std::string describe_decision(const Trial& t, std::string_view scheduler) {
+  if (t.reason != Reason::kStopped && t.reason != Reason::kPaused) return "";
+  std::string at = util::format_double(t.decided_at);
+  if (t.cause == Cause::kMaxT) return "reached max_t at " + at;
+  return std::string(t.reason == Reason::kStopped ? "stopped by " : "paused by ") +
+         std::string(scheduler) + " at " + at;
 }
 
 const char* status_name(Status s) {

@@ -27,7 +27,22 @@ enum class Reason {
   kInterrupted,  // the driver ended its attempt for another reason than a stop criterion
                  // (Ctrl-C, fail_fast, an orphan timeout, a lost host): resumed from its
                  // latest checkpoint, never counted as a failure
+  kStopped,      // TERMINATED early by the scheduler (see Trial::cause)
+  kPaused,       // PAUSED by the scheduler; it resumes from its latest checkpoint
 };
+
+// Why a scheduler stopped or paused a trial.
+enum class Cause {
+  kNone,
+  kCutoff,  // below its rung's cutoff (asha), or not among the best at its rung (hyperband)
+  kMedian,  // its best is below the median of the others' running means (median_stopping)
+  kMaxT,    // reached the scheduler's max_t
+  kRung,    // paused at its rung until the rest of its bracket reaches it (hyperband)
+};
+
+[[nodiscard]] const char* cause_name(Cause c);
+// Parses a cause_name(); nullopt for anything else.
+[[nodiscard]] std::optional<Cause> parse_cause(std::string_view s);
 
 [[nodiscard]] const char* reason_name(Reason r);
 // Parses a reason_name(); nullopt for anything else.
@@ -55,7 +70,9 @@ struct Trial {
   json config;
   Status status = Status::kPending;
   Reason reason = Reason::kNone;
-  int attempt = 0;  // attempts started so far
+  Cause cause = Cause::kNone;  // with kStopped/kPaused: why
+  double decided_at = 0;       // with kStopped/kPaused: the scheduler's time_attr value then
+  int attempt = 0;             // attempts started so far
   int failures = 0;
   std::string host;
   std::string error;      // why it ended in ERROR
@@ -75,6 +92,8 @@ struct Trial {
   // Failures in a row since its last recorded result (the retry back-off; not persisted).
   int fail_streak = 0;
   std::string last_failure;  // how its last attempt failed (to log a repeated failure once)
+  // A pause found its latest checkpoint older than the decision (said once; not persisted).
+  bool told_stale_checkpoint = false;
 
   // Updates last/min/max from one result's numeric values (not the driver's bookkeeping).
   void track_metrics(const json& result);
@@ -88,6 +107,10 @@ struct Trial {
 };
 
 // Directory names: trial_<id>_<varying params>, filesystem-safe, at most 200 bytes.
+// "stopped by asha at 9", "paused by hyperband at 3", "reached max_t at 81": a scheduler's
+// decision about `t` (empty when it has none).
+[[nodiscard]] std::string describe_decision(const Trial& t, std::string_view scheduler);
+
 [[nodiscard]] std::string make_trial_name(const std::string& id,
                                           const std::vector<std::pair<std::string, json>>& varying);
 

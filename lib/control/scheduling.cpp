@@ -1,0 +1,130 @@
+// The controller's side of trial schedulers (sched/): what a scheduler sees of each result, and
+// its decisions carried out — a stop ends the trial as TERMINATED, a pause ends its attempt and
+// parks it as PAUSED until the scheduler lets it run again from its latest checkpoint.
+#include <spdlog/spdlog.h>
+
+#include "control/controller.hpp"
+#include "util/strings.hpp"
+
+namespace tune::control {
+
+using json = nlohmann::json;
+using trial::Status;
+
+std::optional<sched::Observation> Controller::observe(const trial::Trial& t,
+                                                      const json& result) const {
+  const auto& s = exp_.scheduler;
+  auto tm = result.find(s.time_attr);
+  auto mv = result.find(s.metric);
+  if (tm == result.end() || mv == result.end() || !tm->is_number() || !mv->is_number())
+    return std::nullopt;  // Ray's rule: a result without them changes nothing
+  double v = mv->get<double>();
+  return sched::Observation{t.id, tm->get<double>(), s.mode == spec::Order::kMax ? v : -v};
+}
+
+void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
+  rt.decision = sched::Decision::go();
+  if (exp_.scheduler.kind == spec::SchedulerKind::kFifo || rt.stop_why != StopWhy::kNone) return;
+  auto obs = observe(t, result);
+  if (!obs) return;
+  rt.decision = sched_->on_result(*obs);
+  mark_dirty();
+  if (rt.decision.action == sched::Action::kContinue) {
+    apply_verdicts();
+    return;
+  }
+  t.cause = rt.decision.why;
+  t.decided_at = rt.decision.at;
+  trial::Trial view = t;
+  view.reason =
+      rt.decision.action == sched::Action::kStop ? trial::Reason::kStopped : trial::Reason::kPaused;
+  std::string what = trial::describe_decision(view, spec::scheduler_name(exp_.scheduler.kind));
+  result["decision"] = what;
+  if (rt.decision.action == sched::Action::kStop) result["done"] = true;
+  spdlog::info("trial {}: {}", t.name, what);
+  apply_verdicts();
+}
+
+void Controller::act_on_decision(trial::Trial& t, Runtime& rt) {
+  if (rt.decision.action == sched::Action::kStop)
+    request_stop(t, rt, StopWhy::kScheduler);
+  else if (rt.decision.action == sched::Action::kPause)
+    request_stop(t, rt, StopWhy::kPause);
+}
+
+void Controller::paused(trial::Trial& t) {
+  t.status = Status::kPaused;
+  t.reason = trial::Reason::kPaused;
+  const trial::Checkpoint* c = t.latest_checkpoint();
+  int64_t from = c ? c->iteration : 0;
+  if (from < t.iteration && !t.told_stale_checkpoint) {
+    t.told_stale_checkpoint = true;
+    spdlog::warn(
+        "trial {}: paused at iteration {}, but its latest checkpoint is {}: it resumes from "
+        "there and repeats {} iteration(s) (checkpoint at every rung to lose nothing)",
+        t.name, t.iteration, c ? "from iteration " + std::to_string(from) : std::string("none"),
+        t.iteration - from);
+  }
+  mark_dirty();
+  if (sched_->may_resume(t.id)) {
+    pending_.insert(t.index);  // stays PAUSED until it starts again
+  } else {
+    paused_.insert(t.index);
+  }
+}
+
+void Controller::apply_verdicts() {
+  for (const auto& v : sched_->take_verdicts()) {
+    auto found = index_.find(v.trial);
+    if (found == index_.end()) continue;
+    trial::Trial& t = state_.trials[found->second];
+    if (auto run = running_.find(t.id); run != running_.end()) {
+      // Its pause is under way: a stop now makes it TERMINATED when it exits.
+      if (v.action == sched::Action::kStop && run->second.stop_why == StopWhy::kPause) {
+        run->second.stop_why = StopWhy::kScheduler;
+        t.cause = v.why;
+        t.decided_at = v.at;
+      }
+      continue;
+    }
+    if (!paused_.count(t.index)) continue;
+    if (v.action == sched::Action::kStop) {
+      paused_.erase(t.index);
+      t.reason = trial::Reason::kStopped;
+      t.cause = v.why;
+      t.decided_at = v.at;
+      spdlog::info("trial {}: {}", t.name,
+                   trial::describe_decision(t, spec::scheduler_name(exp_.scheduler.kind)));
+      finish(t, Status::kTerminated, "");
+    } else if (sched_->may_resume(t.id)) {
+      paused_.erase(t.index);
+      pending_.insert(t.index);
+      spdlog::info("trial {}: goes on from {}", t.name, util::format_double(t.decided_at));
+    }
+    mark_dirty();
+  }
+}
+
+void Controller::scheduler_complete(const trial::Trial& t) {
+  sched_->on_complete(t.id, observe(t, t.last_result));
+  apply_verdicts();
+}
+
+void Controller::maybe_no_more_trials() {
+  if (told_no_more_ || state_.next_index < state_.total_trials) return;
+  told_no_more_ = true;
+  sched_->on_no_more_trials();
+  apply_verdicts();
+}
+
+void Controller::release_stuck_paused() {
+  if (paused_.empty()) return;
+  spdlog::warn(
+      "{} paused trial(s) got no decision from the scheduler and nothing else can run: "
+      "resuming them",
+      paused_.size());
+  pending_.insert(paused_.begin(), paused_.end());
+  paused_.clear();
+}
+
+}  // namespace tune::control
