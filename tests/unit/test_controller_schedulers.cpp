@@ -1,0 +1,228 @@
+// Schedulers through the controller with the scripted FakeExecutor: stops, pauses and resumes
+// carried out on trials, each iteration recorded once, decisions kept across an interruption.
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "controller_fixtures.hpp"
+#include "state/state.hpp"
+#include "util/fs.hpp"
+
+using namespace tune;
+using testing::FakeContext;
+using testing::FakeExecutor;
+using testing::FakeProcess;
+using testing::iterations;
+using testing::make_exp;
+using testing::opts;
+using testing::results_of;
+using testing::ScratchDir;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A function-mode trial whose loss is q + 1/i at iteration i, checkpointing every `every`
+// iterations (the checkpoint holds i) and resuming from TUNE_RESTORE_CHECKPOINT.
+struct Curve : FakeProcess {
+  double q;
+  int every, max_i, i = 0;
+  std::vector<std::string>* restores;
+  Curve(double q_, int every_, int max_, std::vector<std::string>* r)
+      : q(q_), every(every_), max_i(max_), restores(r) {}
+  void on_start(FakeContext& c) override {
+    if (!c.has_env("TUNE_RESTORE_CHECKPOINT")) return;
+    std::string p = c.env("TUNE_RESTORE_CHECKPOINT");
+    restores->push_back(p);
+    std::ifstream(fs::path(p) / "i") >> i;
+  }
+  void on_tick(FakeContext& c, double) override {
+    if (i >= max_i) return c.exit(0);
+    ++i;
+    json r = {{"loss", q + 1.0 / i}};
+    if (every > 0 && i % every == 0) {
+      std::string d = c.make_dir("ck_" + std::to_string(i));
+      std::ofstream(fs::path(d) / "i") << i;
+      r["checkpoint"] = d;
+    }
+    c.print(r.dump());
+  }
+};
+
+testing::ProcessFactory curves(int every, int max_i, std::vector<std::string>* restores) {
+  return [=](const exec::Launch& l) {
+    double q = json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>();
+    return std::make_unique<Curve>(q, every, max_i, restores);
+  };
+}
+
+std::string exp_yaml(const std::string& scheduler, int concurrency) {
+  return "name: exp\ntrial: {command: [train]}\n"
+         "param_space: {q: {grid_search: [4, 0, 7, 1, 8, 2, 5, 3, 6]}}\n"
+         "metric: loss\nmode: min\nmax_concurrent_trials: " +
+         std::to_string(concurrency) + "\nscheduler: " + scheduler + "\n";
+}
+
+const trial::Trial& by_q(const state::ExperimentState& s, double q) {
+  for (const auto& t : s.trials)
+    if (t.config["q"].get<double>() == q) return t;
+  FAIL("no trial with q " << q);
+  return s.trials.front();
+}
+
+}  // namespace
+
+TEST_CASE("asha stops trials below the cutoff as TERMINATED, saying so", "[controller][sched]") {
+  ScratchDir d;
+  auto e = make_exp(d, exp_yaml("{type: asha, max_t: 9, grace_period: 1, reduction_factor: 3}", 1));
+  std::vector<std::string> restores;
+  FakeExecutor ex(curves(0, 100, &restores));
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& s = c.state();
+  REQUIRE(s.trials.size() == 9);
+  for (const auto& t : s.trials) CHECK(t.status == trial::Status::kTerminated);
+  // In order q = 4, 0, 7, 1, ...: q 4 runs to max_t (it is alone at every rung); q 0 beats it
+  // everywhere and runs to the end; q 7 is below the cutoff at the first rung.
+  const auto& first = by_q(s, 4);
+  CHECK(first.iteration == 9);
+  CHECK(first.reason == trial::Reason::kStopped);
+  CHECK(first.cause == trial::Cause::kMaxT);
+  CHECK(trial::describe_decision(first, "asha") == "reached max_t at 9");
+  CHECK(by_q(s, 0).iteration == 9);
+  const auto& bad = by_q(s, 7);
+  CHECK(bad.iteration == 1);
+  CHECK(bad.reason == trial::Reason::kStopped);
+  CHECK(bad.cause == trial::Cause::kCutoff);
+  CHECK(trial::describe_decision(bad, "asha") == "stopped by asha at 1");
+  auto rows = results_of(e, bad);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0]["done"] == true);
+  CHECK(rows[0]["decision"] == "stopped by asha at 1");
+  // Fewer trial-iterations than running everything to the end.
+  int64_t used = 0;
+  for (const auto& t : s.trials) used += t.iteration;
+  CHECK(used < 9 * 9 / 2);
+  // The decision survives in the saved state.
+  auto saved = state::load(e.dir());
+  REQUIRE(saved);
+  CHECK(by_q(*saved, 7).cause == trial::Cause::kCutoff);
+  CHECK(by_q(*saved, 7).decided_at == 1);
+  CHECK(saved->scheduler["type"] == "asha");
+}
+
+TEST_CASE("hyperband pauses function-mode trials and resumes the best from their checkpoints",
+          "[controller][sched]") {
+  ScratchDir d;
+  auto e = make_exp(d, exp_yaml("{type: hyperband, max_t: 9, reduction_factor: 3}", 2));
+  std::vector<std::string> restores;
+  FakeExecutor ex(curves(1, 100, &restores));
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& s = c.state();
+  REQUIRE(s.trials.size() == 9);
+  std::map<double, int64_t> reached;
+  for (const auto& t : s.trials) {
+    CHECK(t.status == trial::Status::kTerminated);
+    reached[t.config["q"].get<double>()] = t.iteration;
+    // Each iteration once, in order, across pauses.
+    auto rows = results_of(e, t);
+    std::vector<int64_t> want;
+    for (int64_t i = 1; i <= t.iteration; ++i) want.push_back(i);
+    CHECK(iterations(rows) == want);
+  }
+  // Rung 1: the best ceil(9/3) = 3 (q 0, 1, 2) go on; rung 3: q 0 goes on to max_t = 9.
+  CHECK(reached == std::map<double, int64_t>{
+                       {0, 9}, {1, 3}, {2, 3}, {3, 1}, {4, 1}, {5, 1}, {6, 1}, {7, 1}, {8, 1}});
+  CHECK(by_q(s, 5).cause == trial::Cause::kCutoff);
+  CHECK(by_q(s, 0).cause == trial::Cause::kMaxT);
+  // Three resumed after rung 1 and one after rung 3, each from its own latest checkpoint.
+  REQUIRE(restores.size() == 4);
+  CHECK(fs::path(restores.back()).filename() == "checkpoint_000003");
+}
+
+TEST_CASE("hyperband pauses step-mode trials after a save and restores them",
+          "[controller][sched][step]") {
+  ScratchDir d;
+  auto e = make_exp(d,
+                    "name: exp\ntrial: {command: [train], mode: step}\n"
+                    "param_space: {q: {grid_search: [2, 0, 1]}}\n"
+                    "metric: loss\nmode: min\nmax_concurrent_trials: 1\n"
+                    "scheduler: {type: hyperband, max_t: 3, reduction_factor: 3}\n");
+  struct Stepper : FakeProcess {
+    double q;
+    int i = 0;
+    std::vector<int>* saves;
+    Stepper(double q_, std::vector<int>* s) : q(q_), saves(s) {}
+    void on_start(FakeContext& c) override {
+      if (c.has_env("TUNE_RESTORE_CHECKPOINT"))
+        std::ifstream(fs::path(c.env("TUNE_RESTORE_CHECKPOINT")) / "i") >> i;
+    }
+    void on_stdin(FakeContext& c, const std::string& line) override {
+      auto cmd = json::parse(line);
+      if (cmd["op"] == "step") {
+        ++i;
+        c.print(json{{"loss", q + 1.0 / i}}.dump());
+      } else if (cmd["op"] == "save") {
+        std::ofstream(fs::path(cmd["path"].get<std::string>()) / "i") << i;
+        saves->push_back(i);
+        c.print(json{{"saved", cmd["path"]}}.dump());
+      } else if (cmd["op"] == "stop") {
+        c.exit(0);
+      }
+    }
+  };
+  std::vector<int> saves;
+  FakeExecutor ex([&](const exec::Launch& l) {
+    return std::make_unique<Stepper>(json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>(),
+                                     &saves);
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  // s_max 1: bracket 1 holds 3 trials from budget 1; the best one goes on to 3. The first two
+  // pause (saved at 1); the third settles the rung at once and is stopped (nothing to save).
+  CHECK(saves == std::vector<int>{1, 1});
+  CHECK(by_q(c.state(), 0).iteration == 3);
+  CHECK(by_q(c.state(), 1).iteration == 1);
+  CHECK(by_q(c.state(), 2).iteration == 1);
+  auto rows = results_of(e, by_q(c.state(), 0));
+  CHECK(iterations(rows) == std::vector<int64_t>{1, 2, 3});
+  CHECK(ex.launches.size() == 4);
+}
+
+TEST_CASE("an interrupted hyperband run resumes to the decisions of an uninterrupted one",
+          "[controller][sched][state]") {
+  auto run = [](double interrupt_at) {
+    ScratchDir d;
+    auto e = make_exp(d, exp_yaml("{type: hyperband, max_t: 9, reduction_factor: 3}", 1));
+    std::vector<std::string> restores;
+    std::map<double, std::pair<int64_t, int>> out;  // q -> iteration, cause
+    {
+      FakeExecutor ex(curves(1, 100, &restores));
+      if (interrupt_at > 0) ex.interrupt_at(interrupt_at);
+      control::Controller c(e, ex, opts());
+      int code = c.run();
+      REQUIRE(code == (interrupt_at > 0 ? kExitInterrupted : kExitOk));
+    }
+    if (interrupt_at > 0) {
+      auto s = state::load(e.dir());
+      REQUIRE(s);
+      FakeExecutor ex(curves(1, 100, &restores));
+      control::Controller c(e, ex, opts());
+      REQUIRE(c.run(std::move(*s)) == kExitOk);
+    }
+    auto s = state::load(e.dir());
+    REQUIRE(s);
+    for (const auto& t : s->trials) {
+      CHECK(t.status == trial::Status::kTerminated);
+      out[t.config["q"].get<double>()] = {t.iteration, static_cast<int>(t.cause)};
+    }
+    return out;
+  };
+  auto straight = run(0);
+  // The uninterrupted run goes past 1013 s of the fake clock (from 1000): interrupted at each of
+  // these, in every phase (first rung, pauses, promotions, the last rung).
+  for (double at : {1001.5, 1003.0, 1005.0, 1007.0, 1009.0, 1011.0, 1013.0}) {
+    INFO("interrupted at " << at);
+    CHECK(run(at) == straight);
+  }
+}
