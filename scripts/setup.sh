@@ -5,6 +5,8 @@
 #   scripts/setup.sh --test     also what the test suite needs
 #   scripts/setup.sh --bench    also what bench/peers.py compares against (GNU parallel, Optuna)
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
+#   scripts/setup.sh --examples also python3-sklearn, for configs/asha_digits.yaml and
+#                               configs/hyperband_digits.yaml (the tests need it too)
 # TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_mnist.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,13 +17,19 @@ want_fuzz=0
 [ "${1:-}" = "--test" ] && want_tests=1
 [ "${1:-}" = "--bench" ] && want_tests=1 && want_bench=1
 [ "${1:-}" = "--fuzz" ] && want_tests=1 && want_fuzz=1
+want_examples=0
+[ "${1:-}" = "--examples" ] && want_examples=1
 
 packages=(cmake g++ make ccache pkg-config python3 rsync
           libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libssh-dev catch2)
 if [ "$want_tests" = 1 ]; then
   # awscli talks to the S3-compatible server (s3rver, from npm) that the upload tests start.
   packages+=(openssh-client openssh-server iproute2 procps awscli)
+  want_examples=1  # the scheduler tests run the digits example
   command -v npm >/dev/null || packages+=(nodejs npm)
+fi
+if [ "$want_examples" = 1 ]; then
+  packages+=(python3-sklearn)  # scikit-learn's digits: a real training problem, no download
 fi
 if [ "$want_bench" = 1 ]; then
   packages+=(parallel python3-optuna)  # the peers bench/peers.py compares against

@@ -173,6 +173,8 @@ class StatusPrinter {
     }
     if (json_) {
       json row = trial_summary_json(t);
+      if (auto note = ui::trial_note(t, ui::scheduler_of(head_)); !note.empty())
+        row["decision"] = note;
       if (fate) row["running"] = Orphans::name(*fate);
       std::cout << (rows_++ ? ",\n    " : "\n    ") << row.dump();
       return;
@@ -182,7 +184,8 @@ class StatusPrinter {
       name_w_ = std::clamp<size_t>(t.name.size() + 4, 12, 48);
       std::cout << ui::trial_table_header(head_.metric, name_w_);
     }
-    std::cout << ui::trial_row(t, head_.metric, head_.mode == "max", name_w_, false);
+    std::cout << ui::trial_row(t, head_.metric, head_.mode == "max", name_w_, false,
+                               ui::scheduler_of(head_));
   }
 
   void finish() {

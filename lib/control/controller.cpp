@@ -367,6 +367,25 @@ void Controller::resume_running(trial::Trial& t) {
   rt.time_base = t.time_base;
   rt.iterations_since_restore = t.iteration - t.restore_iteration;
   if (const auto* c = t.latest_checkpoint()) rt.last_checkpoint_iteration = c->iteration;
+  // A scheduler's stop or pause was on its way when the driver died (saved before it was sent):
+  // it is carried out now.
+  StopWhy decided = t.reason == trial::Reason::kStopped  ? StopWhy::kScheduler
+                    : t.reason == trial::Reason::kPaused ? StopWhy::kPause
+                                                         : StopWhy::kNone;
+  if (decided != StopWhy::kNone) {
+    spdlog::info("trial {} attempt {}: found {}; {} as decided before the driver stopped", t.name,
+                 t.attempt, *found == exec::Attached::kRunning ? "running" : "ended",
+                 decided == StopWhy::kPause ? "pausing it" : "stopping it");
+    rt.stop_why = decided;
+    if (*found == exec::Attached::kRunning) {
+      ex_.stop(t.id, false);
+      rt.term_sent = true;
+    }
+    if (!step) {
+      if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
+    }
+    return;
+  }
   if (step) {
     // Which command it was answering is unknown: stop it, then restart from its checkpoint.
     spdlog::info("trial {} attempt {}: found {}; step mode: stopping it to restart it", t.name,
@@ -686,6 +705,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                     "' is inconsistent (trial indexes are not 0.." +
                     std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
     for (size_t i = 0; i < state_.trials.size(); ++i) index_[state_.trials[i].id] = i;
+    // Trials only the journal knows (created after the last full state write) join the
+    // scheduler again, in creation order, as they did before the crash.
+    for (const auto& t : state_.trials)
+      if (!t.finished()) sched_->on_trial_add(t.id, t.index);
     for (auto& t : state_.trials) {
       // Attempts that outlived the crashed driver are re-attached; other trials that did not
       // end go back to the queue and restart from their latest checkpoint.
@@ -750,6 +773,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
     for (auto& ev : events) dispatch(ev);
     on_file_jobs_done();
+    send_decided_stops();
     now = ex_.now();
     for (auto& [id, rt] : running_) {
       if (auto r = rt.log.flush(); !r && now >= rt.next_write_warning) {

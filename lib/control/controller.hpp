@@ -186,6 +186,9 @@ class Controller {
   // Function mode: carries out rt.decision at once (step mode: step_next does).
   void act_on_decision(trial::Trial& t, Runtime& rt);
   void apply_verdicts();
+  // Sends the stops the scheduler decided this loop turn, after a state write that records
+  // them (a driver killed in between carries them out on resume instead of failing the trials).
+  void send_decided_stops();
   // A trial the scheduler paused has ended its attempt: PAUSED, waiting or queued to resume.
   void paused(trial::Trial& t);
   // Tells the scheduler a trial ended (TERMINATED or ERROR).
@@ -244,6 +247,7 @@ class Controller {
   std::set<uint64_t> paused_;   // PAUSED trials the scheduler holds back
   std::unique_ptr<sched::TrialScheduler> sched_;
   bool told_no_more_ = false;
+  std::vector<std::string> decided_stops_;  // trials to signal once the state records why
   std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head

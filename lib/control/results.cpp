@@ -256,6 +256,7 @@ void Controller::step_next(trial::Trial& t, Runtime& rt, const json& result) {
     // The scheduler's stop or pause: saved first (a pause always, so no work is lost).
     bool pause = rt.decision.action == sched::Action::kPause;
     request_stop(t, rt, pause ? StopWhy::kPause : StopWhy::kScheduler);
+    t.reason = pause ? trial::Reason::kPaused : trial::Reason::kStopped;  // saved with the state
     rt.force_save = pause;
     step_save(t, rt, true);
     return;

@@ -46,10 +46,28 @@ void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
 }
 
 void Controller::act_on_decision(trial::Trial& t, Runtime& rt) {
-  if (rt.decision.action == sched::Action::kStop)
-    request_stop(t, rt, StopWhy::kScheduler);
-  else if (rt.decision.action == sched::Action::kPause)
-    request_stop(t, rt, StopWhy::kPause);
+  if (rt.decision.action == sched::Action::kContinue) return;
+  // Function mode: later results are ignored from now on; the signal goes after the next state
+  // write, which records the decision (the reason, while the trial is still RUNNING).
+  bool pause = rt.decision.action == sched::Action::kPause;
+  rt.stop_why = pause ? StopWhy::kPause : StopWhy::kScheduler;
+  t.reason = pause ? trial::Reason::kPaused : trial::Reason::kStopped;
+  decided_stops_.push_back(t.id);
+  mark_dirty();
+}
+
+void Controller::send_decided_stops() {
+  if (decided_stops_.empty()) return;
+  if (!maybe_save_state(true, false))
+    spdlog::warn("the scheduler's decisions could not be saved first: stopping {} trial(s) anyway",
+                 decided_stops_.size());
+  for (const auto& id : decided_stops_) {
+    auto it = running_.find(id);
+    if (it == running_.end() || it->second.term_sent || it->second.deferred_exit) continue;
+    ex_.stop(id, false);
+    it->second.term_sent = true;
+  }
+  decided_stops_.clear();
 }
 
 void Controller::paused(trial::Trial& t) {

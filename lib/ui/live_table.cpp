@@ -140,8 +140,19 @@ std::string trial_table_header(const std::optional<std::string>& metric, size_t 
   return out + "  " + pad("time(s)", 8) + "\n";
 }
 
+std::string scheduler_of(const state::ExperimentState& s) {
+  if (!s.scheduler.is_object()) return "";
+  auto it = s.scheduler.find("type");
+  return it != s.scheduler.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+std::string trial_note(const trial::Trial& t, std::string_view scheduler) {
+  if (t.reason == trial::Reason::kInterrupted) return "interrupted";
+  return trial::describe_decision(t, scheduler.empty() ? "scheduler" : scheduler);
+}
+
 std::string trial_row(const trial::Trial& t, const std::optional<std::string>& metric,
-                      bool max_mode, size_t name_w, bool color) {
+                      bool max_mode, size_t name_w, bool color, std::string_view scheduler) {
   std::string st = pad(trial::status_name(t.status), 10);
   if (color) st = std::string(color_of(t.status)) + st + "\x1b[0m";
   std::string out = pad(t.name, name_w) + "  " + st + "  " +
@@ -150,7 +161,9 @@ std::string trial_row(const trial::Trial& t, const std::optional<std::string>& m
   if (metric)
     out += "  " + pad(metric_text(t, *metric, false, max_mode), 10) + "  " +
            pad(metric_text(t, *metric, true, max_mode), 10);
-  return out + "  " + pad(util::format_short(t.time_total_s, 4), 8) + "\n";
+  out += "  " + pad(util::format_short(t.time_total_s, 4), 8);
+  std::string note = trial_note(t, scheduler);
+  return (note.empty() ? out : out + "  " + note) + "\n";
 }
 
 std::string trial_table(const state::ExperimentState& s, const std::optional<std::string>& metric,
@@ -182,7 +195,7 @@ std::string trial_table(const state::ExperimentState& s, const std::optional<std
   size_t shown = 0;
   for (const auto* t : rows) {
     if (shown++ >= max_rows) break;
-    out += trial_row(*t, metric, max_mode, name_w, color);
+    out += trial_row(*t, metric, max_mode, name_w, color, scheduler_of(s));
   }
   if (rows.size() > max_rows)
     out += "... " + std::to_string(rows.size() - max_rows) + " more trials\n";

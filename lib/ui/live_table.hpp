@@ -56,8 +56,15 @@ class LiveTable {
 // The column titles of a trial table, and one trial's row (names cut to `name_w`).
 [[nodiscard]] std::string trial_table_header(const std::optional<std::string>& metric,
                                              size_t name_w);
+// A row ends with what happened to the trial, if anything: a scheduler's decision ("stopped by
+// asha at 9"; `scheduler` names it) or "interrupted".
 [[nodiscard]] std::string trial_row(const trial::Trial& t, const std::optional<std::string>& metric,
-                                    bool max_mode, size_t name_w, bool color);
+                                    bool max_mode, size_t name_w, bool color,
+                                    std::string_view scheduler = "");
+// The scheduler that ran an experiment, by its saved state ("" for fifo).
+[[nodiscard]] std::string scheduler_of(const state::ExperimentState& s);
+// What happened to a trial, for a table's last column ("" if nothing to say).
+[[nodiscard]] std::string trial_note(const trial::Trial& t, std::string_view scheduler);
 // "3 TERMINATED, 1 RUNNING" in a fixed status order.
 [[nodiscard]] std::string status_counts(const state::ExperimentState& s);
 // The same from counts by status; trials the searcher has not created yet count as PENDING.

@@ -343,3 +343,34 @@ TEST_CASE("trial.sync_workdir: on for SSH hosts that sync with rsync, else off o
   CHECK(error_of(trial(", sync_workdir: maybe") + space + ssh).find("trial.sync_workdir") !=
         std::string::npos);
 }
+
+TEST_CASE("schedulers: their options parsed, bad ones refused with the place", "[spec][sched]") {
+  auto e = ok(kMin + "metric: acc\nmode: max\n"
+                     "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n");
+  CHECK(e.scheduler.kind == spec::SchedulerKind::kAsha);
+  CHECK(e.scheduler.metric == "acc");
+  CHECK(e.scheduler.mode == spec::Order::kMax);
+  CHECK(e.scheduler.max_t == 27);
+  CHECK(e.scheduler.reduction_factor == 3);
+  CHECK(e.scheduler.time_attr == "training_iteration");
+  auto h = ok(kMin + "scheduler: {type: hyperband, metric: loss, mode: min}\n");
+  CHECK(h.scheduler.max_t == 81);  // Ray's defaults
+  CHECK(h.scheduler.reduction_factor == 3);
+  // Without a metric, or without a mode, a scheduler cannot compare trials.
+  CHECK(error_of(kMin + "scheduler: {type: asha}\n") ==
+        "exp.yaml:3:12: scheduler 'asha' needs a metric to compare trials by: set 'metric' (and "
+        "'mode') in the experiment or the scheduler");
+  CHECK(error_of(kMin + "metric: acc\nscheduler: {type: median_stopping}\n")
+            .find("needs 'mode: min' or 'mode: max' for metric 'acc'") != std::string::npos);
+  const std::string mm = kMin + "metric: acc\nmode: max\n";
+  CHECK(error_of(mm + "scheduler: {type: asha, grace_period: 10, max_t: 5}\n") ==
+        "exp.yaml:5:39: scheduler.grace_period (10) must not exceed max_t (5)");
+  CHECK(error_of(mm + "scheduler: {type: asha, reduction_factor: 1}\n") ==
+        "exp.yaml:5:43: scheduler.reduction_factor must be greater than 1, got 1");
+  CHECK(error_of(mm + "scheduler: {type: ashaa}\n").find("did you mean 'asha'?") !=
+        std::string::npos);
+  CHECK(error_of(mm + "scheduler: {type: hyperband, grace_period: 2}\n") ==
+        "exp.yaml:5:30: scheduler 'hyperband' has no option 'grace_period'");
+  CHECK(error_of(mm + "scheduler: {type: asha, max_t: -3}\n") ==
+        "exp.yaml:5:32: scheduler.max_t must be a positive number");
+}
