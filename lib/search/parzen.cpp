@@ -55,9 +55,11 @@ size_t pick(std::span<const double> w, double u) {
 std::vector<double> neighbour_sigmas(std::span<const double> mus, const Support& s,
                                      bool endpoints) {
   size_t n = mus.size();
+  std::vector<std::pair<double, size_t>> by_mu(n);  // (mu, index): ties in index order
+  for (size_t i = 0; i < n; ++i) by_mu[i] = {mus[i], i};
+  std::sort(by_mu.begin(), by_mu.end());
   std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mus[a] < mus[b]; });
+  for (size_t k = 0; k < n; ++k) order[k] = by_mu[k].second;
   std::vector<double> sigmas(n, s.range);
   for (size_t k = 0; k < n; ++k) {
     double left = -kInf, right = -kInf;
@@ -182,7 +184,8 @@ Mixture fit(std::span<const double> obs, std::span<const double> w, const Suppor
 
 double log_pdf(const Mixture& m, double x) {
   if (m.support.bounded && (x < m.support.low || x > m.support.high)) return -kInf;
-  std::vector<double> terms(m.mus.size());
+  thread_local std::vector<double> terms;
+  terms.resize(m.mus.size());
   for (size_t i = 0; i < m.mus.size(); ++i) {
     double z = (x - m.mus[i]) / m.sigmas[i];
     terms[i] = m.log_coef[i] - 0.5 * z * z;

@@ -63,13 +63,14 @@ Result<void> check(const TpeOptions& o) {
 // value (non-finite last), ties by age; the n_below first are good.
 std::pair<std::vector<size_t>, std::vector<size_t>> split(const std::vector<Observation>& done,
                                                           size_t n_good) {
-  auto key = [&](size_t i) {
+  std::vector<std::pair<double, size_t>> by_value(done.size());  // ties in index order
+  for (size_t i = 0; i < done.size(); ++i) {
     double v = done[i].value;
-    return std::isfinite(v) ? v : std::numeric_limits<double>::infinity();
-  };
+    by_value[i] = {std::isfinite(v) ? v : std::numeric_limits<double>::infinity(), i};
+  }
+  std::sort(by_value.begin(), by_value.end());
   std::vector<size_t> order(done.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  for (size_t k = 0; k < order.size(); ++k) order[k] = by_value[k].second;
   std::vector<size_t> below(order.begin(), order.begin() + static_cast<ptrdiff_t>(n_good));
   std::vector<size_t> above(order.begin() + static_cast<ptrdiff_t>(n_good), order.end());
   std::sort(below.begin(), below.end());
@@ -111,6 +112,8 @@ json suggest_numeric(const Param& p, const tpe::Dim& dim, const Groups& groups, 
     } else {
       score = parzen::log_pdf(l, y) - parzen::log_pdf(g, y);
     }
+    // An empty rounding interval (a value exactly on a bound) scores -inf - -inf: never best.
+    if (std::isnan(score)) score = -std::numeric_limits<double>::infinity();
     if (best.is_null() || score > best_score) best_score = score, best = std::move(v);
   }
   return best;

@@ -79,12 +79,13 @@ class Tpe {
   [[nodiscard]] uint64_t suggested() const { return suggested_; }
 
  private:
+  // Use create(): it checks the space and the options.
   Tpe(Space space, TpeOptions options, uint64_t seed)
       : space_(std::move(space)), options_(options), seed_(seed) {}
-  Space space_;
-  TpeOptions options_;
-  uint64_t seed_;
-  uint64_t suggested_ = 0;
+  Space space_;             // the parameters and the constants around them
+  TpeOptions options_;      // as given (checked)
+  uint64_t seed_;           // the experiment's seed
+  uint64_t suggested_ = 0;  // suggestions made: the index of the next one's random stream
 };
 
 }  // namespace tune::search
