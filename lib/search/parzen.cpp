@@ -125,6 +125,7 @@ double log_gauss_mass(double a, double b) {
 }
 
 double truncnorm_at(double a, double b, double u) {
+  if (!(a < b)) return a;                           // an empty interval: its only point
   if (a >= 0) return -truncnorm_at(-b, -a, 1 - u);  // sample the lower tail, mirrored
   double pa = norm_cdf(a), pb = norm_cdf(b);
   double x;

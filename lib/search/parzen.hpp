@@ -22,7 +22,8 @@ namespace tune::search::parzen {
 [[nodiscard]] double norm_ppf(double p);
 // log P(a <= Z <= b) for a standard normal Z and a <= b; finite even deep in a tail.
 [[nodiscard]] double log_gauss_mass(double a, double b);
-// A standard normal truncated to [a, b] at quantile u in [0, 1) (inverse-cdf sampling).
+// A standard normal truncated to [a, b] at quantile u in [0, 1) (inverse-cdf sampling); a if
+// the interval is empty.
 [[nodiscard]] double truncnorm_at(double a, double b, double u);
 
 // How many of n observations form the "good" group: min(ceil(gamma * n), cap).

@@ -62,6 +62,7 @@ TEST_CASE("normal cdf, ppf and interval masses", "[tpe]") {
   CHECK(parzen::truncnorm_at(-1, 2, 0.0) == -1);
   // Median of N(0, 1) on [1, 2]: Phi^-1((Phi(1) + Phi(2)) / 2).
   CHECK(parzen::truncnorm_at(1, 2, 0.5) == Approx(1.336440347745247).epsilon(1e-12));
+  CHECK(parzen::truncnorm_at(0, 0, 0.5) == 0);  // empty interval: no endless mirroring
   double tail = parzen::truncnorm_at(-60, -59, 0.3);
   CHECK((tail >= -60 && tail <= -59));
 }
