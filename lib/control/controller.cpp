@@ -47,12 +47,19 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
       policy_(checkpoint::Policy::from(exp_.checkpoint)),
       sched_(sched::make_scheduler(exp_.scheduler, exp_.seed.value_or(0))) {
   host_name_ = ex_.host_name();
+  auto searcher =
+      search::make_searcher(exp_.search_alg, exp_.space, exp_.num_samples, exp_.seed.value_or(0));
+  if (!searcher) throw Fatal(searcher.error(), kExitUsage);
+  searcher_ = std::move(*searcher);
 }
 
 Controller::~Controller() = default;
 
 trial::Trial& Controller::new_trial() {
-  auto cfg = search::generate(exp_.space, state_.seed, state_.next_index);
+  auto cfg = searcher_->suggest(state_.next_index);
+  if (cfg.kind != search::Suggestion::Kind::kConfig)
+    throw Fatal("internal error: the searcher gave no config for trial " +
+                std::to_string(state_.next_index));
   trial::Trial t;
   t.index = state_.next_index++;
   char id[32];
@@ -495,6 +502,7 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
     spdlog::info("trial {} {}", t.name, trial::status_name(status));
   if (t.finished()) {
     apply_retention(t, false);
+    searcher_->on_complete(t.id, t.config, status == Status::kError ? std::nullopt : value_of(t));
     scheduler_complete(t);
   }
   mark_dirty();
@@ -615,6 +623,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   if (!force && (!state_dirty_ || now < next_state_write_)) return true;
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
   state_.scheduler = sched_->save();
+  state_.search_alg = searcher_->save();
   // Checkpoints are deleted right after this write: it must survive a power loss too, or an
   // older state could name them.
   durable = durable || !pending_deletions_.empty();
@@ -692,6 +701,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (resume) {
     state_ = std::move(*resume);
     elapsed_before_ = state_.elapsed_s;
+    if (auto r = searcher_->restore(state_.search_alg);
+        !r && exp_.search_alg.kind != search::SearcherKind::kRandom)
+      throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +
+                  ": it cannot be resumed");
     if (auto r = sched_->restore(state_.scheduler);
         !r && exp_.scheduler.kind != spec::SchedulerKind::kFifo)
       throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +

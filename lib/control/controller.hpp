@@ -181,6 +181,8 @@ class Controller {
   // metric or time_attr), its decision on one, carried out; decisions on paused trials.
   [[nodiscard]] std::optional<sched::Observation> observe(const trial::Trial& t,
                                                           const nlohmann::json& result) const;
+  // A finished trial's metric for the searcher, oriented so that lower is better.
+  [[nodiscard]] std::optional<double> value_of(const trial::Trial& t) const;
   // Asks the scheduler about a result about to be recorded; notes the decision in `result`.
   void consult_scheduler(trial::Trial& t, Runtime& rt, nlohmann::json& result);
   // Function mode: carries out rt.decision at once (step mode: step_next does).
@@ -246,9 +248,10 @@ class Controller {
   std::set<uint64_t> pending_;  // indexes of PENDING trials not running, oldest first
   std::set<uint64_t> paused_;   // PAUSED trials the scheduler holds back
   std::unique_ptr<sched::TrialScheduler> sched_;
+  std::unique_ptr<search::Searcher> searcher_;
   bool told_no_more_ = false;
   std::vector<std::string> decided_stops_;  // trials to signal once the state records why
-  std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
+  std::map<uint64_t, double> retry_at_;     // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head
     std::string name;  // checkpoint_N

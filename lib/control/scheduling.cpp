@@ -22,6 +22,14 @@ std::optional<sched::Observation> Controller::observe(const trial::Trial& t,
   return sched::Observation{t.id, tm->get<double>(), s.mode == spec::Order::kMax ? v : -v};
 }
 
+std::optional<double> Controller::value_of(const trial::Trial& t) const {
+  if (!exp_.metric) return std::nullopt;
+  auto it = t.last_result.find(*exp_.metric);
+  if (it == t.last_result.end() || !it->is_number()) return std::nullopt;
+  double v = it->get<double>();
+  return exp_.mode == spec::Order::kMax ? -v : v;  // searchers minimise
+}
+
 void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
   rt.decision = sched::Decision::go();
   if (exp_.scheduler.kind == spec::SchedulerKind::kFifo || rt.stop_why != StopWhy::kNone) return;

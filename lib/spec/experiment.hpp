@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "search/searcher.hpp"
 #include "search/space.hpp"
 
 namespace tune::spec {
@@ -101,6 +102,7 @@ struct Experiment {
   double orphan_timeout_s = 600;
   double host_timeout_s = 120;
   SchedulerSpec scheduler;
+  search::SearcherSpec search_alg;
   // The whole document as run (after --set), as JSON: what a resume compares against.
   nlohmann::json effective = nlohmann::json::object();
 

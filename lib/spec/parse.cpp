@@ -40,7 +40,8 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "hosts",
                                          "orphan_timeout_s",
                                          "host_timeout_s",
-                                         "scheduler"};
+                                         "scheduler",
+                                         "search_alg"};
 constexpr std::string_view kTrialKeys[] = {"command", "mode",      "workdir",
                                            "env",     "resources", "sync_workdir"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
@@ -56,6 +57,10 @@ constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "id
 constexpr std::string_view kSchedulerKeys[] = {
     "type",         "metric",           "mode",     "time_attr",           "max_t",
     "grace_period", "reduction_factor", "brackets", "min_samples_required"};
+constexpr std::string_view kSearchKeys[] = {
+    "type",          "n_startup_trials",  "n_ei_candidates",     "gamma",
+    "gamma_cap",     "prior_weight",      "consider_magic_clip", "consider_endpoints",
+    "constant_liar", "bandwidth_weighted"};
 constexpr std::string_view kDomainKeys[] = {"uniform", "loguniform", "quniform", "qloguniform",
                                             "randint", "randn",      "choice",   "grid_search"};
 
@@ -95,6 +100,7 @@ class Parser {
   void parse_sync(const YAML::Node& n, Experiment& e) const;
   void parse_hosts(const YAML::Node& n, Experiment& e) const;
   void parse_scheduler(const YAML::Node& n, Experiment& e) const;
+  void parse_search(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
   fs::path file_;
@@ -296,6 +302,7 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     }
   }
   if (auto n = root["scheduler"]) parse_scheduler(n, e);
+  if (auto n = root["search_alg"]) parse_search(n, e);
   check_placeholders(root["trial"]["command"], e);
   return e;
 }
@@ -614,6 +621,68 @@ void Parser::parse_scheduler(const YAML::Node& n, Experiment& e) const {
     error(n["grace_period"] ? n["grace_period"] : n,
           "scheduler.grace_period (" + util::format_double(s.grace_period) +
               ") must not exceed max_t (" + util::format_double(s.max_t) + ")");
+}
+
+void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
+  if (n.IsNull()) return;
+  check_map(n, "search_alg");
+  check_keys(n, kSearchKeys, "search_alg");
+  auto t = n["type"];
+  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe)");
+  std::string type = string(t, "search_alg.type");
+  if (type == "random" || type == "basic_variant") {
+    e.search_alg.kind = search::SearcherKind::kRandom;
+    for (const auto& kv : n)
+      if (kv.first.Scalar() != "type")
+        error(kv.first, "search_alg 'random' has no option '" + kv.first.Scalar() + "'");
+    return;
+  }
+  if (type != "tpe") {
+    std::string msg = "unknown search_alg '" + util::printable(type, 40) + "'";
+    if (type == "bohb" || type == "external")
+      msg = "search_alg '" + type + "' is not available in this version";
+    error(t, msg + " (available: random, tpe)");
+  }
+  e.search_alg.kind = search::SearcherKind::kTpe;
+  if (!e.metric)
+    error(n, "search_alg 'tpe' needs a metric to model: set 'metric' and 'mode' in the experiment");
+  if (!e.mode_given)
+    error(n, "search_alg 'tpe' needs 'mode: min' or 'mode: max' for metric '" +
+                 util::printable(*e.metric, 40) + "'");
+  auto& o = e.search_alg.tpe;
+  auto count = [&](const char* k, int64_t& out, int64_t lo) {
+    if (auto m = n[k]) {
+      out = integer(m, std::string("search_alg.") + k);
+      if (out < lo || out > 1'000'000)
+        error(m, std::string("search_alg.") + k + " must be between " + std::to_string(lo) +
+                     " and 1000000");
+    }
+  };
+  count("n_startup_trials", o.n_startup_trials, 0);
+  count("n_ei_candidates", o.n_ei_candidates, 1);
+  count("gamma_cap", o.gamma_cap, 1);
+  if (auto m = n["gamma"]) {
+    o.gamma = number(m, "search_alg.gamma");
+    if (!(o.gamma > 0 && o.gamma <= 1)) error(m, "search_alg.gamma must be in (0, 1]");
+  }
+  if (auto m = n["prior_weight"]) {
+    o.prior_weight = number(m, "search_alg.prior_weight");
+    if (!(o.prior_weight > 0) || std::isinf(o.prior_weight))
+      error(m, "search_alg.prior_weight must be a positive number");
+  }
+  for (auto [k, out] :
+       {std::pair<const char*, bool*>{"consider_magic_clip", &o.consider_magic_clip},
+        {"consider_endpoints", &o.consider_endpoints},
+        {"constant_liar", &o.constant_liar},
+        {"bandwidth_weighted", &o.bandwidth_weighted}})
+    if (auto m = n[k]) *out = boolean(m, std::string("search_alg.") + k);
+  for (const auto& p : e.space.params)
+    if (p.domain.kind == search::Domain::Kind::kGrid) {
+      std::string path;
+      for (const auto& c : p.path) path += (path.empty() ? "" : ".") + c;
+      error(t, "search_alg 'tpe' cannot model grid_search parameter '" + path +
+                   "': use choice instead (tpe picks among the values), or search_alg: random");
+    }
 }
 
 void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {

@@ -144,7 +144,8 @@ json header_json(const ExperimentState& s) {
           {"metric", s.metric ? json(*s.metric) : json(nullptr)},
           {"mode", s.mode},
           {"hosts", s.hosts},
-          {"scheduler", s.scheduler}};
+          {"scheduler", s.scheduler},
+          {"search_alg", s.search_alg}};
 }
 }  // namespace
 
@@ -182,7 +183,8 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
   if (j.contains("hosts") && j["hosts"].is_object())
     for (auto it = j["hosts"].begin(); it != j["hosts"].end(); ++it)
       if (it->is_string()) s.hosts[it.key()] = it->get<std::string>();
-  if (j.contains("scheduler")) s.scheduler = j["scheduler"];  // checked by the scheduler
+  if (j.contains("scheduler")) s.scheduler = j["scheduler"];     // checked by the scheduler
+  if (j.contains("search_alg")) s.search_alg = j["search_alg"];  // checked by the searcher
   json trials = r.get<json>(j, "trials", "experiment");
   if (!r.ok) return std::unexpected(r.err);
   if (!trials.is_array()) return fail(where, ": 'trials' is not a list");

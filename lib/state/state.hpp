@@ -30,6 +30,7 @@ struct ExperimentState {
   std::string mode = "min";
   std::map<std::string, std::string> hosts;  // host -> "up" | "unreachable" (as last seen)
   nlohmann::json scheduler;                  // the trial scheduler's own state (null for fifo)
+  nlohmann::json search_alg;                 // the searcher's own state (null for random)
   std::vector<trial::Trial> trials;
 };
 

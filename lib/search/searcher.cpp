@@ -1,0 +1,121 @@
+#include "search/searcher.hpp"
+
+#include <cmath>
+#include <map>
+
+namespace tune::search {
+
+namespace {
+
+// The grid × samples expansion: trial i is generate(space, seed, i).
+class BasicVariant final : public Searcher {
+ public:
+  BasicVariant(Space space, uint64_t total, uint64_t seed)
+      : space_(std::move(space)), total_(total), seed_(seed) {}
+  Suggestion suggest(uint64_t index) override {
+    if (index >= total_) return {Suggestion::Kind::kFinished, {}, {}};
+    auto c = generate(space_, seed_, index);
+    return {Suggestion::Kind::kConfig, std::move(c.config), std::move(c.varying)};
+  }
+  void on_complete(const std::string&, const json&, std::optional<double>) override {}
+  json save() const override { return nullptr; }
+  Result<void> restore(const json&) override { return {}; }
+
+ private:
+  Space space_;
+  uint64_t total_, seed_;
+};
+
+std::string dotted(const std::vector<std::string>& path) {
+  std::string out;
+  for (const auto& p : path) out += (out.empty() ? "" : ".") + p;
+  return out;
+}
+
+// TPE over the finished trials, in the order they finished.
+class TpeSearcher final : public Searcher {
+ public:
+  TpeSearcher(Tpe tpe, Space space, uint64_t total)
+      : tpe_(std::move(tpe)), space_(std::move(space)), total_(total) {}
+  Suggestion suggest(uint64_t index) override {
+    if (index >= total_) return {Suggestion::Kind::kFinished, {}, {}};
+    std::vector<json> pending;
+    for (const auto& [id, cfg] : pending_) pending.push_back(cfg);
+    if (tpe_.suggested() != index) {
+      // Suggestion k draws from its own stream k: after a resume whose state predates trials
+      // the journal kept, the counter is set to the trial's index.
+      json st = tpe_.save();
+      st["suggested"] = index;
+      if (auto t = Tpe::restore(space_, options_, st)) tpe_ = std::move(*t);
+    }
+    json config = tpe_.suggest(done_, pending);
+    Suggestion s{Suggestion::Kind::kConfig, config, {}};
+    for (const auto& p : space_.params) {
+      std::string key = dotted(p.path);
+      if (const json* v = lookup(config, key)) s.varying.emplace_back(key, *v);
+    }
+    char id[32];
+    std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(index));
+    pending_[id] = config;
+    return s;
+  }
+  void on_complete(const std::string& trial, const json& config,
+                   std::optional<double> value) override {
+    pending_.erase(trial);
+    if (value) done_.push_back({config, *value});
+  }
+  json save() const override {
+    json done = json::array();
+    for (const auto& o : done_) done.push_back({{"config", o.config}, {"value", o.value}});
+    return {{"type", "tpe"}, {"tpe", tpe_.save()}, {"done", std::move(done)}};
+  }
+  Result<void> restore(const json& state) override {
+    auto bad = [](const std::string& what) {
+      return std::unexpected(Error{"searcher state (tpe): " + what});
+    };
+    if (!state.is_object() || state.value("type", "") != "tpe") return bad("not a tpe state");
+    auto t = Tpe::restore(space_, options_of(), state.value("tpe", json()));
+    if (!t) return std::unexpected(t.error());
+    const json& done = state.value("done", json());
+    if (!done.is_array()) return bad("'done' is not a list");
+    std::vector<Observation> obs;
+    for (const auto& o : done) {
+      if (!o.is_object() || !o.contains("config") || !o.value("value", json()).is_number())
+        return bad("an observation needs a config and a numeric value");
+      obs.push_back({o["config"], o["value"].get<double>()});
+    }
+    tpe_ = std::move(*t);
+    done_ = std::move(obs);
+    pending_.clear();
+    return {};
+  }
+  void set_options(TpeOptions o) { options_ = o; }
+
+ private:
+  TpeOptions options_of() const { return options_; }
+  Tpe tpe_;
+  Space space_;
+  uint64_t total_;
+  TpeOptions options_;
+  std::vector<Observation> done_;
+  std::map<std::string, json> pending_;  // trial -> config, while it runs
+};
+
+}  // namespace
+
+const char* searcher_name(SearcherKind k) {
+  return k == SearcherKind::kTpe ? "tpe" : "random";
+}
+
+Result<std::unique_ptr<Searcher>> make_searcher(const SearcherSpec& spec, const Space& space,
+                                                uint64_t num_samples, uint64_t seed) {
+  if (spec.kind == SearcherKind::kRandom)
+    return std::make_unique<BasicVariant>(space, trial_count(space, num_samples), seed);
+  auto tpe = Tpe::create(space, spec.tpe, seed);
+  if (!tpe) return std::unexpected(tpe.error());
+  auto s = std::make_unique<TpeSearcher>(std::move(*tpe), space, num_samples);
+  s->set_options(spec.tpe);
+  return s;
+}
+
+}  // namespace tune::search
