@@ -91,4 +91,14 @@ class CheckpointsBestCommand {
   bool include_errored_ = false;  // also rank checkpoints of trials in ERROR
 };
 
+class ReportCommand {
+ public:
+  void add_options(CLI::App& app);
+  [[nodiscard]] int execute();
+
+ private:
+  std::string experiment_;
+  std::optional<std::string> storage_, output_;
+};
+
 }  // namespace tune::cli

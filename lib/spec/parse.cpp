@@ -40,7 +40,9 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "hosts",
                                          "orphan_timeout_s",
                                          "host_timeout_s",
-                                         "scheduler"};
+                                         "scheduler",
+                                         "report_period_s",
+                                         "tensorboard"};
 constexpr std::string_view kTrialKeys[] = {"command", "mode",      "workdir",
                                            "env",     "resources", "sync_workdir"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
@@ -292,6 +294,11 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
       (std::string_view(key) == "orphan_timeout_s" ? e.orphan_timeout_s : e.host_timeout_s) = v;
     }
   }
+  if (auto n = root["report_period_s"]) {
+    e.report_period_s = number(n, "report_period_s");
+    if (!(e.report_period_s >= 0)) error(n, "report_period_s must be 0 (off) or positive");
+  }
+  if (auto n = root["tensorboard"]) e.tensorboard = boolean(n, "tensorboard");
   if (auto n = root["scheduler"]) {
     check_map(n, "scheduler");
     check_keys(n, kSchedulerKeys, "scheduler");
@@ -690,9 +697,14 @@ std::vector<std::pair<YAML::Node, std::string>> apply_sets(YAML::Node& root,
 }  // namespace
 
 namespace {
-constexpr std::string_view kMutableTop[] = {
-    "stop",        "time_budget_s",    "max_concurrent_trials",
-    "sync_config", "orphan_timeout_s", "host_timeout_s"};
+constexpr std::string_view kMutableTop[] = {"stop",
+                                            "time_budget_s",
+                                            "max_concurrent_trials",
+                                            "sync_config",
+                                            "orphan_timeout_s",
+                                            "host_timeout_s",
+                                            "report_period_s",
+                                            "tensorboard"};
 constexpr std::string_view kMutableCheckpoint[] = {"num_to_keep", "checkpoint_score_attribute",
                                                    "checkpoint_score_order"};
 

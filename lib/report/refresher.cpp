@@ -1,0 +1,67 @@
+#include "report/refresher.hpp"
+
+#include "report/html.hpp"
+
+namespace tune::report {
+
+Refresher::Refresher(std::filesystem::path exp_dir, double period_s)
+    : dir_(std::move(exp_dir)), period_s_(period_s) {
+  if (period_s_ > 0) thread_ = std::thread([this] { loop(); });
+}
+
+Refresher::~Refresher() {
+  {
+    std::lock_guard lock(mu_);
+    quit_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Refresher::poll(double now) {
+  if (period_s_ <= 0) return "";
+  std::lock_guard lock(mu_);
+  if (next_ == 0) next_ = now + period_s_;  // the first report after one period
+  if (now >= next_ && !busy_) {
+    asked_ = true;
+    next_ = now + period_s_;
+    wake_.notify_all();
+  }
+  return std::exchange(error_, "");
+}
+
+std::string Refresher::write_now() {
+  if (period_s_ <= 0) return "";
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [this] { return !busy_ && !asked_; });
+  asked_ = true;
+  wake_.notify_all();
+  idle_.wait(lock, [this] { return !busy_ && !asked_; });
+  return std::exchange(error_, "");
+}
+
+int Refresher::written() const {
+  std::lock_guard lock(mu_);
+  return written_;
+}
+
+void Refresher::loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    wake_.wait(lock, [this] { return quit_ || asked_; });
+    if (quit_) return;
+    asked_ = false;
+    busy_ = true;
+    lock.unlock();
+    auto r = write_report(dir_, dir_ / "report.html");
+    lock.lock();
+    busy_ = false;
+    if (r)
+      ++written_;
+    else
+      error_ = "cannot write " + (dir_ / "report.html").string() + ": " + r.error().message;
+    idle_.notify_all();
+  }
+}
+
+}  // namespace tune::report
