@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
       app.add_subcommand("report", "write the experiment's self-contained HTML report");
   report.add_options(*report_cmd);
 
+  ExportCommand export_;
+  auto* export_cmd = app.add_subcommand("export", "the experiment as one table (csv, json, jsonl)");
+  export_.add_options(*export_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
     if (status_cmd->parsed()) return status.execute();
     if (ls_cmd->parsed()) return ls.execute();
     if (report_cmd->parsed()) return report.execute();
+    if (export_cmd->parsed()) return export_.execute();
     if (ckpt_cmd->got_subcommand("ls")) return ckpt_ls.execute();
     if (ckpt_cmd->got_subcommand("best")) return ckpt_best.execute();
   } catch (const Fatal& e) {
