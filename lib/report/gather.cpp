@@ -22,6 +22,24 @@ bool is_bookkeeping_key(const std::string& key) {
 
 namespace {
 
+// The driver's clocks: in every row, rarely worth a curve, and they would double the page.
+bool is_driver_time(const std::string& key) {
+  return key == "time_this_iter_s" || key == "time_total_s";
+}
+
+// x as {x0, n} when it is x0, x0+1, ..., x0+n-1 (the usual case: a third of the page saved).
+void put_x(json& out, json&& x) {
+  bool run = !x.empty() && x[0].is_number_integer();
+  for (size_t i = 1; run && i < x.size(); ++i)
+    run = x[i].is_number_integer() && x[i].get<int64_t>() == x[0].get<int64_t>() + int64_t(i);
+  if (run) {
+    out["x0"] = x[0];
+    out["n"] = x.size();
+  } else {
+    out["x"] = std::move(x);
+  }
+}
+
 void flatten_into(const json& v, const std::string& prefix, json& out, int depth) {
   if (v.is_object() && depth < 32) {
     for (const auto& [k, sub] : v.items())
@@ -50,7 +68,7 @@ void add_row(Series& s, const json& row, size_t max_keys) {
   size_t n = s.x.size();
   s.x.push_back(*it);
   for (const auto& [k, v] : row.items()) {
-    if (!v.is_number() || v.is_boolean() || is_bookkeeping_key(k)) continue;
+    if (!v.is_number() || v.is_boolean() || is_bookkeeping_key(k) || is_driver_time(k)) continue;
     if (!s.y.contains(k)) {
       if (s.y.size() >= max_keys) continue;
       s.y[k] = json::array();
@@ -80,7 +98,7 @@ json trial_json(const trial::Trial& t, const fs::path& exp_dir,
   for (const auto& c : t.checkpoints) ckpts.push_back(c.iteration);
   const trial::Checkpoint* pick = best_checkpoint(t, metric, maximize);
   Series s = read_series(exp_dir / t.name);
-  return {
+  json out = {
       {"id", t.id},
       {"name", t.name},
       {"status", trial::status_name(t.status)},
@@ -94,8 +112,9 @@ json trial_json(const trial::Trial& t, const fs::path& exp_dir,
       {"best", best},
       {"ckpts", ckpts},
       {"ckpt_path", pick ? json((exp_dir / t.name / pick->dir_name()).string()) : json(nullptr)},
-      {"x", std::move(s.x)},
       {"y", std::move(s.y)}};
+  put_x(out, std::move(s.x));
+  return out;
 }
 
 // The best trial: the best value of the metric over every trial not in ERROR.

@@ -48,7 +48,9 @@ struct Series {
 // The whole report's data, as the page's script reads it:
 // {name, dir, phase, elapsed_s, start_time, metric, mode, time_attr, total_trials, counts,
 //  params, metrics, best: {trial, value, checkpoint} | null, trials: [{id, name, status, reason,
-//  host, iter, error, time_total_s, config, last, best, ckpts, ckpt_path, x, y}]}.
+//  host, iter, error, time_total_s, config, last, best, ckpts, ckpt_path, y, and x or, when x
+//  is x0, x0+1, ..., x0+n-1, x0 and n}]}. The driver's time_this_iter_s and time_total_s are
+//  not curves (they are in the table and the export).
 // Errors: the state cannot be read (named with its file).
 [[nodiscard]] Result<nlohmann::json> gather(const fs::path& exp_dir);
 

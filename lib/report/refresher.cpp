@@ -1,5 +1,8 @@
 #include "report/refresher.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include "report/html.hpp"
 
 namespace tune::report {
@@ -24,7 +27,8 @@ std::string Refresher::poll(double now) {
   if (next_ == 0) next_ = now + period_s_;  // the first report after one period
   if (now >= next_ && !busy_) {
     asked_ = true;
-    next_ = now + period_s_;
+    // A big experiment's report takes seconds to build: at most ~20% of one core goes to it.
+    next_ = now + std::max(period_s_, 5 * last_cost_s_);
     wake_.notify_all();
   }
   return std::exchange(error_, "");
@@ -53,8 +57,11 @@ void Refresher::loop() {
     asked_ = false;
     busy_ = true;
     lock.unlock();
+    auto t0 = std::chrono::steady_clock::now();
     auto r = write_report(dir_, dir_ / "report.html");
+    double cost = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     lock.lock();
+    last_cost_s_ = cost;
     busy_ = false;
     if (r)
       ++written_;

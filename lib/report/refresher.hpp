@@ -21,9 +21,9 @@ class Refresher {
   Refresher& operator=(const Refresher&) = delete;
 
   // Called from the driver's loop with its monotonic clock: asks for a report when the period
-  // has passed since the last ask (never blocks; an ask while one is being written is dropped).
-  // Returns what went wrong with the last report since the previous call ("" if nothing), for
-  // the loop to log.
+  // (or five times the last report's cost, if longer) has passed since the last ask (never blocks;
+  // an ask while one is being written is dropped). Returns what went wrong with the last report
+  // since the previous call ("" if nothing), for the loop to log.
   [[nodiscard]] std::string poll(double now);
   // Writes the report once more now and waits for it (the end of a run). Returns an error
   // message or "".
@@ -37,6 +37,7 @@ class Refresher {
   std::filesystem::path dir_;
   double period_s_;
   double next_ = 0;
+  double last_cost_s_ = 0;  // how long the last report took to write
   mutable std::mutex mu_;
   std::condition_variable wake_, idle_;
   bool asked_ = false, busy_ = false, quit_ = false;

@@ -55,7 +55,12 @@ void write_experiment(const fs::path& dir) {
     fs::create_directories(dir / s.trials[i].name);
     std::ofstream out(dir / s.trials[i].name / "result.json");
     for (int it = 1; it <= 3; ++it)
-      out << json{{"training_iteration", it}, {"loss", 1.0 / it + i}, {"pid", 7}}.dump() << "\n";
+      out << json{{"training_iteration", it},
+                  {"loss", 1.0 / it + i},
+                  {"pid", 7},
+                  {"time_total_s", it}}
+                 .dump()
+          << "\n";
     if (i == 0)
       out << "{\"acc\": 0.5}\n{\"training_iteration\": 4, \"acc\": NaN, \"loss\": 2}\n{\"tor";
   }
@@ -109,6 +114,7 @@ TEST_CASE("a trial's curves are read column by column; bad lines are skipped", "
   CHECK(s.y["loss"] == json{1.0, 0.5, 1.0 / 3, 2.0});
   CHECK(s.y["acc"] == json{nullptr, nullptr, nullptr, nullptr});  // NaN is a gap
   CHECK_FALSE(s.y.contains("pid"));                               // bookkeeping
+  CHECK_FALSE(s.y.contains("time_total_s"));                      // the driver's clock
 }
 
 TEST_CASE("the report's data: counts, best trial not in ERROR, checkpoint path", "[report]") {
@@ -126,6 +132,10 @@ TEST_CASE("the report's data: counts, best trial not in ERROR, checkpoint path",
   CHECK(j["params"] == json{"lr", "model/act", "model/layers"});
   CHECK(j["metrics"] == json{"acc", "loss"});
   CHECK(j["trials"][1]["config"]["model/layers"] == 2);
+  CHECK(j["trials"][1]["x0"] == 1);  // 1, 2, 3 sent as a run
+  CHECK(j["trials"][1]["n"] == 3);
+  CHECK_FALSE(j["trials"][1].contains("x"));
+  CHECK(j["trials"][0]["n"] == 4);  // the row without an iteration is not counted
   CHECK(j["elapsed_s"] == 42);
 }
 

@@ -7,6 +7,9 @@
   var MAX_POINTS = 2000; // drawn per trial; the data and the table keep every value
   var BEST = "#f07800";
   var trials = D.trials;
+  trials.forEach(function (t) {  // x sent as {x0, n} when it is x0, x0+1, ...
+    if (!t.x) { t.x = new Array(t.n); for (var i = 0; i < t.n; i++) t.x[i] = t.x0 + i; }
+  });
   var bestIdx = D.best ? D.best.trial : -1;
 
   function el(tag, text, cls) {
@@ -289,11 +292,18 @@
     fill();
   }
 
-  summary();
-  metricChoices();
-  curves();
-  parcoords();
-  table();
+  // Each stage's time, for the benchmark (bench/report_bench.py reads body[data-stage-ms]).
+  var stages = [["parse", null], ["summary", summary], ["choices", metricChoices], ["curves", curves],
+                ["parcoords", parcoords], ["table", table]];
+  var t0 = performance.now(), spent = ["parse:" + Math.round(t0)];
+  stages.slice(1).forEach(function (s) {
+    s[1]();
+    var t1 = performance.now();
+    spent.push(s[0] + ":" + Math.round(t1 - t0));
+    t0 = t1;
+  });
+  document.body.setAttribute("data-stage-ms", spent.join(" "));
   document.getElementById("metric").addEventListener("change", parcoords);
+  document.body.setAttribute("data-render-ms", String(Math.round(performance.now())));
   document.body.setAttribute("data-rendered", "1");
 })();
