@@ -120,7 +120,7 @@ TEST_CASE("the trial table: config, last and best result, status, best checkpoin
   CHECK(all[0] == a);
 }
 
-TEST_CASE("--all-results: every result row with its trial and config", "[export]") {
+TEST_CASE("all results: every result row with its trial and config", "[export]") {
   testing::ScratchDir d;
   write_experiment(d.path);
   std::ostringstream csv;
