@@ -330,7 +330,8 @@ int RunCommand::execute() {
                            : "; the state could not be saved: " + saved.error().message),
                 kExitTrialError);
   }
-  if (co.reporter)  // the last report, of the final state
+  // The last report, of the final state (not after Ctrl-C: the user asked to stop now).
+  if (co.reporter && code != kExitInterrupted)
     if (auto e = reporter.write_now(); !e.empty()) spdlog::warn("{}", e);
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
