@@ -26,6 +26,9 @@ if [ "$want_tests" = 1 ]; then
   # awscli talks to the S3-compatible server (s3rver, from npm) that the upload tests start.
   packages+=(openssh-client openssh-server iproute2 procps awscli)
   want_examples=1  # the scheduler tests run the digits example
+  # tune report is loaded in a real headless browser (integration.report); TensorBoard event
+  # files are decoded with protobuf's own Python library (integration.tensorboard).
+  packages+=(chromium python3-protobuf)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "$want_examples" = 1 ]; then

@@ -40,6 +40,15 @@ int main(int argc, char** argv) {
   ckpt_best.add_options(
       *ckpt_cmd->add_subcommand("best", "print the best checkpoint's absolute path"));
 
+  ReportCommand report;
+  auto* report_cmd =
+      app.add_subcommand("report", "write the experiment's self-contained HTML report");
+  report.add_options(*report_cmd);
+
+  ExportCommand export_;
+  auto* export_cmd = app.add_subcommand("export", "the experiment as one table (csv, json, jsonl)");
+  export_.add_options(*export_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -57,6 +66,8 @@ int main(int argc, char** argv) {
     if (validate_cmd->parsed()) return validate.execute();
     if (status_cmd->parsed()) return status.execute();
     if (ls_cmd->parsed()) return ls.execute();
+    if (report_cmd->parsed()) return report.execute();
+    if (export_cmd->parsed()) return export_.execute();
     if (ckpt_cmd->got_subcommand("ls")) return ckpt_ls.execute();
     if (ckpt_cmd->got_subcommand("best")) return ckpt_best.execute();
   } catch (const Fatal& e) {

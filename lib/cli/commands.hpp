@@ -91,4 +91,26 @@ class CheckpointsBestCommand {
   bool include_errored_ = false;  // also rank checkpoints of trials in ERROR
 };
 
+class ReportCommand {
+ public:
+  void add_options(CLI::App& app);
+  [[nodiscard]] int execute();
+
+ private:
+  std::string experiment_;
+  std::optional<std::string> storage_, output_;
+};
+
+class ExportCommand {
+ public:
+  void add_options(CLI::App& app);
+  [[nodiscard]] int execute();
+
+ private:
+  std::string experiment_;
+  std::optional<std::string> storage_;
+  std::string format_ = "csv";
+  bool all_results_ = false;
+};
+
 }  // namespace tune::cli

@@ -13,6 +13,7 @@
 #include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
 #include "exec/multi_executor.hpp"
+#include "report/refresher.hpp"
 #include "search/space.hpp"
 #include "spec/parse.hpp"
 #include "sync/upload.hpp"
@@ -307,6 +308,8 @@ int RunCommand::execute() {
     table.set_note(note);
   }
   co.uploader = uploader ? &*uploader : nullptr;
+  report::Refresher reporter(dir, exp.report_period_s);
+  if (exp.report_period_s > 0) co.reporter = &reporter;
   co.grace_s = lo.grace_s;
   co.process_started = static_cast<double>(started.tv_sec) + started.tv_nsec / 1e9;
   co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
@@ -327,6 +330,9 @@ int RunCommand::execute() {
                            : "; the state could not be saved: " + saved.error().message),
                 kExitTrialError);
   }
+  // The last report, of the final state (not after Ctrl-C: the user asked to stop now).
+  if (co.reporter && code != kExitInterrupted)
+    if (auto e = reporter.write_now(); !e.empty()) spdlog::warn("{}", e);
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
     std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_)

@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 
+#include "report/refresher.hpp"
 #include "search/space.hpp"
 #include "sync/upload.hpp"
 #include "ui/live_table.hpp"
@@ -802,6 +803,9 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     if (now >= next_dir_check_) check_experiment_dir(now);
     if (!lost_) maybe_save_state(false, false);
     if (opts_.uploader) opts_.uploader->poll();
+    // The periodic report.html: built off the loop, from the files on disk.
+    if (opts_.reporter)
+      if (auto e = opts_.reporter->poll(now); !e.empty()) spdlog::warn("{}", e);
     draw(false);
   }
   if (lost_) lost_exit();

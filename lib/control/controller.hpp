@@ -30,6 +30,9 @@ class LiveTable;
 namespace tune::sync {
 class Uploader;
 }
+namespace tune::report {
+class Refresher;
+}
 
 namespace tune::control {
 
@@ -42,6 +45,7 @@ struct ControllerOptions {
   std::string python_helpers_dir;               // prepended to the trials' PYTHONPATH
   std::vector<ResourcePool::Host> hosts;        // capacity; empty = derive from the spec
   sync::Uploader* uploader = nullptr;           // upload_dir mirror, if any
+  report::Refresher* reporter = nullptr;        // the periodic report.html, if on
   double process_started = 0;     // monotonic time the process started (resume start-up log)
   double retry_backoff_s = 0.25;  // the first retry's wait; it doubles up to kMaxRetryDelay
 };

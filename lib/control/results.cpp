@@ -7,6 +7,7 @@
 
 #include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
+#include "report/tfevents.hpp"
 #include "trial/result_line.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -174,6 +175,9 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     if (auto r = rt.log.open(trial_dir(t)); !r)
       spdlog::warn("trial {}: {}", t.name, r.error().message);
   }
+  // The same rows into a TensorBoard event file (made at its first write), once per opened log.
+  if (exp_.tensorboard && rt.log.is_open() && !rt.log.has_sink())
+    rt.log.set_sink(std::make_unique<report::EventWriter>(trial_dir(t), host_name_));
   // The result that meets a stop criterion is the trial's last: it says done, as Ray's does.
   bool criterion = should_stop(result);
   if (criterion) result["done"] = true;

@@ -103,6 +103,8 @@ struct Experiment {
   double host_timeout_s = 120;
   SchedulerSpec scheduler;
   search::SearcherSpec search_alg;
+  double report_period_s = 30;  // the driver rewrites <dir>/report.html this often (0 = never)
+  bool tensorboard = true;      // TensorBoard event files in each trial dir
   // The whole document as run (after --set), as JSON: what a resume compares against.
   nlohmann::json effective = nlohmann::json::object();
 

@@ -41,7 +41,9 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "orphan_timeout_s",
                                          "host_timeout_s",
                                          "scheduler",
-                                         "search_alg"};
+                                         "search_alg",
+                                         "report_period_s",
+                                         "tensorboard"};
 constexpr std::string_view kTrialKeys[] = {"command", "mode",      "workdir",
                                            "env",     "resources", "sync_workdir"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
@@ -301,6 +303,11 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
       (std::string_view(key) == "orphan_timeout_s" ? e.orphan_timeout_s : e.host_timeout_s) = v;
     }
   }
+  if (auto n = root["report_period_s"]) {
+    e.report_period_s = number(n, "report_period_s");
+    if (!(e.report_period_s >= 0)) error(n, "report_period_s must be 0 (off) or positive");
+  }
+  if (auto n = root["tensorboard"]) e.tensorboard = boolean(n, "tensorboard");
   if (auto n = root["scheduler"]) parse_scheduler(n, e);
   if (auto n = root["search_alg"]) parse_search(n, e);
   check_placeholders(root["trial"]["command"], e);
@@ -842,9 +849,14 @@ std::vector<std::pair<YAML::Node, std::string>> apply_sets(YAML::Node& root,
 }  // namespace
 
 namespace {
-constexpr std::string_view kMutableTop[] = {
-    "stop",        "time_budget_s",    "max_concurrent_trials",
-    "sync_config", "orphan_timeout_s", "host_timeout_s"};
+constexpr std::string_view kMutableTop[] = {"stop",
+                                            "time_budget_s",
+                                            "max_concurrent_trials",
+                                            "sync_config",
+                                            "orphan_timeout_s",
+                                            "host_timeout_s",
+                                            "report_period_s",
+                                            "tensorboard"};
 constexpr std::string_view kMutableCheckpoint[] = {"num_to_keep", "checkpoint_score_attribute",
                                                    "checkpoint_score_order"};
 

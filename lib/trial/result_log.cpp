@@ -132,7 +132,8 @@ Result<void> ResultLog::open(const fs::path& trial_dir) {
 }
 
 void ResultLog::close() {
-  if (json_fd_ >= 0) (void)flush();
+  if (json_fd_ >= 0 || sink_) (void)flush();
+  sink_.reset();
   if (json_fd_ >= 0) ::close(json_fd_);
   if (csv_fd_ >= 0) ::close(csv_fd_);
   json_fd_ = csv_fd_ = -1;
@@ -152,6 +153,7 @@ void ResultLog::add_columns(const json& obj, const std::string& prefix, bool& ad
 }
 
 void ResultLog::append(const json& result) {
+  if (sink_) sink_->add(result);
   last_json_buf_ = json_buf_.size();
   util::dump_json_ext(result, json_buf_);  // NaN stays NaN, as in Ray's result.json
   last_row_.assign(json_buf_, last_json_buf_);
@@ -192,6 +194,13 @@ Result<void> ResultLog::mark_last_done() {
 }
 
 Result<void> ResultLog::flush() {
+  auto r = flush_files();
+  if (sink_)
+    if (auto s = sink_->flush(); r && !s) return s;
+  return r;
+}
+
+Result<void> ResultLog::flush_files() {
   if (json_fd_ < 0) return {};
   if (!json_buf_.empty()) {
     off_t before = ::lseek(json_fd_, 0, SEEK_END);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_set>
@@ -19,6 +20,17 @@ namespace tune::trial {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// Another file fed the same result rows (TensorBoard events): told each row as it is appended,
+// and flushed and dropped with the log.
+class ResultSink {
+ public:
+  virtual ~ResultSink() = default;
+  // One result row, as appended.
+  virtual void add(const json& result) = 0;
+  // Writes what add() buffered.
+  [[nodiscard]] virtual Result<void> flush() = 0;
+};
+
 class ResultLog {
  public:
   ResultLog() = default;
@@ -28,6 +40,10 @@ class ResultLog {
 
   // Opens the files for appending; an existing progress.csv's header is kept.
   [[nodiscard]] Result<void> open(const fs::path& trial_dir);
+  // Feeds every row appended from now on to `sink` too (until close()).
+  void set_sink(std::unique_ptr<ResultSink> sink) { sink_ = std::move(sink); }
+  // Whether a sink is set.
+  [[nodiscard]] bool has_sink() const { return sink_ != nullptr; }
   // Buffers one result; flush() writes everything buffered with one write() per file.
   void append(const json& result);
   [[nodiscard]] Result<void> flush();
@@ -49,11 +65,14 @@ class ResultLog {
 
  private:
   [[nodiscard]] Result<void> rewrite_csv();
+  // flush() of result.json and progress.csv only.
+  [[nodiscard]] Result<void> flush_files();
   void add_columns(const json& obj, const std::string& prefix, bool& added);
 
   static constexpr size_t kMaxPending = 64u << 20;  // result rows held while writes fail
 
   fs::path dir_;
+  std::unique_ptr<ResultSink> sink_;
   int json_fd_ = -1;
   int csv_fd_ = -1;
   std::vector<std::string> columns_;

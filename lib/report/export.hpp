@@ -1,0 +1,35 @@
+// `tune export`: the experiment as one table, from its dir alone. Rows are either one per trial
+// (status, best checkpoint, flattened config as config/<key>, the last result as last/<key> and
+// the result where the experiment's metric was best as best/<key>) or, with all_results, one
+// per result row of every trial (trial_id, trial_name, config/<key>, then the row's keys).
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace tune::report {
+
+enum class ExportFormat { kCsv, kJson, kJsonl };
+
+// One CSV field (RFC 4180): null is empty, strings as they are, numbers in their shortest
+// round-trip form, anything else as JSON text; quoted (with doubled quotes) when it holds a
+// comma, a quote, a line break or leading/trailing spaces.
+[[nodiscard]] std::string csv_field(const nlohmann::json& v);
+
+// The header of a CSV table: `first` in that order (those present in `keys`), then the other
+// keys grouped by prefix in the order of `groups` ("config/", "last/", ...), sorted within.
+[[nodiscard]] std::vector<std::string> column_order(const std::vector<std::string>& keys,
+                                                    const std::vector<std::string>& first,
+                                                    const std::vector<std::string>& groups);
+
+// Writes the experiment in `exp_dir` to `out`. Errors: the state cannot be read.
+[[nodiscard]] Result<void> export_experiment(const std::filesystem::path& exp_dir,
+                                             ExportFormat format, bool all_results,
+                                             std::ostream& out);
+
+}  // namespace tune::report
