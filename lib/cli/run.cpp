@@ -31,6 +31,7 @@ namespace {
 spec::Experiment load_or_throw(const std::string& file, const spec::Overrides& ov) {
   auto e = spec::load_experiment(file, ov);
   if (!e) throw Fatal(e.error(), kExitUsage);
+  for (const auto& w : e->warnings) std::cerr << "tune: warning: " << w << "\n";
   return std::move(*e);
 }
 

@@ -83,6 +83,8 @@ struct Experiment {
   double orphan_timeout_s = 600;
   double host_timeout_s = 120;
   std::string scheduler = "fifo";
+  // One line per Ray Tune name accepted in place of ours ("FILE:L:C: ... use 'KEY'").
+  std::vector<std::string> warnings;
   // The whole document as run (after --set), as JSON: what a resume compares against.
   nlohmann::json effective = nlohmann::json::object();
 
