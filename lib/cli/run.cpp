@@ -70,8 +70,15 @@ std::string snapshot_text(const spec::Experiment& exp, const std::vector<std::st
 
 void RunCommand::add_options(CLI::App& app) {
   app.add_option("experiment", file_, "experiment YAML file")->required();
-  app.add_option("--resume", resume_, "never (default) | auto | must | errored | auto+errored")
-      ->check(CLI::IsMember({"never", "auto", "must", "errored", "auto+errored"}));
+  app.add_option("--resume", resume_,
+                 "never (default) | auto | must | errored | auto+errored | restart-errored "
+                 "(any case; Ray's spellings with '_' too)")
+      ->transform([](std::string v) {
+        for (auto& c : v) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
+        return v;
+      })
+      ->check(
+          CLI::IsMember({"never", "auto", "must", "errored", "auto+errored", "restart-errored"}));
   app.add_option("--name", name_, "experiment name (default: the file's name or its 'name')");
   app.add_option("--storage-path", storage_, "root of experiment dirs (default ~/tune_results)");
   app.add_option("--set", sets_, "override a value: --set checkpoint_config.num_to_keep=3");
@@ -129,7 +136,9 @@ int RunCommand::execute() {
   fs::path dir = exp.dir();
   std::error_code ec;
   bool has_state = fs::exists(dir / state::kStateFile, ec);
-  bool errored = resume_ == "errored" || resume_ == "auto+errored";
+  bool restart_errored = resume_ == "restart-errored";
+  bool errored = resume_ == "errored" || resume_ == "auto+errored" || restart_errored;
+  bool must = resume_ == "must" || resume_ == "errored" || restart_errored;
   if (resume_ == "never" && has_state)
     throw Fatal("experiment dir '" + dir.string() +
                 "' already holds an experiment; resume it with "
@@ -137,7 +146,7 @@ int RunCommand::execute() {
   bool mirrored = exp.sync.upload_dir.has_value();
   if (auto r = sync::Uploader::check(dir, exp.name, exp.sync); !r)
     throw Fatal(exp.source_file.string() + ": " + r.error().message);
-  if ((resume_ == "must" || resume_ == "errored") && !has_state && !mirrored)
+  if (must && !has_state && !mirrored)
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' to resume");
 
@@ -154,7 +163,7 @@ int RunCommand::execute() {
       if (created) fs::remove_all(dir, ec);  // made a moment ago: leave nothing behind
       throw;
     }
-  if ((resume_ == "must" || resume_ == "errored") && !has_state)
+  if (must && !has_state)
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' or its upload_dir to resume");
 
@@ -188,8 +197,12 @@ int RunCommand::execute() {
                   "': the search space or seed differs from the run being "
                   "resumed; start a new experiment with --name NAME");
     if (errored) {
-      for (auto& t : s->trials)
-        if (t.status == trial::Status::kError) t.status = trial::Status::kPending, t.failures = 0;
+      for (auto& t : s->trials) {
+        if (t.status != trial::Status::kError) continue;
+        t.status = trial::Status::kPending, t.failures = 0;
+        // From scratch: no checkpoint to restore (their dirs are removed as strays).
+        if (restart_errored) t.checkpoints.clear();
+      }
     }
     resume = std::move(*s);
   }
@@ -323,15 +336,13 @@ int RunCommand::execute() {
     // Not a refusal but a failure while running: keep what the run got so far resumable.
     auto saved = state::save(dir, controller.state(), true);
     throw Fatal(std::string("internal error while running: ") + e.what() +
-                    (saved ? "; the state was saved: resume with: tune run " +
-                                 util::shell_quote(file_) + " --resume=auto"
+                    (saved ? "; the state was saved: resume with: " + resume_command(dir)
                            : "; the state could not be saved: " + saved.error().message),
                 kExitTrialError);
   }
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
-    std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_)
-              << " --resume=auto\n";
+    std::cout << "interrupted: resume with: " << resume_command(dir) << "\n";
   return code;
 }
 

@@ -33,10 +33,12 @@ std::string staging_name(int64_t seq) {
   return buf;
 }
 
-// The numeric top-level values of a result (what checkpoints remember for ranking).
+// The numeric values of a result, nested ones flattened (what checkpoints remember for ranking).
 json numeric_metrics(const json& result) {
   json m = json::object();
-  for (auto it = result.begin(); it != result.end(); ++it)
+  json flat = result;  // a nested metric ranks as "a/b"
+  trial::flatten_result(flat);
+  for (auto it = flat.begin(); it != flat.end(); ++it)
     if (it->is_number() || it->is_boolean()) m[it.key()] = *it;
   return m;
 }
@@ -175,11 +177,15 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
       spdlog::warn("trial {}: {}", t.name, r.error().message);
   }
   // The result that meets a stop criterion is the trial's last: it says done, as Ray's does.
-  bool criterion = should_stop(result);
-  if (criterion) result["done"] = true;
+  // result.json keeps what the trial wrote; stop rules, metrics and ranking see nested values
+  // flattened ({"val": {"acc": ..}} as "val/acc"), as Ray Tune does.
+  json flat = result;
+  trial::flatten_result(flat);
+  bool criterion = should_stop(flat);
+  if (criterion) result["done"] = flat["done"] = true;
   rt.log.append(result);
-  t.track_metrics(result);
-  t.last_result = std::move(result);
+  t.track_metrics(flat);
+  t.last_result = std::move(flat);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
     if (criterion)

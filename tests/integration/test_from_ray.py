@@ -1,4 +1,5 @@
-"""Coming from Ray Tune: the Python helper's Ray shapes, on real trials."""
+"""Coming from Ray Tune: Ray's names and layout, the ranking order of checkpoints, nested
+metrics, resume values and hints, and the Python helper's Ray shapes, on real trials."""
 import json
 import os
 import shlex
@@ -7,6 +8,177 @@ import time
 import unittest
 
 from harness import PY, TUNE, TuneTest
+
+# Reports (val/acc, loss) pairs given as "acc:loss,acc:loss", each with a checkpoint.
+NESTED = """
+import os, sys, tempfile, tune_trial
+for pair in sys.argv[1].split(","):
+    acc, loss = (float(x) for x in pair.split(":"))
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "acc"), "w").write(str(acc))
+        tune_trial.report({"val": {"acc": acc}, "loss": loss},
+                          checkpoint=tune_trial.Checkpoint.from_directory(d))
+"""
+
+
+class FromRayTest(TuneTest):
+    def ckpt_acc(self, path):
+        with open(os.path.join(path, "acc")) as f:
+            return float(f.read())
+
+    def test_ray_layout_and_names_rank_by_the_score_attribute(self):
+        self.write("nested.py", NESTED)
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "nested.py", "0.5:0.1,0.9:0.5,0.7:0.3"]}
+            param_space: {x: 1}
+            keep_checkpoints_num: 2
+            checkpoint_score_attr: max-val/acc
+            tune_config: {metric: loss, mode: min}
+            run_config: {name: ported}
+        """ % PY)
+        p = self.tune("run", "exp.yaml", "--quiet", check=0)
+        self.assertIn("exp.yaml:3:1: 'keep_checkpoints_num' is Ray's name: use "
+                      "'checkpoint_config.num_to_keep'", p.stderr)
+        self.assertIn("'checkpoint_score_attr' is Ray's name: use "
+                      "'checkpoint_config.checkpoint_score_attribute'", p.stderr)
+        t = self.trials("ported")[0]
+        d = os.path.join(self.exp_dir("ported"), t["trial_name"])
+        # Retention by max val/acc (the nested metric, flattened) keeps 0.9 and 0.7.
+        self.assertEqual(sorted(x for x in os.listdir(d) if x.startswith("checkpoint_")),
+                         ["checkpoint_000002", "checkpoint_000003"])
+        # result.json keeps what the trial wrote; the metric stats see it flattened.
+        self.assertEqual(self.results("ported", t)[0]["val"], {"acc": 0.5})
+        self.assertEqual(t["metrics"]["val/acc"]["max"], 0.9)
+        # checkpoint_config's score attribute and order rank before the experiment's metric.
+        best = self.tune("checkpoints", "best", "ported", check=0).stdout.strip()
+        self.assertEqual(self.ckpt_acc(best), 0.9)
+        ls = json.loads(self.tune("checkpoints", "ls", "ported", "--format", "json", check=0).stdout)
+        self.assertEqual([r["metric"] for r in ls], ["val/acc", "val/acc"])
+        self.assertEqual([r["score"] for r in ls], [0.9, 0.7])
+        # --metric/--mode first: the lowest loss among the kept ones.
+        best = self.tune("checkpoints", "best", "ported", "--metric", "loss", "--mode", "min",
+                         check=0).stdout.strip()
+        self.assertEqual(self.ckpt_acc(best), 0.7)
+
+    def test_without_a_score_attribute_the_experiment_metric_and_mode_rank(self):
+        self.write("nested.py", NESTED)
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "nested.py", "0.5:0.1,0.9:0.5,0.7:0.3"]}
+            param_space: {x: 1}
+            metric: val/acc
+            mode: max
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        best = self.tune("checkpoints", "best", "exp", check=0).stdout.strip()
+        self.assertEqual(self.ckpt_acc(best), 0.9)  # max, not the lowest accuracy
+
+    def test_metric_without_mode_is_a_config_error(self):
+        self.write("exp.yaml", """
+            trial: {command: ["true"]}
+            param_space: {x: 1}
+            metric: acc
+        """)
+        p = self.tune("run", "exp.yaml", check=2)
+        self.assertIn("exp.yaml:3:9: metric 'acc' needs a mode", p.stderr)
+        self.assertFalse(os.path.exists(self.exp_dir("exp")))
+
+    def test_a_nested_metric_meets_a_stop_rule(self):
+        self.write("climb.py", """
+            import tune_trial
+            for i in range(1, 50):
+                tune_trial.report({"val": {"acc": i / 10}})
+        """)
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "climb.py"]}
+            param_space: {x: 1}
+            stop: {val/acc: 0.3}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        t = self.trials("exp")[0]
+        self.assertEqual(self.iterations("exp", t), [1, 2, 3])
+
+    def test_resume_values_in_any_case(self):
+        self.write("exp.yaml", """
+            trial: {command: ["true"]}
+            param_space: {x: 1}
+        """)
+        self.tune("run", "exp.yaml", "--resume=AUTO", "--quiet", check=0)
+        p = self.tune("run", "exp.yaml", "--resume=Auto", check=0)
+        self.assertIn("(resuming)", open(os.path.join(self.exp_dir("exp"), "tune.log")).read())
+        self.tune("run", "exp.yaml", "--resume=MUST", "--quiet", check=0)
+        p = self.tune("run", "exp.yaml", "--resume=sometimes", check=2)
+        self.assertIn("--resume", p.stderr)
+
+    def test_the_resume_hint_repeats_name_set_and_storage_path(self):
+        # Waits for a flag file (so it is interrupted the first time and ends on resume).
+        self.write("wait.py", """
+            import os, sys, time, tune_trial
+            flag = sys.argv[1]
+            while not os.path.exists(flag):
+                time.sleep(0.05)
+            tune_trial.report({"n": tune_trial.config()["n"]})
+        """)
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "wait.py", "%s"]}
+            param_space: {n: 1}
+        """ % (PY, os.path.join(self.dir, "flag")))
+        other = os.path.join(self.dir, "elsewhere")
+        proc = self.start_tune("run", "exp.yaml", "--name", "renamed", "--set", "param_space.n=7",
+                               "--storage-path", other, "--quiet")
+        state = os.path.join(other, "renamed", "experiment_state.json")
+        self.wait_for(lambda: any(t["status"] == "RUNNING" for t in json.load(open(state))["trials"]),
+                      what="the trial to run")
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 130, err)
+        hint = [l for l in out.splitlines() if l.startswith("interrupted: resume with: ")]
+        self.assertEqual(len(hint), 1, out)
+        argv = shlex.split(hint[0][len("interrupted: resume with: "):])
+        self.assertEqual(argv[:2], ["tune", "run"])
+        self.assertIn("--set", argv)
+        self.assertEqual(argv[argv.index("--set") + 1], "param_space.n=7")
+        self.assertEqual(argv[argv.index("--name") + 1], "renamed")
+        self.assertEqual(argv[argv.index("--storage-path") + 1], other)
+        # The hint, as printed, resumes the same experiment.
+        open(os.path.join(self.dir, "flag"), "w").close()
+        self.tune(*argv[1:], "--quiet", check=0)
+        with open(state) as f:
+            t = json.load(f)["trials"][0]
+        self.assertEqual(t["status"], "TERMINATED")
+        self.assertEqual(t["last_result"]["n"], 7)
+
+    def test_restart_errored_starts_failed_trials_from_scratch(self):
+        # Checkpoints at 1 and 2, then fails unless the flag exists; says where it started.
+        self.write("flaky.py", """
+            import os, sys, tempfile, tune_trial
+            ck = tune_trial.get_checkpoint()
+            start = int(open(os.path.join(ck, "i")).read()) if ck else 0
+            for i in range(start + 1, 4):
+                if i == 3 and not os.path.exists(sys.argv[1]):
+                    sys.exit(3)
+                with tempfile.TemporaryDirectory() as d:
+                    open(os.path.join(d, "i"), "w").write(str(i))
+                    tune_trial.report({"i": i, "start": start}, checkpoint_dir=d)
+        """)
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "flaky.py", "%s"]}
+            param_space: {x: 1}
+        """ % (PY, os.path.join(self.dir, "flag")))
+        self.tune("run", "exp.yaml", "--quiet", check=1)
+        self.assertEqual(self.trials("exp")[0]["status"], "ERROR")
+        open(os.path.join(self.dir, "flag"), "w").close()
+        self.tune("run", "exp.yaml", "--resume=RESTART_ERRORED", "--quiet", check=0)
+        t = self.trials("exp")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        rows = self.results("exp", t)
+        self.assertEqual([r["i"] for r in rows], [1, 2, 3])  # from scratch, not from i=2
+        self.assertEqual({r["start"] for r in rows}, {0})
+        d = os.path.join(self.exp_dir("exp"), t["trial_name"])
+        # The earlier attempt's checkpoints are gone; the new ones are numbered after them.
+        self.assertEqual(sorted(x for x in os.listdir(d) if x.startswith("checkpoint_")),
+                         ["checkpoint_000003", "checkpoint_000004", "checkpoint_000005"])
+
 
 class PythonHelperRayShapesTest(TuneTest):
     def test_dict_checkpoints_get_checkpoint_and_context_across_a_retry(self):
