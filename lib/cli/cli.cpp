@@ -40,6 +40,11 @@ int main(int argc, char** argv) {
   ckpt_best.add_options(
       *ckpt_cmd->add_subcommand("best", "print the best checkpoint's absolute path"));
 
+  StopCommand stop;
+  auto* stop_cmd = app.add_subcommand(
+      "stop", "stop a running experiment (its driver, or its detached trials); resumable");
+  stop.add_options(*stop_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -59,6 +64,7 @@ int main(int argc, char** argv) {
     if (ls_cmd->parsed()) return ls.execute();
     if (ckpt_cmd->got_subcommand("ls")) return ckpt_ls.execute();
     if (ckpt_cmd->got_subcommand("best")) return ckpt_best.execute();
+    if (stop_cmd->parsed()) return stop.execute();
   } catch (const Fatal& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tune: error: %s\n", e.what());

@@ -91,4 +91,15 @@ class CheckpointsBestCommand {
   bool include_errored_ = false;  // also rank checkpoints of trials in ERROR
 };
 
+class StopCommand {
+ public:
+  void add_options(CLI::App& app);
+  [[nodiscard]] int execute();
+
+ private:
+  std::string experiment_;
+  std::optional<std::string> storage_, trial_;
+  double timeout_s_ = 60;  // how long to wait for what was stopped to be gone
+};
+
 }  // namespace tune::cli

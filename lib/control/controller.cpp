@@ -488,7 +488,9 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   StopWhy why = rt.stop_why;
   bool clean = info.exit_code && *info.exit_code == 0;
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
-  bool by_supervisor = info.reason == "orphaned" || info.reason == "host_lost";
+  // driver_stop without a stop of ours: an earlier driver's, or `tune stop`'s.
+  bool by_supervisor =
+      info.reason == "orphaned" || info.reason == "host_lost" || info.reason == "driver_stop";
   bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
                     why == StopWhy::kBudget || (why == StopWhy::kNone && clean && !by_supervisor);
   // The driver ended it for another reason (SPEC §1): interrupted, resumed later from its
