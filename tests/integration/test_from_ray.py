@@ -7,7 +7,7 @@ import signal
 import time
 import unittest
 
-from harness import PY, TUNE, TuneTest
+from harness import PY, SOURCE, TUNE, TuneTest
 
 # Reports (val/acc, loss) pairs given as "acc:loss,acc:loss", each with a checkpoint.
 NESTED = """
@@ -262,6 +262,53 @@ class PythonHelperRayShapesTest(TuneTest):
         self.assertEqual([r["total"] for r in rows], [2, 4, 6, 8])
         self.assertEqual([r["restored"] for r in rows], [None, None, 4, 4])
         self.assertEqual(rows[0]["tid"], t["trial_id"])
+
+
+class FromRayExamplesTest(TuneTest):
+    """configs/from_ray: the seed documents' examples that have an equivalent here, run."""
+
+    def run_example(self, name):
+        path = os.path.join(SOURCE, "configs", "from_ray", name)
+        return self.tune("run", path, "--storage-path", self.storage, "--quiet", check=0, timeout=240)
+
+    def test_function_checkpoint(self):
+        self.run_example("function_checkpoint.yaml")
+        for t in self.trials("from-ray-function-checkpoint"):
+            rows = self.results("from-ray-function-checkpoint", t)
+            self.assertEqual([r["epoch"] for r in rows], list(range(1, 13)))
+            self.assertEqual([c["iteration"] for c in t["checkpoints"]], [3, 6, 9, 12])
+        best = self.tune("checkpoints", "best", "from-ray-function-checkpoint", check=0).stdout.strip()
+        with open(os.path.join(best, "checkpoint.json")) as f:
+            self.assertAlmostEqual(json.load(f)["weight"], 2.4)  # lr 0.2 x 12 epochs, by max
+
+    def test_class_trainable(self):
+        self.run_example("class_trainable.yaml")
+        t = self.trials("from-ray-class-trainable")[0]
+        self.assertEqual(t["iteration"], 2)
+        self.assertEqual([c["iteration"] for c in t["checkpoints"]], [2])
+        best = self.tune("checkpoints", "best", "from-ray-class-trainable", check=0).stdout.strip()
+        with open(os.path.join(best, "model.json")) as f:
+            self.assertEqual(len(json.load(f)), 64)
+
+    def test_keep_best(self):
+        self.run_example("keep_best.yaml")
+        best = self.tune("checkpoints", "best", "from-ray-keep-best", check=0).stdout.strip()
+        self.assertTrue(best.endswith("checkpoint_000003"), best)
+        t = self.trials("from-ray-keep-best")[0]
+        self.assertEqual([c["dir"] for c in t["checkpoints"]], ["checkpoint_000001", "checkpoint_000003"])
+
+    def test_checkpoint_guide_with_ray_names(self):
+        p = self.run_example("checkpoint_guide.yaml")
+        self.assertEqual(p.stderr.count("is Ray's name"), 3, p.stderr)
+        self.assertIn("use 'syncer: none'", p.stderr)
+        for t in self.trials("my-tune-exp"):
+            self.assertEqual(len(t["checkpoints"]), 5)
+            steps = {c["iteration"] for c in t["checkpoints"]}
+            self.assertLessEqual({4, 5, 6, 7}, steps)  # the best AUCs (peak at steps 5-6)
+            self.assertFalse(steps & {1, 2, 9, 10})
+        self.tune("run", os.path.join(SOURCE, "configs", "from_ray", "checkpoint_guide.yaml"),
+                  "--storage-path", self.storage, "--resume=AUTO", "--quiet", check=0)
+        self.assertIn("(resuming)", open(os.path.join(self.exp_dir("my-tune-exp"), "tune.log")).read())
 
 
 if __name__ == "__main__":
