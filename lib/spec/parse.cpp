@@ -202,11 +202,26 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     throw ParseError{"--name: " + msg};
   }
 
-  if (ov.storage_path) {
+  // storage_path: s3://... or gs://...: staged under the default storage path and mirrored
+  // there, as sync_config.upload_dir does (Ray Tune's cloud storage_path).
+  std::optional<std::string> cloud;
+  auto is_cloud = [](const std::string& v) {
+    return v.starts_with("s3://") || v.starts_with("gs://");
+  };
+  if (ov.storage_path && is_cloud(*ov.storage_path)) {
+    cloud = *ov.storage_path;
+    e.storage_path = default_storage_path();
+  } else if (ov.storage_path) {
     e.storage_path = fs::absolute(util::expand_user(*ov.storage_path));
   } else if (auto sp = root["storage_path"]) {
-    fs::path p = util::expand_user(string(sp, "storage_path"));
-    e.storage_path = p.is_absolute() ? p : yaml_dir / p;
+    std::string text = string(sp, "storage_path");
+    if (is_cloud(text)) {
+      cloud = text;
+      e.storage_path = default_storage_path();
+    } else {
+      fs::path p = util::expand_user(text);
+      e.storage_path = p.is_absolute() ? p : yaml_dir / p;
+    }
   } else {
     e.storage_path = default_storage_path();
   }
@@ -281,6 +296,23 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     if (auto m = n["fail_fast"]) e.failure.fail_fast = boolean(m, "failure_config.fail_fast");
   }
   if (auto n = root["sync_config"]) parse_sync(n, e);
+  if (cloud) {
+    const YAML::Node at = ov.storage_path ? YAML::Node() : root["storage_path"];
+    auto fail_at = [&](const std::string& msg) {
+      if (ov.storage_path) throw ParseError{"--storage-path: " + msg};
+      error(at, msg);
+    };
+    if (e.sync.upload_dir)
+      fail_at("storage_path '" + util::printable(*cloud, 80) +
+              "' is mirrored like sync_config.upload_dir: give one of the two");
+    if (cloud->size() <= 5 || (*cloud)[5] == '/')
+      fail_at("storage_path '" + util::printable(*cloud, 80) + "' names no bucket");
+    for (char c : *cloud)
+      if (static_cast<unsigned char>(c) < 0x20)
+        fail_at("storage_path contains a control character");
+    while (cloud->size() > 5 && cloud->back() == '/') cloud->pop_back();
+    e.sync.upload_dir = *cloud;
+  }
   if (auto n = root["hosts"]) parse_hosts(n, e);
   if (e.hosts.empty()) e.hosts.push_back(HostSpec{});
   bool ssh = std::any_of(e.hosts.begin(), e.hosts.end(),

@@ -223,3 +223,18 @@ TEST_CASE("the new distributions check their arguments", "[spec][ray]") {
   CHECK_THAT(err("{qrandn: [0, -1, 1]}"), Catch::Contains("sd must be >= 0"));
   CHECK_THAT(err("{qrandn: [0, 1, 0]}"), Catch::Contains("q must be > 0"));
 }
+
+TEST_CASE("a cloud storage_path is staged locally and mirrored there", "[spec][ray]") {
+  setenv("TUNE_STORAGE_PATH", "/tmp/staging", 1);
+  auto e = ok(kTrial + "storage_path: s3://bucket/runs/\nname: x\n");
+  CHECK(e.storage_path == "/tmp/staging");
+  CHECK(e.sync.upload_dir == "s3://bucket/runs");
+  auto g = ok(kTrial, spec::Overrides{{}, {}, std::string("gs://b/p"), {}});
+  CHECK(g.storage_path == "/tmp/staging");
+  CHECK(g.sync.upload_dir == "gs://b/p");
+  unsetenv("TUNE_STORAGE_PATH");
+  CHECK_THAT(error_of(kTrial + "storage_path: s3://b/x\nsync_config: {upload_dir: s3://b/y}\n"),
+             Catch::Contains("exp.yaml:3:15: storage_path 's3://b/x' is mirrored like "
+                             "sync_config.upload_dir: give one of the two"));
+  CHECK_THAT(error_of(kTrial + "storage_path: s3:///x\n"), Catch::Contains("names no bucket"));
+}
