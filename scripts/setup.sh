@@ -5,7 +5,7 @@
 #   scripts/setup.sh --test     also what the test suite needs
 #   scripts/setup.sh --bench    also what bench/peers.py compares against (GNU parallel, Optuna)
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
-# TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_mnist.yaml.
+# TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_example.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
