@@ -29,6 +29,7 @@ class RunCommand {
   std::string file_;
   std::string resume_ = "never";
   std::optional<std::string> name_, storage_;
+  std::optional<std::string> restore_from_;  // --restore-from DIR|URI
   std::vector<std::string> sets_;
   std::optional<int> max_concurrent_;
   bool quiet_ = false, verbose_ = false;

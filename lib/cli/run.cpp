@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/restore_from.hpp"
 #include "control/controller.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
@@ -79,6 +80,9 @@ void RunCommand::add_options(CLI::App& app) {
       })
       ->check(
           CLI::IsMember({"never", "auto", "must", "errored", "auto+errored", "restart-errored"}));
+  app.add_option("--restore-from", restore_from_,
+                 "copy the experiment in DIR (or an upload_dir mirror URI/NAME) to this run's "
+                 "dir (use --name NEW) and resume it there");
   app.add_option("--name", name_, "experiment name (default: the file's name or its 'name')");
   app.add_option("--storage-path", storage_, "root of experiment dirs (default ~/tune_results)");
   app.add_option("--set", sets_, "override a value: --set checkpoint_config.num_to_keep=3");
@@ -154,6 +158,18 @@ int RunCommand::execute() {
   fs::create_directories(dir, ec);
   if (ec) throw Fatal("cannot create experiment dir '" + dir.string() + "': " + ec.message());
   acquire_lock(dir);
+  if (restore_from_) {  // a copy of a quiet experiment, resumed here under this name
+    if (has_state)
+      throw Fatal("--restore-from: '" + dir.string() +
+                  "' already holds an experiment; give the copy a new --name");
+    try {
+      restore_from(*restore_from_, dir, exp.sync);
+    } catch (const Fatal&) {
+      if (created) fs::remove_all(dir, ec);
+      throw;
+    }
+    has_state = true;
+  }
 
   // No local state but an upload_dir: the mirror may hold the experiment (SPEC §1, §7). A
   // fresh start would mirror over it (with --delete), so it is never done blindly.

@@ -22,7 +22,9 @@ for i in range(start + 1, 6):
 """
 
 
-class StopTest(TuneTest):
+class WaitingTrials(TuneTest):
+    """Two trials that checkpoint each step and wait at step 3 for a flag file."""
+
     def setUp(self):
         super().setUp()
         self.flag = os.path.join(self.dir, "flag")
@@ -48,6 +50,8 @@ class StopTest(TuneTest):
             self.assertEqual([r["i"] for r in rows], [1, 2, 3, 4, 5])
             self.assertEqual(rows[-1]["start"], 2)  # continued from its checkpoint
 
+
+class StopTest(WaitingTrials):
     def test_stop_through_the_driver(self):
         proc = self.start_tune("run", "exp.yaml", "--quiet")
         self.wait_waiting()
@@ -83,6 +87,50 @@ class StopTest(TuneTest):
         self.tune("run", "exp.yaml", "--quiet", check=0)
         p = self.tune("stop", "exp", "--trial", "nope", check=2)
         self.assertIn("no trial 'nope'", p.stderr)
+
+
+class RestoreFromTest(WaitingTrials):
+    """`tune run --restore-from DIR|URI --name NEW`."""
+
+    def test_a_stopped_experiment_continues_under_a_new_name(self):
+        proc = self.start_tune("run", "exp.yaml", "--quiet")
+        self.wait_waiting()
+        # Refused while its driver runs, and nothing is left behind.
+        p = self.tune("run", "exp.yaml", "--restore-from", self.exp_dir("exp"), "--name", "copy",
+                      check=2)
+        self.assertIn("is being run by pid %d" % proc.pid, p.stderr)
+        self.assertFalse(os.path.exists(self.exp_dir("copy")))
+        self.tune("stop", "exp", check=0)
+        proc.communicate(timeout=60)
+        open(self.flag, "w").close()
+        p = self.tune("run", "exp.yaml", "--restore-from", self.exp_dir("exp"), "--name", "copy",
+                      "--quiet", check=0)
+        for t in self.trials("copy"):
+            self.assertEqual(t["status"], "TERMINATED")
+            rows = self.results("copy", t)
+            self.assertEqual([r["i"] for r in rows], [1, 2, 3, 4, 5])
+            self.assertEqual(rows[-1]["start"], 2)  # from the copied checkpoint
+        # The source is untouched: still interrupted, its trials still PENDING.
+        self.assertEqual(self.state("exp")["phase"], "interrupted")
+        self.assertEqual({t["status"] for t in self.trials("exp")}, {"PENDING"})
+        # A name that already holds an experiment is refused.
+        p = self.tune("run", "exp.yaml", "--restore-from", self.exp_dir("exp"), "--name", "copy",
+                      check=2)
+        self.assertIn("already holds an experiment", p.stderr)
+
+    def test_from_a_file_mirror(self):
+        open(self.flag, "w").close()
+        mirror = os.path.join(self.dir, "mirror")
+        self.tune("run", "exp.yaml", "--set", "sync_config.upload_dir=file://" + mirror, "--quiet",
+                  check=0)
+        uri = "file://" + os.path.join(mirror, "exp")
+        self.tune("run", "exp.yaml", "--restore-from", uri, "--name", "back",
+                  "--set", "sync_config.upload_dir=file://" + mirror, "--quiet", check=0)
+        self.assertEqual(len(self.trials("back")), 2)
+        self.assertEqual({t["status"] for t in self.trials("back")}, {"TERMINATED"})
+        p = self.tune("run", "exp.yaml", "--restore-from", "file:///nonexistent/x", "--name", "none",
+                      check=2)
+        self.assertFalse(os.path.exists(self.exp_dir("none")))
 
 
 if __name__ == "__main__":
