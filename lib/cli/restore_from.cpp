@@ -14,12 +14,9 @@
 
 namespace tune::cli {
 
-namespace {
-
-// Copies `from` into `to` (which exists): directories, regular files and symlinks; the driver's
-// lock and lease (they belong to the source's drivers) and fifos are left out.
 void copy_tree(const fs::path& from, const fs::path& to) {
   std::error_code ec;
+  fs::create_directories(to, ec);
   for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
     fs::path rel = it->path().lexically_relative(from);
@@ -37,9 +34,10 @@ void copy_tree(const fs::path& from, const fs::path& to) {
     if (ec) break;
   }
   if (ec)
-    throw Fatal("--restore-from: cannot copy '" + from.string() + "' to '" + to.string() +
-                "': " + ec.message());
+    throw Fatal("cannot copy '" + from.string() + "' to '" + to.string() + "': " + ec.message());
 }
+
+namespace {
 
 // Refuses a source that a driver or detached trials still work in.
 void check_quiet(const fs::path& src) {

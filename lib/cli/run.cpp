@@ -336,6 +336,17 @@ int RunCommand::execute() {
     spdlog::info("{}", note);
     table.set_note(note);
   }
+  if (exp.trial.restore_from) {  // warm start: one copy, made once, that trials read
+    fs::path copy = dir / ".tune" / "restore_from";
+    if (!fs::exists(copy, ec)) {
+      fs::path tmp = dir / ".tune" / "restore_from.partial";
+      fs::remove_all(tmp, ec);
+      copy_tree(*exp.trial.restore_from, tmp);
+      fs::rename(tmp, copy, ec);
+      if (ec) throw Fatal("cannot create '" + copy.string() + "': " + ec.message());
+    }
+    co.warm_start = copy;
+  }
   co.uploader = uploader ? &*uploader : nullptr;
   co.grace_s = lo.grace_s;
   co.process_started = static_cast<double>(started.tv_sec) + started.tv_nsec / 1e9;

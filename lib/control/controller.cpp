@@ -211,6 +211,9 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     restore =
         ((host.remote ? fs::path(host.remote_exp_dir) / t.name : dir) / c->dir_name()).string();
     rt.last_checkpoint_iteration = c->iteration;
+  } else if (!c && opts_.warm_start) {  // trial.restore_from: a warm start
+    restore = pool_.hosts()[p.host].remote ? exp_.trial.restore_from->string()
+                                           : opts_.warm_start->string();
   }
   t.status = Status::kRunning;
   t.reason = trial::Reason::kNone;

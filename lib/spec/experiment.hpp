@@ -30,6 +30,7 @@ struct TrialSpec {
   bool sync_workdir = false;
   std::map<std::string, std::string> env;
   Resources resources;
+  std::optional<fs::path> restore_from;  // warm start: absolute checkpoint dir
 };
 
 struct CheckpointConfig {

@@ -42,8 +42,8 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "orphan_timeout_s",
                                          "host_timeout_s",
                                          "scheduler"};
-constexpr std::string_view kTrialKeys[] = {"command", "mode",      "workdir",
-                                           "env",     "resources", "sync_workdir"};
+constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
+                                           "resources", "sync_workdir", "restore_from"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
 constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score_attribute",
                                                 "checkpoint_score_order", "checkpoint_frequency",
@@ -396,6 +396,14 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
         e.trial.env[k] = kv.second.IsNull() ? "" : kv.second.Scalar();
       }
     }
+  }
+  if (auto m = n["restore_from"]; m && !m.IsNull()) {
+    fs::path r = util::expand_user(string(m, "trial.restore_from"));
+    e.trial.restore_from = (r.is_absolute() ? r : yaml_dir / r).lexically_normal();
+    std::error_code ec;
+    if (!fs::is_directory(*e.trial.restore_from, ec))
+      error(m, "trial.restore_from '" + e.trial.restore_from->string() +
+                   "' is not a directory (a checkpoint to start every trial from)");
   }
   if (auto m = n["resources"]) {
     check_map(m, "trial.resources");

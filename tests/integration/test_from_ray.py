@@ -180,6 +180,50 @@ class FromRayTest(TuneTest):
                          ["checkpoint_000003", "checkpoint_000004", "checkpoint_000005"])
 
 
+class WarmStartTest(TuneTest):
+    def test_restore_from_starts_each_trial_until_it_has_its_own_checkpoint(self):
+        pre = os.path.join(self.dir, "pretrained")
+        os.makedirs(pre)
+        with open(os.path.join(pre, "w"), "w") as f:
+            f.write("41")
+        # Attempt 1 of each trial: reads the warm start, checkpoints once, then fails; the retry
+        # must get the trial's own checkpoint, not the warm start again.
+        self.write("warm.py", """
+            import os, sys, tempfile, tune_trial
+            ck = tune_trial.get_checkpoint()
+            w = int(open(os.path.join(ck, "w")).read())
+            tune_trial.report({"w": w, "from": os.path.basename(ck), "path": str(ck)})
+            if not os.path.basename(ck).startswith("checkpoint_"):
+                with tempfile.TemporaryDirectory() as d:
+                    open(os.path.join(d, "w"), "w").write(str(w + 100))
+                    tune_trial.report({"w": w}, checkpoint_dir=d)
+                sys.exit(1)
+        """)
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "warm.py"], restore_from: pretrained}
+            param_space: {x: {grid_search: [1, 2]}}
+            failure_config: {max_failures: 1}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        with open(os.path.join(pre, "w")) as f:
+            self.assertEqual(f.read(), "41")
+        for t in self.trials("exp"):
+            rows = self.results("exp", t)
+            self.assertEqual(rows[0]["path"],  # the head's copy, not the original
+                             os.path.join(self.exp_dir("exp"), ".tune", "restore_from"))
+            self.assertEqual(rows[0]["w"], 41)
+            self.assertEqual(rows[-1]["from"], "checkpoint_000001")
+            self.assertEqual(rows[-1]["w"], 141)
+
+    def test_restore_from_must_be_a_directory(self):
+        self.write("exp.yaml", """
+            trial: {command: ["true"], restore_from: missing}
+            param_space: {x: 1}
+        """)
+        p = self.tune("run", "exp.yaml", check=2)
+        self.assertIn("exp.yaml:1:42: trial.restore_from", p.stderr)
+
+
 class PythonHelperRayShapesTest(TuneTest):
     def test_dict_checkpoints_get_checkpoint_and_context_across_a_retry(self):
         # First attempt: two results with Checkpoint.from_dict, then a crash; the retry reads
