@@ -234,6 +234,6 @@ TEST_CASE("nested results are flattened as Ray Tune does, explicit keys win", "[
   CHECK(r["val/deep/x"] == 1);
   CHECK(r["loss"] == 0.1);
   CHECK_FALSE(r.contains("val"));
-  CHECK(r["empty"] == json::object());  // nothing to flatten
+  CHECK(r["empty"] == json::object());               // nothing to flatten
   CHECK(r["list"] == json::parse(R"([{"a": 1}])"));  // lists are values
 }
