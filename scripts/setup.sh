@@ -7,7 +7,7 @@
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
 #   scripts/setup.sh --examples also python3-sklearn, for configs/asha_digits.yaml and
 #                               configs/hyperband_digits.yaml (the tests need it too)
-# TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_mnist.yaml.
+# TUNE_WITH_TORCH=1 also installs Debian's python3-torch for configs/torch_example.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

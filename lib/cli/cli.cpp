@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
   auto* export_cmd = app.add_subcommand("export", "the experiment as one table (csv, json, jsonl)");
   export_.add_options(*export_cmd);
 
+  StopCommand stop;
+  auto* stop_cmd = app.add_subcommand(
+      "stop", "stop a running experiment (its driver, or its detached trials); resumable");
+  stop.add_options(*stop_cmd);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -70,6 +75,7 @@ int main(int argc, char** argv) {
     if (export_cmd->parsed()) return export_.execute();
     if (ckpt_cmd->got_subcommand("ls")) return ckpt_ls.execute();
     if (ckpt_cmd->got_subcommand("best")) return ckpt_best.execute();
+    if (stop_cmd->parsed()) return stop.execute();
   } catch (const Fatal& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tune: error: %s\n", e.what());

@@ -29,6 +29,7 @@ class RunCommand {
   std::string file_;
   std::string resume_ = "never";
   std::optional<std::string> name_, storage_;
+  std::optional<std::string> restore_from_;  // --restore-from DIR|URI
   std::vector<std::string> sets_;
   std::optional<int> max_concurrent_;
   bool quiet_ = false, verbose_ = false;
@@ -111,6 +112,17 @@ class ExportCommand {
   std::optional<std::string> storage_;
   std::string format_ = "csv";
   bool all_results_ = false;
+};
+
+class StopCommand {
+ public:
+  void add_options(CLI::App& app);
+  [[nodiscard]] int execute();
+
+ private:
+  std::string experiment_;
+  std::optional<std::string> storage_, trial_;
+  double timeout_s_ = 60;  // how long to wait for what was stopped to be gone
 };
 
 }  // namespace tune::cli

@@ -58,9 +58,46 @@ std::vector<Row> ranked_checkpoints(const state::ExperimentState& s,
   return rows;
 }
 
-spec::Order mode_of(const std::optional<std::string>& flag, const state::ExperimentState& s) {
-  std::string m = flag ? *flag : s.mode;
+// What checkpoints are ranked by; no metric = recency.
+struct Ranking {
+  std::optional<std::string> metric;
+  spec::Order order = spec::Order::kMin;
+};
+
+spec::Order order_of(const std::string& m) {
   return m == "max" ? spec::Order::kMax : spec::Order::kMin;
+}
+
+// --metric/--mode, else checkpoint_config's score attribute and order (from the spec the
+// experiment runs with), else the experiment's metric/mode, else recency.
+Ranking ranking_of(const fs::path& dir, const state::ExperimentState& s,
+                   const std::optional<std::string>& metric_flag,
+                   const std::optional<std::string>& mode_flag) {
+  std::optional<std::string> attr;
+  std::string attr_order = "max";  // checkpoint_score_order's default
+  if (auto text = util::read_file(dir / ".tune" / "spec.json", 64u << 20)) {
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_object() && j.contains("checkpoint_config") && j["checkpoint_config"].is_object()) {
+      const auto& c = j["checkpoint_config"];
+      if (c.contains("checkpoint_score_attribute") && c["checkpoint_score_attribute"].is_string())
+        attr = c["checkpoint_score_attribute"].get<std::string>();
+      if (c.contains("checkpoint_score_order") && c["checkpoint_score_order"].is_string())
+        attr_order = c["checkpoint_score_order"].get<std::string>();
+    }
+  }
+  Ranking r;
+  if (metric_flag) {
+    r.metric = metric_flag;
+    std::string implied = attr && *attr == *metric_flag ? attr_order : s.mode;
+    r.order = order_of(mode_flag.value_or(implied));
+  } else if (attr) {
+    r.metric = attr;
+    r.order = order_of(mode_flag.value_or(attr_order));
+  } else if (s.metric) {
+    r.metric = s.metric;
+    r.order = order_of(mode_flag.value_or(s.mode));
+  }
+  return r;
 }
 
 void check_trial_exists(const state::ExperimentState& s, const std::optional<std::string>& id) {
@@ -142,7 +179,9 @@ int LsCommand::execute() {
 void CheckpointsLsCommand::add_options(CLI::App& app) {
   add_experiment_options(app, experiment_, storage_);
   app.add_option("--trial", trial_, "only this trial (id or name)");
-  app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
+  app.add_option("--metric", metric_,
+                 "rank by this metric (default: checkpoint_config's score attribute, else the "
+                 "experiment's metric)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
   app.add_option("--top", top_, "only the K best")->check(CLI::PositiveNumber);
   app.add_flag("--include-errored", include_errored_, "also rank checkpoints of trials in ERROR");
@@ -154,8 +193,9 @@ int CheckpointsLsCommand::execute() {
   fs::path dir = resolve_experiment(experiment_, storage_);
   auto s = load_state_or_throw(dir);
   check_trial_exists(s, trial_);
-  auto metric = metric_ ? metric_ : s.metric;
-  auto rows = ranked_checkpoints(s, trial_, metric, mode_of(mode_, s), include_errored_);
+  auto rank = ranking_of(dir, s, metric_, mode_);
+  const auto& metric = rank.metric;
+  auto rows = ranked_checkpoints(s, trial_, metric, rank.order, include_errored_);
   if (top_ && rows.size() > *top_) rows.resize(*top_);
   auto path_of = [&](const Row& r) { return (dir / r.trial->name / r.ckpt->dir_name()).string(); };
   // On the head: a checkpoint of a trial on an SSH host is here once it was synced.
@@ -202,7 +242,7 @@ int CheckpointsLsCommand::execute() {
   }
   std::cout << "checkpoints of '" << s.name << "', best first"
             << (metric ? " by " + *metric + " (" +
-                             (mode_of(mode_, s) == spec::Order::kMin ? "min" : "max") + ")"
+                             (rank.order == spec::Order::kMin ? "min" : "max") + ")"
                        : " (most recent first)")
             << ":\n";
   std::cout
@@ -227,7 +267,9 @@ int CheckpointsLsCommand::execute() {
 
 void CheckpointsBestCommand::add_options(CLI::App& app) {
   add_experiment_options(app, experiment_, storage_);
-  app.add_option("--metric", metric_, "rank by this metric (default: the experiment's)");
+  app.add_option("--metric", metric_,
+                 "rank by this metric (default: checkpoint_config's score attribute, else the "
+                 "experiment's metric)");
   app.add_option("--mode", mode_, "min | max")->check(CLI::IsMember({"min", "max"}));
   app.add_flag("--include-errored", include_errored_, "also rank checkpoints of trials in ERROR");
 }
@@ -235,8 +277,9 @@ void CheckpointsBestCommand::add_options(CLI::App& app) {
 int CheckpointsBestCommand::execute() {
   fs::path dir = resolve_experiment(experiment_, storage_);
   auto s = load_state_or_throw(dir);
-  auto metric = metric_ ? metric_ : s.metric;
-  auto rows = ranked_checkpoints(s, std::nullopt, metric, mode_of(mode_, s), include_errored_);
+  auto rank = ranking_of(dir, s, metric_, mode_);
+  const auto& metric = rank.metric;
+  auto rows = ranked_checkpoints(s, std::nullopt, metric, rank.order, include_errored_);
   if (rows.empty()) {
     bool errored_have = std::ranges::any_of(s.trials, [](const trial::Trial& t) {
       return t.status == trial::Status::kError && !t.checkpoints.empty();

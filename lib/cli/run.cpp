@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
+#include "cli/restore_from.hpp"
 #include "control/controller.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
@@ -32,6 +33,7 @@ namespace {
 spec::Experiment load_or_throw(const std::string& file, const spec::Overrides& ov) {
   auto e = spec::load_experiment(file, ov);
   if (!e) throw Fatal(e.error(), kExitUsage);
+  for (const auto& w : e->warnings) std::cerr << "tune: warning: " << w << "\n";
   return std::move(*e);
 }
 
@@ -70,8 +72,18 @@ std::string snapshot_text(const spec::Experiment& exp, const std::vector<std::st
 
 void RunCommand::add_options(CLI::App& app) {
   app.add_option("experiment", file_, "experiment YAML file")->required();
-  app.add_option("--resume", resume_, "never (default) | auto | must | errored | auto+errored")
-      ->check(CLI::IsMember({"never", "auto", "must", "errored", "auto+errored"}));
+  app.add_option("--resume", resume_,
+                 "never (default) | auto | must | errored | auto+errored | restart-errored "
+                 "(any case; Ray's spellings with '_' too)")
+      ->transform([](std::string v) {
+        for (auto& c : v) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
+        return v;
+      })
+      ->check(
+          CLI::IsMember({"never", "auto", "must", "errored", "auto+errored", "restart-errored"}));
+  app.add_option("--restore-from", restore_from_,
+                 "copy the experiment in DIR (or an upload_dir mirror URI/NAME) to this run's "
+                 "dir (use --name NEW) and resume it there");
   app.add_option("--name", name_, "experiment name (default: the file's name or its 'name')");
   app.add_option("--storage-path", storage_, "root of experiment dirs (default ~/tune_results)");
   app.add_option("--set", sets_, "override a value: --set checkpoint_config.num_to_keep=3");
@@ -129,7 +141,9 @@ int RunCommand::execute() {
   fs::path dir = exp.dir();
   std::error_code ec;
   bool has_state = fs::exists(dir / state::kStateFile, ec);
-  bool errored = resume_ == "errored" || resume_ == "auto+errored";
+  bool restart_errored = resume_ == "restart-errored";
+  bool errored = resume_ == "errored" || resume_ == "auto+errored" || restart_errored;
+  bool must = resume_ == "must" || resume_ == "errored" || restart_errored;
   if (resume_ == "never" && has_state)
     throw Fatal("experiment dir '" + dir.string() +
                 "' already holds an experiment; resume it with "
@@ -137,7 +151,7 @@ int RunCommand::execute() {
   bool mirrored = exp.sync.upload_dir.has_value();
   if (auto r = sync::Uploader::check(dir, exp.name, exp.sync); !r)
     throw Fatal(exp.source_file.string() + ": " + r.error().message);
-  if ((resume_ == "must" || resume_ == "errored") && !has_state && !mirrored)
+  if (must && !has_state && !mirrored)
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' to resume");
 
@@ -145,6 +159,18 @@ int RunCommand::execute() {
   fs::create_directories(dir, ec);
   if (ec) throw Fatal("cannot create experiment dir '" + dir.string() + "': " + ec.message());
   acquire_lock(dir);
+  if (restore_from_) {  // a copy of a quiet experiment, resumed here under this name
+    if (has_state)
+      throw Fatal("--restore-from: '" + dir.string() +
+                  "' already holds an experiment; give the copy a new --name");
+    try {
+      restore_from(*restore_from_, dir, exp.sync);
+    } catch (const Fatal&) {
+      if (created) fs::remove_all(dir, ec);
+      throw;
+    }
+    has_state = true;
+  }
 
   // No local state but an upload_dir: the mirror may hold the experiment (SPEC §1, §7). A
   // fresh start would mirror over it (with --delete), so it is never done blindly.
@@ -154,7 +180,7 @@ int RunCommand::execute() {
       if (created) fs::remove_all(dir, ec);  // made a moment ago: leave nothing behind
       throw;
     }
-  if ((resume_ == "must" || resume_ == "errored") && !has_state)
+  if (must && !has_state)
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' or its upload_dir to resume");
 
@@ -188,8 +214,12 @@ int RunCommand::execute() {
                   "': the search space or seed differs from the run being "
                   "resumed; start a new experiment with --name NAME");
     if (errored) {
-      for (auto& t : s->trials)
-        if (t.status == trial::Status::kError) t.status = trial::Status::kPending, t.failures = 0;
+      for (auto& t : s->trials) {
+        if (t.status != trial::Status::kError) continue;
+        t.status = trial::Status::kPending, t.failures = 0;
+        // From scratch: no checkpoint to restore (their dirs are removed as strays).
+        if (restart_errored) t.checkpoints.clear();
+      }
     }
     resume = std::move(*s);
   }
@@ -307,6 +337,17 @@ int RunCommand::execute() {
     spdlog::info("{}", note);
     table.set_note(note);
   }
+  if (exp.trial.restore_from) {  // warm start: one copy, made once, that trials read
+    fs::path copy = dir / ".tune" / "restore_from";
+    if (!fs::exists(copy, ec)) {
+      fs::path tmp = dir / ".tune" / "restore_from.partial";
+      fs::remove_all(tmp, ec);
+      copy_tree(*exp.trial.restore_from, tmp);
+      fs::rename(tmp, copy, ec);
+      if (ec) throw Fatal("cannot create '" + copy.string() + "': " + ec.message());
+    }
+    co.warm_start = copy;
+  }
   co.uploader = uploader ? &*uploader : nullptr;
   report::Refresher reporter(dir, exp.report_period_s);
   if (exp.report_period_s > 0) co.reporter = &reporter;
@@ -325,8 +366,7 @@ int RunCommand::execute() {
     // Not a refusal but a failure while running: keep what the run got so far resumable.
     auto saved = state::save(dir, controller.state(), true);
     throw Fatal(std::string("internal error while running: ") + e.what() +
-                    (saved ? "; the state was saved: resume with: tune run " +
-                                 util::shell_quote(file_) + " --resume=auto"
+                    (saved ? "; the state was saved: resume with: " + resume_command(dir)
                            : "; the state could not be saved: " + saved.error().message),
                 kExitTrialError);
   }
@@ -335,8 +375,7 @@ int RunCommand::execute() {
     if (auto e = reporter.write_now(); !e.empty()) spdlog::warn("{}", e);
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
-    std::cout << "interrupted: resume with: tune run " << util::shell_quote(file_)
-              << " --resume=auto\n";
+    std::cout << "interrupted: resume with: " << resume_command(dir) << "\n";
   return code;
 }
 

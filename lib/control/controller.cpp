@@ -221,6 +221,9 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     restore =
         ((host.remote ? fs::path(host.remote_exp_dir) / t.name : dir) / c->dir_name()).string();
     rt.last_checkpoint_iteration = c->iteration;
+  } else if (!c && opts_.warm_start) {  // trial.restore_from: a warm start
+    restore = pool_.hosts()[p.host].remote ? exp_.trial.restore_from->string()
+                                           : opts_.warm_start->string();
   }
   t.status = Status::kRunning;
   t.reason = trial::Reason::kNone;
@@ -523,7 +526,9 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   StopWhy why = rt.stop_why;
   bool clean = info.exit_code && *info.exit_code == 0;
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
-  bool by_supervisor = info.reason == "orphaned" || info.reason == "host_lost";
+  // driver_stop without a stop of ours: an earlier driver's, or `tune stop`'s.
+  bool by_supervisor =
+      info.reason == "orphaned" || info.reason == "host_lost" || info.reason == "driver_stop";
   bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
                     why == StopWhy::kBudget || why == StopWhy::kScheduler ||
                     (why == StopWhy::kNone && clean && !by_supervisor);

@@ -48,6 +48,9 @@ struct ControllerOptions {
   report::Refresher* reporter = nullptr;        // the periodic report.html, if on
   double process_started = 0;     // monotonic time the process started (resume start-up log)
   double retry_backoff_s = 0.25;  // the first retry's wait; it doubles up to kMaxRetryDelay
+  // trial.restore_from: the head's copy, given to local trials with no checkpoint of their own
+  // (trials on SSH hosts get the path as written in the file).
+  std::optional<fs::path> warm_start;
 };
 
 class Controller {

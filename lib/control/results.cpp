@@ -34,10 +34,12 @@ std::string staging_name(int64_t seq) {
   return buf;
 }
 
-// The numeric top-level values of a result (what checkpoints remember for ranking).
+// The numeric values of a result, nested ones flattened (what checkpoints remember for ranking).
 json numeric_metrics(const json& result) {
   json m = json::object();
-  for (auto it = result.begin(); it != result.end(); ++it)
+  json flat = result;  // a nested metric ranks as "a/b"
+  trial::flatten_result(flat);
+  for (auto it = flat.begin(); it != flat.end(); ++it)
     if (it->is_number() || it->is_boolean()) m[it.key()] = *it;
   return m;
 }
@@ -179,12 +181,22 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   if (exp_.tensorboard && rt.log.is_open() && !rt.log.has_sink())
     rt.log.set_sink(std::make_unique<report::EventWriter>(trial_dir(t), host_name_));
   // The result that meets a stop criterion is the trial's last: it says done, as Ray's does.
-  bool criterion = should_stop(result);
-  if (criterion) result["done"] = true;
-  if (!criterion && !done) consult_scheduler(t, rt, result);
+  // result.json keeps what the trial wrote; stop rules, metrics and ranking see nested values
+  // flattened ({"val": {"acc": ..}} as "val/acc"), as Ray Tune does.
+  json flat = result;
+  trial::flatten_result(flat);
+  bool criterion = should_stop(flat);
+  if (criterion) result["done"] = flat["done"] = true;
+  if (!criterion && !done) {
+    consult_scheduler(t, rt, flat);  // nested metrics are seen flattened, as by the stop rules
+    if (auto d = flat.find("decision"); d != flat.end()) {
+      result["decision"] = *d;
+      result["done"] = flat["done"];
+    }
+  }
   rt.log.append(result);
-  t.track_metrics(result);
-  t.last_result = std::move(result);
+  t.track_metrics(flat);
+  t.last_result = std::move(flat);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
     if (criterion)

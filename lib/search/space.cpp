@@ -1,5 +1,6 @@
 #include "search/space.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "search/rng.hpp"
@@ -35,6 +36,20 @@ double quantize(double v, double q) {
   return std::round(v / q) * q;
 }
 
+// A log-uniform draw in [lo, hi).
+double log_draw(double lo, double hi, Rng& rng) {
+  return std::exp(std::log(lo) + rng.unit() * (std::log(hi) - std::log(lo)));
+}
+
+// Rounds integer `v` to a multiple of `q`, kept inside [lo, hi] (the parser checked that one
+// multiple lies there).
+int64_t quantize_int(int64_t v, int64_t lo, int64_t hi, int64_t q) {
+  auto r = static_cast<int64_t>(std::llround(static_cast<double>(v) / static_cast<double>(q))) * q;
+  while (r < lo) r += q;
+  while (r > hi) r -= q;
+  return r;
+}
+
 json sample(const Domain& d, Rng& rng) {
   using K = Domain::Kind;
   const auto& a = d.args;
@@ -55,6 +70,22 @@ json sample(const Domain& d, Rng& rng) {
     }
     case K::kRandN:
       return a[0] + a[1] * rng.normal();
+    case K::kLogRandInt: {  // as Ray: the floor of a log-uniform draw, hi excluded
+      auto v = static_cast<int64_t>(std::floor(log_draw(a[0], a[1], rng)));
+      return std::clamp(v, static_cast<int64_t>(a[0]), static_cast<int64_t>(a[1]) - 1);
+    }
+    case K::kQRandInt: {  // as Ray: an integer of [lo, hi], rounded to q
+      auto lo = static_cast<int64_t>(a[0]), hi = static_cast<int64_t>(a[1]);
+      auto v = lo + static_cast<int64_t>(rng.below(static_cast<uint64_t>(hi - lo) + 1));
+      return quantize_int(v, lo, hi, static_cast<int64_t>(a[2]));
+    }
+    case K::kQLogRandInt: {  // as Ray: log-uniform over [lo, hi + 1), floored, rounded to q
+      auto lo = static_cast<int64_t>(a[0]), hi = static_cast<int64_t>(a[1]);
+      auto v = std::clamp(static_cast<int64_t>(std::floor(log_draw(a[0], a[1] + 1, rng))), lo, hi);
+      return quantize_int(v, lo, hi, static_cast<int64_t>(a[2]));
+    }
+    case K::kQRandN:
+      return quantize(a[0] + a[1] * rng.normal(), a[2]);
     case K::kChoice:
       return d.values[rng.below(d.values.size())];
     case K::kGrid:

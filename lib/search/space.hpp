@@ -12,8 +12,9 @@ namespace tune::search {
 using json = nlohmann::json;
 
 // One sampled or enumerated parameter. `args` holds the numeric arguments as written
-// (uniform/loguniform [lo, hi]; quniform/qloguniform [lo, hi, q]; randint [lo, hi) ;
-// randn [mean, sd]); `values` the choices or grid values.
+// (uniform/loguniform [lo, hi]; quniform/qloguniform [lo, hi, q]; randint/lograndint [lo, hi);
+// qrandint/qlograndint [lo, hi, q] with hi included; randn [mean, sd]; qrandn [mean, sd, q]);
+// `values` the choices or grid values.
 struct Domain {
   enum class Kind {
     kUniform,
@@ -22,6 +23,10 @@ struct Domain {
     kQLogUniform,
     kRandInt,
     kRandN,
+    kLogRandInt,
+    kQRandInt,
+    kQLogRandInt,
+    kQRandN,
     kChoice,
     kGrid
   };

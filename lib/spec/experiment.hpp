@@ -31,6 +31,7 @@ struct TrialSpec {
   bool sync_workdir = false;
   std::map<std::string, std::string> env;
   Resources resources;
+  std::optional<fs::path> restore_from;  // warm start: absolute checkpoint dir
 };
 
 struct CheckpointConfig {
@@ -105,6 +106,8 @@ struct Experiment {
   search::SearcherSpec search_alg;
   double report_period_s = 30;  // the driver rewrites <dir>/report.html this often (0 = never)
   bool tensorboard = true;      // TensorBoard event files in each trial dir
+  // One line per Ray Tune name accepted in place of ours ("FILE:L:C: ... use 'KEY'").
+  std::vector<std::string> warnings;
   // The whole document as run (after --set), as JSON: what a resume compares against.
   nlohmann::json effective = nlohmann::json::object();
 

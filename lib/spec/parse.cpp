@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "spec/ray_compat.hpp"
 #include "spec/yaml_guard.hpp"
 #include "spec/yaml_json.hpp"
 #include "util/fs.hpp"
@@ -44,8 +45,8 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "search_alg",
                                          "report_period_s",
                                          "tensorboard"};
-constexpr std::string_view kTrialKeys[] = {"command", "mode",      "workdir",
-                                           "env",     "resources", "sync_workdir"};
+constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
+                                           "resources", "sync_workdir", "restore_from"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
 constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score_attribute",
                                                 "checkpoint_score_order", "checkpoint_frequency",
@@ -63,8 +64,9 @@ constexpr std::string_view kSearchKeys[] = {
     "type",          "n_startup_trials",  "n_ei_candidates",     "gamma",
     "gamma_cap",     "prior_weight",      "consider_magic_clip", "consider_endpoints",
     "constant_liar", "bandwidth_weighted"};
-constexpr std::string_view kDomainKeys[] = {"uniform", "loguniform", "quniform", "qloguniform",
-                                            "randint", "randn",      "choice",   "grid_search"};
+constexpr std::string_view kDomainKeys[] = {
+    "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
+    "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
 
 // Reads one YAML document with located, suggestive errors.
 class Parser {
@@ -73,12 +75,13 @@ class Parser {
       : file_(std::move(file)), set_nodes_(std::move(set_nodes)) {}
 
   Experiment parse(const YAML::Node& root, const Overrides& ov);
+  // "FILE:LINE:COL" of a node, or the --set label of a command-line value.
+  std::string where(const YAML::Node& n) const;
 
  private:
   [[noreturn]] void error(const YAML::Node& n, const std::string& msg) const {
     throw ParseError{where(n) + ": " + msg};
   }
-  std::string where(const YAML::Node& n) const;
   static bool contains(const YAML::Node& outer, const YAML::Node& n);
   // yaml-cpp keeps the first of two equal keys silently; a repeated key is an error here.
   void check_duplicates(const YAML::Node& n) const;
@@ -98,6 +101,8 @@ class Parser {
   void parse_space(const YAML::Node& n, std::vector<std::string>& path, search::Space& space,
                    nlohmann::json& base) const;
   Domain parse_domain(const std::string& kind, const YAML::Node& args) const;
+  // Bounds, signs and q of a numeric domain whose arguments were read.
+  void check_domain(const std::string& kind, const YAML::Node& args, const Domain& d) const;
   void parse_checkpoint(const YAML::Node& n, Experiment& e) const;
   void parse_sync(const YAML::Node& n, Experiment& e) const;
   void parse_hosts(const YAML::Node& n, Experiment& e) const;
@@ -208,11 +213,26 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     throw ParseError{"--name: " + msg};
   }
 
-  if (ov.storage_path) {
+  // storage_path: s3://... or gs://...: staged under the default storage path and mirrored
+  // there, as sync_config.upload_dir does (Ray Tune's cloud storage_path).
+  std::optional<std::string> cloud;
+  auto is_cloud = [](const std::string& v) {
+    return v.starts_with("s3://") || v.starts_with("gs://");
+  };
+  if (ov.storage_path && is_cloud(*ov.storage_path)) {
+    cloud = *ov.storage_path;
+    e.storage_path = default_storage_path();
+  } else if (ov.storage_path) {
     e.storage_path = fs::absolute(util::expand_user(*ov.storage_path));
   } else if (auto sp = root["storage_path"]) {
-    fs::path p = util::expand_user(string(sp, "storage_path"));
-    e.storage_path = p.is_absolute() ? p : yaml_dir / p;
+    std::string text = string(sp, "storage_path");
+    if (is_cloud(text)) {
+      cloud = text;
+      e.storage_path = default_storage_path();
+    } else {
+      fs::path p = util::expand_user(text);
+      e.storage_path = p.is_absolute() ? p : yaml_dir / p;
+    }
   } else {
     e.storage_path = default_storage_path();
   }
@@ -247,6 +267,9 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
   }
   if (auto n = root["metric"]) e.metric = string(n, "metric");
   if (auto n = root["mode"]) e.mode = order(n, "mode"), e.mode_given = true;
+  if (e.metric && !e.mode_given)
+    error(root["metric"], "metric '" + util::printable(*e.metric, 60) +
+                              "' needs a mode: add 'mode: max' (higher is better) or 'mode: min'");
   if (auto n = root["stop"]) {
     if (!n.IsNull()) {
       check_map(n, "stop");
@@ -284,6 +307,23 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     if (auto m = n["fail_fast"]) e.failure.fail_fast = boolean(m, "failure_config.fail_fast");
   }
   if (auto n = root["sync_config"]) parse_sync(n, e);
+  if (cloud) {
+    const YAML::Node at = ov.storage_path ? YAML::Node() : root["storage_path"];
+    auto fail_at = [&](const std::string& msg) {
+      if (ov.storage_path) throw ParseError{"--storage-path: " + msg};
+      error(at, msg);
+    };
+    if (e.sync.upload_dir)
+      fail_at("storage_path '" + util::printable(*cloud, 80) +
+              "' is mirrored like sync_config.upload_dir: give one of the two");
+    if (cloud->size() <= 5 || (*cloud)[5] == '/')
+      fail_at("storage_path '" + util::printable(*cloud, 80) + "' names no bucket");
+    for (char c : *cloud)
+      if (static_cast<unsigned char>(c) < 0x20)
+        fail_at("storage_path contains a control character");
+    while (cloud->size() > 5 && cloud->back() == '/') cloud->pop_back();
+    e.sync.upload_dir = *cloud;
+  }
   if (auto n = root["hosts"]) parse_hosts(n, e);
   if (e.hosts.empty()) e.hosts.push_back(HostSpec{});
   bool ssh = std::any_of(e.hosts.begin(), e.hosts.end(),
@@ -365,6 +405,14 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
       }
     }
   }
+  if (auto m = n["restore_from"]; m && !m.IsNull()) {
+    fs::path r = util::expand_user(string(m, "trial.restore_from"));
+    e.trial.restore_from = (r.is_absolute() ? r : yaml_dir / r).lexically_normal();
+    std::error_code ec;
+    if (!fs::is_directory(*e.trial.restore_from, ec))
+      error(m, "trial.restore_from '" + e.trial.restore_from->string() +
+                   "' is not a directory (a checkpoint to start every trial from)");
+  }
   if (auto m = n["resources"]) {
     check_map(m, "trial.resources");
     check_keys(m, kResourceKeys, "trial.resources");
@@ -394,40 +442,64 @@ Domain Parser::parse_domain(const std::string& kind, const YAML::Node& args) con
     return d;
   }
   static const std::map<std::string, std::pair<Kind, size_t>> kArity = {
-      {"uniform", {Kind::kUniform, 2}},   {"loguniform", {Kind::kLogUniform, 2}},
-      {"quniform", {Kind::kQUniform, 3}}, {"qloguniform", {Kind::kQLogUniform, 3}},
-      {"randint", {Kind::kRandInt, 2}},   {"randn", {Kind::kRandN, 2}}};
+      {"uniform", {Kind::kUniform, 2}},         {"loguniform", {Kind::kLogUniform, 2}},
+      {"quniform", {Kind::kQUniform, 3}},       {"qloguniform", {Kind::kQLogUniform, 3}},
+      {"randint", {Kind::kRandInt, 2}},         {"randn", {Kind::kRandN, 2}},
+      {"lograndint", {Kind::kLogRandInt, 2}},   {"qrandint", {Kind::kQRandInt, 3}},
+      {"qlograndint", {Kind::kQLogRandInt, 3}}, {"qrandn", {Kind::kQRandN, 3}}};
   auto [k, arity] = kArity.at(kind);
   d.kind = k;
   static const std::map<std::string, std::string> kForm = {
-      {"uniform", "[lo, hi]"},        {"loguniform", "[lo, hi]"}, {"quniform", "[lo, hi, q]"},
-      {"qloguniform", "[lo, hi, q]"}, {"randint", "[lo, hi)"},    {"randn", "[mean, sd]"}};
+      {"uniform", "[lo, hi]"},
+      {"loguniform", "[lo, hi]"},
+      {"quniform", "[lo, hi, q]"},
+      {"qloguniform", "[lo, hi, q]"},
+      {"randint", "[lo, hi)"},
+      {"randn", "[mean, sd]"},
+      {"lograndint", "[lo, hi)"},
+      {"qrandint", "[lo, hi, q] (hi included)"},
+      {"qlograndint", "[lo, hi, q] (hi included)"},
+      {"qrandn", "[mean, sd, q]"}};
   if (!args.IsSequence() || args.size() != arity) error(args, kind + " takes " + kForm.at(kind));
+  bool ints = k == Kind::kRandInt || k == Kind::kLogRandInt || k == Kind::kQRandInt ||
+              k == Kind::kQLogRandInt;
   for (size_t i = 0; i < arity; ++i) {
-    double v =
-        k == Kind::kRandInt ? static_cast<double>(integer(args[i], kind)) : number(args[i], kind);
+    double v = ints ? static_cast<double>(integer(args[i], kind)) : number(args[i], kind);
     if (std::isinf(v)) error(args[i], kind + ": bounds must be finite");
+    if (ints && std::fabs(v) > 0x1p52) error(args[i], kind + ": bounds must be within +-2^52");
     d.args.push_back(v);
   }
+  check_domain(kind, args, d);
+  return d;
+}
+
+void Parser::check_domain(const std::string& kind, const YAML::Node& args, const Domain& d) const {
   const auto& a = d.args;
-  if (k == Kind::kRandN) {
-    if (a[1] < 0) error(args[1], "randn: sd must be >= 0");
-    return d;
+  const Kind k = d.kind;
+  if (k == Kind::kRandN || k == Kind::kQRandN) {
+    if (a[1] < 0) error(args[1], kind + ": sd must be >= 0");
+    if (k == Kind::kQRandN && a[2] <= 0) error(args[2], kind + ": q must be > 0");
+    return;
   }
-  if (k == Kind::kRandInt) {
+  if (k == Kind::kRandInt || k == Kind::kLogRandInt) {
     if (a[0] >= a[1])
-      error(args, "randint [lo, hi): lo must be < hi (hi is excluded), got lo=" +
+      error(args, kind + " [lo, hi): lo must be < hi (hi is excluded), got lo=" +
                       util::format_double(a[0]) + " hi=" + util::format_double(a[1]));
-    return d;
-  }
-  if (a[0] > a[1])
+  } else if (a[0] > a[1]) {
     error(args, kind + ": lo > hi (" + util::format_double(a[0]) + " > " +
                     util::format_double(a[1]) + ")");
-  if ((k == Kind::kLogUniform || k == Kind::kQLogUniform) && a[0] <= 0)
+  }
+  bool log = k == Kind::kLogUniform || k == Kind::kQLogUniform || k == Kind::kLogRandInt ||
+             k == Kind::kQLogRandInt;
+  if (log && a[0] <= 0)
     error(args[0], kind + ": lo must be > 0 for a log scale, got " + util::format_double(a[0]));
-  if ((k == Kind::kQUniform || k == Kind::kQLogUniform) && a[2] <= 0)
+  if ((k == Kind::kQUniform || k == Kind::kQLogUniform || k == Kind::kQRandInt ||
+       k == Kind::kQLogRandInt) &&
+      a[2] <= 0)
     error(args[2], kind + ": q must be > 0");
-  return d;
+  if ((k == Kind::kQRandInt || k == Kind::kQLogRandInt) && std::ceil(a[0] / a[2]) * a[2] > a[1])
+    error(args, kind + ": no multiple of q=" + util::format_double(a[2]) + " lies in [" +
+                    util::format_double(a[0]) + ", " + util::format_double(a[1]) + "]");
 }
 
 void Parser::parse_space(const YAML::Node& n, std::vector<std::string>& path, search::Space& space,
@@ -443,6 +515,11 @@ void Parser::parse_space(const YAML::Node& n, std::vector<std::string>& path, se
     path.push_back(key);
     if (v.IsMap() && v.size() == 1) {
       std::string dk = v.begin()->first.Scalar();
+      if (dk == "sample_from")
+        error(v.begin()->first,
+              "sample_from is not supported (a config cannot run Python): for values tied "
+              "together, grid over whole mappings ({grid_search: [{a: 1, b: 2}, {a: 2, b: 4}]}); "
+              "for derived values, compute them in the trial from its config");
       if (std::find(std::begin(kDomainKeys), std::end(kDomainKeys), dk) != std::end(kDomainKeys)) {
         space.params.push_back({path, parse_domain(dk, v.begin()->second)});
         path.pop_back();
@@ -954,7 +1031,10 @@ Result<Experiment> parse_experiment(const std::string& yaml_text, const fs::path
       return fail(path.string(), ": the experiment file is empty");
     auto labels = apply_sets(root, ov.set);
     Parser p(path, std::move(labels));
+    auto warnings = normalize_ray(root, [&](const YAML::Node& n) { return p.where(n); });
+    if (!warnings) return std::unexpected(warnings.error());
     Experiment e = p.parse(root, ov);
+    e.warnings = std::move(*warnings);
     e.effective = yaml_to_json(root);
     e.effective.erase("name");          // the directory already names it
     e.effective.erase("storage_path");  // an experiment dir can move

@@ -44,4 +44,28 @@ std::optional<std::string> LineIssueLog::note(LineIssue issue, uint64_t line_no)
   return msg;
 }
 
+namespace {
+void flatten_into(const nlohmann::json& obj, const std::string& prefix, nlohmann::json& out) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    std::string key = prefix + "/" + it.key();
+    if (it->is_object() && !it->empty())
+      flatten_into(*it, key, out);
+    else if (!out.contains(key))
+      out[key] = *it;
+  }
+}
+}  // namespace
+
+void flatten_result(nlohmann::json& result) {
+  if (!result.is_object()) return;
+  std::vector<std::string> nested;
+  for (auto it = result.begin(); it != result.end(); ++it)
+    if (it->is_object() && !it->empty()) nested.push_back(it.key());
+  for (const auto& key : nested) {
+    nlohmann::json inner = std::move(result[key]);
+    result.erase(key);
+    flatten_into(inner, key, result);
+  }
+}
+
 }  // namespace tune::trial

@@ -26,6 +26,11 @@ inline constexpr size_t kMaxResultDepth = 256;
 [[nodiscard]] std::optional<nlohmann::json> parse_result_line(std::string_view line,
                                                               LineIssue* issue = nullptr);
 
+// Flattens nested objects the way Ray Tune does: {"val": {"acc": 0.9}} becomes
+// {"val/acc": 0.9}, at any depth, so a nested metric can be ranked, compared with `stop` and
+// named as `metric`. A key already present at the top level wins over a flattened one.
+void flatten_result(nlohmann::json& result);
+
 // Keeps a trial's warnings about its result lines few: the first line with a non-finite number,
 // and the first kMaxBadLines lines not taken, then one note that further ones go unsaid.
 class LineIssueLog {

@@ -109,6 +109,7 @@ class DriverGoneTest(TuneTest):
             trial: {command: ["%s", "waiter.py"]}
             param_space: {x: {grid_search: [1, 2]}}
             metric: loss
+            mode: min
             max_concurrent_trials: 2
             hosts: [{local: {cpus: 2}}]
         """ % PY)

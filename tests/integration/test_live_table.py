@@ -22,6 +22,7 @@ class LiveTableTest(TuneTest):
             trial: {command: ["%s", "slow.py"]}
             param_space: {x: {grid_search: [1, 2]}}
             metric: loss
+            mode: min
         """ % PY)
         env = dict(self.env, TUNE_PROGRESS_PERIOD_S="0.1", **extra_env)
         master, slave = pty.openpty()

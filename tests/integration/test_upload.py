@@ -167,6 +167,37 @@ class UploadTest(TuneTest):
             return {line.split(None, 3)[3][len("runs/up/"):] for line in out.splitlines() if line}
         self.finish_from_mirror(listing)
 
+    def test_a_cloud_storage_path_is_staged_locally_and_mirrored(self):
+        s3dir = os.path.join(self.dir, "s3")
+        os.makedirs(s3dir)
+        start = subprocess.run([S3_SCRIPT, "start", s3dir], capture_output=True, text=True,
+                               timeout=300)
+        self.assertEqual(start.returncode, 0, start.stderr)
+        try:
+            endpoint = start.stdout.strip()
+            self.env.update(AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER",
+                            AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+            self.write("one.py", "import tune_trial\ntune_trial.report({'a': 1})\n")
+            self.write("cloud.yaml", """
+                trial: {command: ["%s", "one.py"]}
+                param_space: {x: 1}
+                storage_path: s3://tune-bucket/ray
+            """ % PY)
+            self.tune("run", "cloud.yaml", "--quiet", check=0, timeout=300)
+            # Staged under the local storage path (TUNE_STORAGE_PATH), never a dir named "s3:".
+            self.assertEqual(self.trials("cloud")[0]["status"], "TERMINATED")
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "s3:")))
+            got = subprocess.run([AWS, "--endpoint-url", endpoint, "s3", "cp",
+                                  "s3://tune-bucket/ray/cloud/experiment_state.json", "-"],
+                                 env=self.env, capture_output=True, text=True, check=True).stdout
+            self.assertEqual(json.loads(got)["phase"], "finished")
+            # Deleted locally, it comes back from there.
+            shutil.rmtree(self.exp_dir("cloud"))
+            p = self.tune("run", "cloud.yaml", "--resume=auto", check=0, timeout=300)
+            self.assertIn("downloading experiment 'cloud'", p.stderr)
+        finally:
+            subprocess.run([S3_SCRIPT, "stop", s3dir], timeout=30)
+
 
 if __name__ == "__main__":
     unittest.main()

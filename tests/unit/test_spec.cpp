@@ -361,7 +361,7 @@ TEST_CASE("schedulers: their options parsed, bad ones refused with the place", "
         "exp.yaml:3:12: scheduler 'asha' needs a metric to compare trials by: set 'metric' (and "
         "'mode') in the experiment or the scheduler");
   CHECK(error_of(kMin + "metric: acc\nscheduler: {type: median_stopping}\n")
-            .find("needs 'mode: min' or 'mode: max' for metric 'acc'") != std::string::npos);
+            .find("needs a mode: add 'mode: max'") != std::string::npos);
   const std::string mm = kMin + "metric: acc\nmode: max\n";
   CHECK(error_of(mm + "scheduler: {type: asha, grace_period: 10, max_t: 5}\n") ==
         "exp.yaml:5:39: scheduler.grace_period (10) must not exceed max_t (5)");

@@ -224,3 +224,16 @@ TEST_CASE("NaN and Infinity are NaN/Infinity in result.json and empty cells in p
   REQUIRE(trial::ResultLog::truncate_after(d.path, 1));
   CHECK(*util::read_file(d.path / "progress.csv") == "loss,training_iteration\n0.5,1\n");
 }
+
+TEST_CASE("nested results are flattened as Ray Tune does, explicit keys win", "[trial][ray]") {
+  auto r = json::parse(
+      R"({"val": {"acc": 0.9, "deep": {"x": 1}}, "loss": 0.1, "val/acc": 0.5, "empty": {},
+          "list": [{"a": 1}]})");
+  trial::flatten_result(r);
+  CHECK(r["val/acc"] == 0.5);  // the explicit top-level key is kept
+  CHECK(r["val/deep/x"] == 1);
+  CHECK(r["loss"] == 0.1);
+  CHECK_FALSE(r.contains("val"));
+  CHECK(r["empty"] == json::object());               // nothing to flatten
+  CHECK(r["list"] == json::parse(R"([{"a": 1}])"));  // lists are values
+}

@@ -1,0 +1,23 @@
+// `tune run --restore-from`: an experiment copied under another name, then resumed there.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "spec/experiment.hpp"
+
+namespace tune::cli {
+
+namespace fs = std::filesystem;
+
+// Copies the experiment at `source` (a directory, or `s3://|gs://|file://.../NAME` an
+// upload_dir mirror, downloaded with `sync`'s upload_syncer if any) into `dir` (which exists
+// and holds no state). Throws Fatal when the source has no state, is `dir` itself, or is not
+// quiet (its driver, or detached trials of it, still run on this machine: named).
+void restore_from(const std::string& source, const fs::path& dir, const spec::SyncConfig& sync);
+
+// Copies the tree `from` into `to` (created): directories, regular files and symlinks; a
+// driver's lock and lease and fifos are left out. Throws Fatal naming what failed.
+void copy_tree(const fs::path& from, const fs::path& to);
+
+}  // namespace tune::cli

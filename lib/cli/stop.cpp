@@ -1,0 +1,120 @@
+// `tune stop`: stops a running experiment through its driver, or its detached trials when no
+// driver runs; what it stopped resumes with `tune run ... --resume=auto`.
+#include <signal.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/common.hpp"
+#include "exec/local_executor.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::cli {
+
+namespace {
+
+double now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+// Polls `done` every 50 ms until it holds or `timeout_s` passed; returns whether it held.
+template <typename Pred>
+bool wait_until(Pred done, double timeout_s) {
+  double end = now_s() + timeout_s;
+  while (!done()) {
+    if (now_s() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+bool pid_alive(pid_t pid) {
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
+void StopCommand::add_options(CLI::App& app) {
+  add_experiment_options(app, experiment_, storage_);
+  app.add_option("--trial", trial_,
+                 "only this trial (id or name; only when no driver runs: its detached attempt)");
+  app.add_option("--timeout", timeout_s_, "seconds to wait for it to stop (default 60)")
+      ->check(CLI::PositiveNumber);
+}
+
+int StopCommand::execute() {
+  fs::path dir = resolve_experiment(experiment_, storage_);
+  auto driver = probe_driver(dir);
+  if (driver.alive) {
+    if (trial_)
+      throw Fatal("experiment '" + dir.filename().string() + "' has a running driver (pid " +
+                  driver.pid +
+                  "): stopping one of its trials is not supported while it runs; "
+                  "stop the whole experiment with 'tune stop " +
+                  dir.filename().string() + "'");
+    if (driver.host != util::host_name())
+      throw Fatal("the driver of '" + dir.string() + "' (pid " + driver.pid + ") runs on host " +
+                  driver.host + ": run tune stop there");
+    char* end = nullptr;
+    long pid = std::strtol(driver.pid.c_str(), &end, 10);
+    if (end == driver.pid.c_str() || *end || pid <= 1)
+      throw Fatal("cannot tell the driver's pid from '" + (dir / ".tune" / "lock").string() + "'");
+    // What Ctrl-C does: stop launching, stop the trials, save the state, exit 130.
+    if (::kill(static_cast<pid_t>(pid), SIGINT) != 0)
+      throw Fatal("cannot signal the driver (pid " + driver.pid + "): " + std::strerror(errno));
+    std::cerr << "tune: stopping the driver of '" << dir.filename().string() << "' (pid " << pid
+              << ")\n";
+    if (!wait_until([&] { return !probe_driver(dir).alive; }, timeout_s_))
+      throw Fatal("the driver (pid " + driver.pid + ") still runs after " +
+                      util::format_double(timeout_s_) + " s (it may be waiting for trials to end)",
+                  kExitTrialError);
+  } else {
+    auto state = load_state_or_throw(dir);
+    std::vector<std::pair<std::string, pid_t>> targets;  // trial name, supervisor pid
+    bool named = false;
+    for (const auto& [key, pid] : exec::live_supervisors(dir)) {
+      std::string name = key.substr(0, key.find('\0'));
+      if (trial_) {
+        auto t = std::find_if(state.trials.begin(), state.trials.end(),
+                              [&](const trial::Trial& x) { return x.name == name; });
+        if (t == state.trials.end() || (t->id != *trial_ && t->name != *trial_)) continue;
+        named = true;
+      }
+      targets.emplace_back(name, pid);
+    }
+    if (trial_ && !named &&
+        std::none_of(state.trials.begin(), state.trials.end(),
+                     [&](const trial::Trial& t) { return t.id == *trial_ || t.name == *trial_; }))
+      throw Fatal("no trial '" + *trial_ + "' in experiment '" + state.name + "'");
+    if (targets.empty()) {
+      std::cout << "nothing of '" << state.name << "' runs on this machine\n";
+      return kExitOk;
+    }
+    // A supervisor stops its trial's process group (SIGTERM, then SIGKILL after its grace)
+    // and records the exit as asked for: a resume continues the trial from its checkpoint.
+    for (const auto& [name, pid] : targets) {
+      std::cerr << "tune: stopping " << name << " (supervisor pid " << pid << ")\n";
+      ::kill(pid, SIGTERM);
+    }
+    bool gone = wait_until(
+        [&] {
+          return std::none_of(targets.begin(), targets.end(),
+                              [](const auto& t) { return pid_alive(t.second); });
+        },
+        timeout_s_);
+    if (!gone)
+      throw Fatal("some trials still run after " + util::format_double(timeout_s_) + " s",
+                  kExitTrialError);
+  }
+  std::cout << "stopped; resume with: " << resume_command(dir) << "\n";
+  return kExitOk;
+}
+
+}  // namespace tune::cli
