@@ -254,7 +254,7 @@ def spread(xs):
     xs = [x for x in xs if x is not None]
     if not xs:
         return "—"
-    fmt = (lambda x: f"{x:.4f}") if isinstance(xs[0], float) else str
+    fmt = (lambda x: f"{x:.4f}") if isinstance(xs[0], float) else (lambda x: f"{x:g}")
     return f"{fmt(statistics.median(xs))} [{fmt(min(xs))}, {fmt(max(xs))}]"
 
 
@@ -276,6 +276,16 @@ def table(per_seed):
               f"| {spread([r['epochs'] for r in rs])} | {spread([r['epochs_run'] for r in rs])} "
               f"| {spread([r['reach'] for r in rs])} "
               f"| {sum(r['reach'] is not None for r in rs)}/{len(rs)} | {ok}/{len(rs)} |")
+    print("\nper seed: best val_acc / trial-epochs / until FIFO's best (— not reached)\n")
+    print("| seed | " + " | ".join(methods) + " |")
+    print("|---" * (len(methods) + 1) + "|")
+    for s in seeds:
+        cells = []
+        for m in methods:
+            r = per_seed[s].get(m)
+            cells.append("" if r is None else
+                         f"{r['best']:.4f} / {r['epochs']} / {r['reach'] or '—'}")
+        print(f"| {s} | " + " | ".join(cells) + " |")
 
 
 def main():
