@@ -22,7 +22,7 @@ with open(os.environ["BENCH_CURVES"]) as f:
 if key(cfg) not in curves:
     sys.exit("replay_trial: config not in the curve cache: " + key(cfg))
 points = curves[key(cfg)]
-scale = float(os.environ.get("BENCH_TIME_SCALE", "0.05"))
+scale = float(os.environ.get("BENCH_TIME_SCALE", "0.5"))
 epochs = int(cfg.get("epochs", 27))
 
 start = 0

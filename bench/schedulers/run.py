@@ -293,7 +293,7 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     ap.add_argument("--tune", default=os.path.join(ROOT, "build", "tune"))
     ap.add_argument("--scratch", default="/tmp/tune-bench-schedulers")
-    ap.add_argument("--time-scale", type=float, default=0.05,
+    ap.add_argument("--time-scale", type=float, default=0.5,
                     help="replayed epochs sleep this times the real epoch's seconds")
     ap.add_argument("--check-real", metavar="METHOD", choices=list(TUNE_METHODS),
                     help="also run the real example with this method on the first seed")
