@@ -3,7 +3,8 @@
 # Idempotent and quick when everything is already there.
 #   scripts/setup.sh            build dependencies + build
 #   scripts/setup.sh --test     also what the test suite needs
-#   scripts/setup.sh --bench    also what bench/peers.py compares against (GNU parallel, Optuna)
+#   scripts/setup.sh --bench    also what bench/peers.py and bench/schedulers compare against
+#                               (GNU parallel, Optuna; scikit-learn through --test)
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
 #   scripts/setup.sh --examples also python3-sklearn, for configs/asha_digits.yaml and
 #                               configs/hyperband_digits.yaml (the tests need it too)
