@@ -167,7 +167,7 @@ std::vector<nlohmann::json> draws(const std::string& domain, int n = 2000) {
 }
 }  // namespace
 
-TEST_CASE("lograndint: integers of [lo, hi), hi excluded, small ones more often", "[search][ray]") {
+TEST_CASE("lograndint: integers from lo up to hi (excluded), small ones more often", "[search][ray]") {
   std::set<int64_t> seen;
   int below_10 = 0;
   for (const auto& v : draws("{lograndint: [1, 100]}")) {
@@ -180,7 +180,7 @@ TEST_CASE("lograndint: integers of [lo, hi), hi excluded, small ones more often"
   CHECK(below_10 > 800);  // half of the log range: ~1000 of 2000 (a uniform draw gives ~180)
 }
 
-TEST_CASE("qrandint / qlograndint: multiples of q in [lo, hi], hi included", "[search][ray]") {
+TEST_CASE("qrandint / qlograndint: multiples of q from lo to hi, hi included", "[search][ray]") {
   std::set<int64_t> seen;
   for (const auto& v : draws("{qrandint: [0, 20, 5]}")) {
     REQUIRE(v.is_number_integer());
