@@ -54,6 +54,15 @@ up)
   command -v /usr/sbin/sshd >/dev/null || { echo "test-hosts: openssh-server is not installed" >&2; exit 1; }
   mkdir -p "$D"
   mkdir -p /run/sshd 2>/dev/null || true  # sshd wants it; as a user it must exist already
+  # Every command on a worker runs through the user's shell, which may start pyenv; a
+  # `pyenv rehash` killed mid-way (the tests kill hosts' sessions) leaves its lock behind and
+  # every later shell then waits on it: each ssh command hangs. A lock older than 5 minutes
+  # belongs to no live rehash.
+  shim_lock="${PYENV_ROOT:-$HOME/.pyenv}/shims/.pyenv-shim"
+  if [ -n "$(find "$shim_lock" -mmin +5 2>/dev/null)" ]; then
+    echo "test-hosts: removing a stale pyenv rehash lock ($shim_lock)" >&2
+    rm -f "$shim_lock"
+  fi
   if netns_ok; then mode=netns; else mode=loopback; fi
   echo "$mode" >"$D/mode"
   # One /16 of 10.0.0.0/8 per run. Parallel runs, and namespaces a killed run left behind (a
