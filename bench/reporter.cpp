@@ -2,19 +2,32 @@
 //   tune_bench_reporter N                 print N results at once
 //   tune_bench_reporter N SLEEP_S         sleep, then print N results (bookkeeping workload)
 //   tune_bench_reporter N 0 RATE          print N results at RATE per second (throughput)
+//   tune_bench_reporter N 0 0 A B         print N results at once with a curve of the trial's own,
+//                                         score = A - B / (i + 1) (scheduler overhead)
 #include <time.h>
 
 #include <cstdio>
 #include <cstdlib>
 
+static double curve_a = 0, curve_b = 0;
+static bool with_curve = false;
+
 static void line(int i) {
-  std::printf("{\"loss\": %.6f, \"accuracy\": %.6f, \"epoch\": %d}\n", 1.0 / i, 1.0 - 1.0 / i, i);
+  if (with_curve)
+    std::printf("{\"score\": %.6f, \"epoch\": %d}\n", curve_a - curve_b / (i + 1), i);
+  else
+    std::printf("{\"loss\": %.6f, \"accuracy\": %.6f, \"epoch\": %d}\n", 1.0 / i, 1.0 - 1.0 / i, i);
 }
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 100;
   double sleep_s = argc > 2 ? std::atof(argv[2]) : 0;
   double rate = argc > 3 ? std::atof(argv[3]) : 0;
+  if (argc > 5) {
+    with_curve = true;
+    curve_a = std::atof(argv[4]);
+    curve_b = std::atof(argv[5]);
+  }
   if (sleep_s > 0) {
     timespec ts{
         static_cast<time_t>(sleep_s),

@@ -36,6 +36,7 @@ class Asha final : public TrialScheduler {
   struct Rung {
     double milestone = 0;
     std::map<std::string, double> recorded;  // trial -> value at this rung
+    std::vector<double> sorted;              // the recorded values but NaN, ascending
   };
   // Checks and records r at its bracket's rung; returns whether it falls below the cutoff.
   bool record(const Observation& r);

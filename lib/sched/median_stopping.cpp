@@ -1,6 +1,7 @@
 #include "sched/median_stopping.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace tune::sched {
 
@@ -9,35 +10,109 @@ void MedianStopping::on_trial_add(const std::string& trial, uint64_t index) {
   (void)index;
 }
 
-double MedianStopping::running_mean(const History& h, double t) const {
-  auto from = std::lower_bound(h.time.begin(), h.time.end(), spec_.grace_period);
-  auto to = std::upper_bound(h.time.begin(), h.time.end(), t);
-  if (from >= to) return std::nan("");
-  double sum = 0;
-  for (auto i = from; i != to; ++i) sum += h.score[static_cast<size_t>(i - h.time.begin())];
-  return sum / static_cast<double>(to - from);
+void MedianStopping::add(History& h, double time, double score) {
+  h.time.push_back(time);
+  h.score.push_back(score);
+  // Summed left to right from the first result in the window, as a plain loop would: the same
+  // bits as the naive mean.
+  if (time >= spec_.grace_period) h.sum.push_back((h.sum.empty() ? 0.0 : h.sum.back()) + score);
+  if (!std::isnan(score)) h.best = std::max(h.best, score);
+}
+
+double MedianStopping::running_mean(const History& h, double t, bool drop_last) const {
+  size_t first = h.time.size() - h.sum.size();  // results before grace_period are not summed
+  size_t to =
+      static_cast<size_t>(std::upper_bound(h.time.begin(), h.time.end(), t) - h.time.begin());
+  if (drop_last) to = std::min(to, h.time.size() - 1);
+  if (to <= first) return std::nan("");
+  return h.sum[to - first - 1] / static_cast<double>(to - first);
+}
+
+namespace {
+
+void insert_mean(std::vector<double>& sorted, size_t& nans, double m) {
+  if (std::isnan(m))
+    ++nans;
+  else
+    sorted.insert(std::upper_bound(sorted.begin(), sorted.end(), m), m);
+}
+
+void erase_mean(std::vector<double>& sorted, size_t& nans, double m) {
+  if (std::isnan(m)) {
+    if (nans) --nans;
+    return;
+  }
+  auto it = std::lower_bound(sorted.begin(), sorted.end(), m);
+  if (it != sorted.end() && *it == m) sorted.erase(it);
+}
+
+}  // namespace
+
+void MedianStopping::update_windows(const History& h, std::optional<double> last, double time) {
+  if (windows_.empty()) return;
+  if (last && *last == time) {  // a second result at the same time: its mean there changes
+    if (auto w = windows_.find(time); w != windows_.end()) {
+      erase_mean(w->second.sorted, w->second.nans, running_mean(h, time, true));
+      insert_mean(w->second.sorted, w->second.nans, running_mean(h, time));
+    }
+    return;
+  }
+  // It now reaches every time in (last, time]: its mean there joins those windows.
+  auto from = last ? windows_.upper_bound(*last) : windows_.begin();
+  for (auto w = from; w != windows_.end() && w->first <= time; ++w)
+    insert_mean(w->second.sorted, w->second.nans, running_mean(h, w->first));
+}
+
+double MedianStopping::median_of_others(const History& own, const Observation& r) {
+  const double t = r.time;
+  auto w = windows_.find(t);
+  if (w == windows_.end() && windows_.size() < kMaxWindows && ++asked_[t] >= 2) {
+    asked_.erase(t);  // asked again: worth keeping
+    Window fresh;
+    for (const auto& [id, other] : trials_)
+      if (!other.time.empty() && other.time.back() >= t)
+        insert_mean(fresh.sorted, fresh.nans, running_mean(other, t));
+    w = windows_.emplace(t, std::move(fresh)).first;
+  }
+  std::vector<double> naive;
+  const std::vector<double>* sorted = nullptr;
+  size_t skip = SIZE_MAX;  // the index in *sorted of the trial's own mean, left out
+  size_t nans = 0;
+  if (w != windows_.end()) {
+    sorted = &w->second.sorted;
+    nans = w->second.nans;
+    double mine = running_mean(own, t);  // the trial itself is in the window: leave it out
+    if (std::isnan(mine))
+      --nans;
+    else
+      skip = static_cast<size_t>(std::lower_bound(sorted->begin(), sorted->end(), mine) -
+                                 sorted->begin());
+  } else {
+    if (asked_.size() > 100'000) asked_.clear();  // times that never repeat
+    for (const auto& [id, other] : trials_)
+      if (id != r.trial && !other.time.empty() && other.time.back() >= t)
+        insert_mean(naive, nans, running_mean(other, t));
+    sorted = &naive;
+  }
+  size_t n = sorted->size() - (skip == SIZE_MAX ? 0 : 1);
+  if (n + nans < static_cast<size_t>(spec_.min_samples_required)) return std::nan("");
+  // numpy's median: NaN if any mean is NaN (a trial with no result in the window), which stops
+  // nobody.
+  if (nans) return std::nan("");
+  auto at = [&](size_t k) { return (*sorted)[k < skip ? k : k + 1]; };
+  return n % 2 ? at(n / 2) : (at(n / 2 - 1) + at(n / 2)) / 2;
 }
 
 Decision MedianStopping::on_result(const Observation& r) {
   History& h = trials_[r.trial];
-  if (!h.time.empty() && r.time < h.time.back()) return Decision::go();  // time must grow
-  h.time.push_back(r.time);
-  h.score.push_back(r.score);
-  if (!std::isnan(r.score)) h.best = std::max(h.best, r.score);
+  std::optional<double> last;
+  if (!h.time.empty()) last = h.time.back();
+  if (last && r.time < *last) return Decision::go();  // time must grow
+  add(h, r.time, r.score);
+  update_windows(h, last, r.time);
   if (r.time < spec_.grace_period) return Decision::go();
-  std::vector<double> means;
-  for (const auto& [id, other] : trials_)
-    if (id != r.trial && !other.time.empty() && other.time.back() >= r.time)
-      means.push_back(running_mean(other, r.time));
-  if (means.size() < static_cast<size_t>(spec_.min_samples_required)) return Decision::go();
-  // numpy's median: NaN if any mean is NaN (a trial with no result in the window), which
-  // stops nobody.
-  if (std::any_of(means.begin(), means.end(), [](double m) { return std::isnan(m); }))
-    return Decision::go();
-  std::sort(means.begin(), means.end());
-  size_t n = means.size();
-  double median = n % 2 ? means[n / 2] : (means[n / 2 - 1] + means[n / 2]) / 2;
-  if (h.best < median) return {Action::kStop, Why::kMedian, r.time};
+  double median = median_of_others(h, r);
+  if (h.best < median) return {Action::kStop, Why::kMedian, r.time};  // false for NaN
   return Decision::go();
 }
 
@@ -61,6 +136,8 @@ Result<void> MedianStopping::restore(const json& state) {
   const auto& t = state.find("trials");
   if (t == state.end() || !t->is_object()) return bad("'trials' is not a mapping");
   trials_.clear();
+  windows_.clear();
+  asked_.clear();
   for (auto it = t->begin(); it != t->end(); ++it) {
     const json& time = it->is_object() ? it->value("time", json()) : json();
     const json& score = it->is_object() ? it->value("score", json()) : json();
@@ -68,12 +145,13 @@ Result<void> MedianStopping::restore(const json& state) {
       return bad("trial " + it.key() + ": 'time' and 'score' must be lists of one length");
     History h;
     for (size_t i = 0; i < time.size(); ++i) {
-      if (!time[i].is_number() || !score[i].is_number()) return bad("a value is not a number");
-      double tm = time[i].get<double>(), sc = score[i].get<double>();
+      // A NaN score was saved as null (JSON has no NaN).
+      if (!time[i].is_number() || !(score[i].is_number() || score[i].is_null()))
+        return bad("a value is not a number");
+      double tm = time[i].get<double>();
+      double sc = score[i].is_null() ? std::nan("") : score[i].get<double>();
       if (!h.time.empty() && tm < h.time.back()) return bad("times must not decrease");
-      h.time.push_back(tm);
-      h.score.push_back(sc);
-      if (!std::isnan(sc)) h.best = std::max(h.best, sc);
+      add(h, tm, sc);
     }
     trials_[it.key()] = std::move(h);
   }

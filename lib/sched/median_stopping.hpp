@@ -6,6 +6,12 @@
 // strictly below the median of those trials' running means over [grace_period, t] (values are
 // oriented so that larger is better). Unlike Ray it never pauses a trial for lack of samples:
 // it waits for them.
+//
+// Cost: asked naively, each decision computes a mean for every other trial — 150 µs a result at
+// 10,000 trials. The means at a time t change only when a trial reaches t (or reports again at
+// t), so from the second decision at a t on, they are kept sorted for that t and updated as
+// trials report (bench/schedulers/overhead.py). Times that are asked once (seconds rather than
+// iterations) are answered naively; at most kMaxWindows times are kept.
 #pragma once
 
 #include <map>
@@ -24,17 +30,34 @@ class MedianStopping final : public TrialScheduler {
   [[nodiscard]] json save() const override;
   [[nodiscard]] Result<void> restore(const json& state) override;
 
+  static constexpr size_t kMaxWindows = 1024;
+
  private:
   // A trial's results, in time order.
   struct History {
     std::vector<double> time, score;
+    std::vector<double> sum;  // sum[i]: the scores of results [first at grace_period, i]
     double best = -INFINITY;  // its best score (NaN ignored)
   };
-  // The mean score over [grace_period, t] (NaN if it has none there).
-  [[nodiscard]] double running_mean(const History& h, double t) const;
+  // The running means over [grace_period, t] of every trial whose last result is at or past t.
+  struct Window {
+    std::vector<double> sorted;  // the means but NaN, ascending
+    size_t nans = 0;             // trials whose mean is NaN (none in the window, or a NaN score)
+  };
+  void add(History& h, double time, double score);
+  // The mean score over [grace_period, t] (NaN if it has none there); `drop_last` leaves its
+  // last result out.
+  [[nodiscard]] double running_mean(const History& h, double t, bool drop_last = false) const;
+  // Keeps the windows up to date after `h` got a result at `time`; `last` was its latest time.
+  void update_windows(const History& h, std::optional<double> last, double time);
+  // The median of the other trials' means at r.time, or NaN if fewer than required or one is
+  // NaN.
+  [[nodiscard]] double median_of_others(const History& own, const Observation& r);
 
   spec::SchedulerSpec spec_;
   std::map<std::string, History> trials_;
+  std::map<double, Window> windows_;  // derived from trials_: rebuilt as needed, never saved
+  std::map<double, int> asked_;       // times asked once, not yet kept as a window
 };
 
 }  // namespace tune::sched
