@@ -624,9 +624,22 @@ void Controller::schedule_retry(trial::Trial& t, const std::string& why_text) {
   mark_dirty();
 }
 
+void Controller::flush_result_logs(double now) {
+  for (auto& [id, rt] : running_) {
+    if (auto r = rt.log.flush(); !r && now >= rt.next_write_warning) {
+      spdlog::warn("trial {}: {} (retrying; logged at most every 30 s)", trial(id).name,
+                   r.error().message);
+      rt.next_write_warning = now + 30;
+    }
+  }
+}
+
 bool Controller::maybe_save_state(bool force, bool durable) {
   double now = ex_.now();
   if (!force && (!state_dirty_ || now < next_state_write_)) return true;
+  // Rows first: a state that counts an iteration whose row is still in a buffer would, after a
+  // crash, resume with that row missing from result.json.
+  flush_result_logs(now);
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
   state_.scheduler = sched_->save();
   state_.search_alg = searcher_->save();
@@ -636,6 +649,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   double t0 = ex_.now();
   auto r = writer_.save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
+  last_write_cost_ = cost;
   if (!r) {
     check_experiment_dir(now);
     if (lost_) return false;  // said once, by check_experiment_dir
@@ -794,13 +808,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     on_file_jobs_done();
     send_decided_stops();
     now = ex_.now();
-    for (auto& [id, rt] : running_) {
-      if (auto r = rt.log.flush(); !r && now >= rt.next_write_warning) {
-        spdlog::warn("trial {}: {} (retrying; logged at most every 30 s)", trial(id).name,
-                     r.error().message);
-        rt.next_write_warning = now + 30;
-      }
-    }
+    flush_result_logs(now);
     if (now >= next_lease_) {
       ex_.renew_lease();
       next_lease_ = now + lease_period_;
@@ -838,6 +846,8 @@ double Controller::wait_timeout(double now) const {
   if (exp_.time_budget_s && !budget_spent_)
     timeout = std::min(timeout,
                        std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
+  if (!decided_stops_.empty())
+    timeout = std::min(timeout, std::max(0.0, next_decision_write_ - now));
   if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
   for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
   if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies

@@ -233,8 +233,11 @@ class Controller {
   void mark_dirty() { state_dirty_ = true; }
   // Puts a trial back in the launch queue.
   void set_pending(trial::Trial& t);
-  // Returns false if a due write failed (the previous state stays intact).
+  // Returns false if a due write failed (the previous state stays intact). Flushes the result
+  // logs first.
   bool maybe_save_state(bool force, bool durable);
+  // Writes the buffered result rows of running trials (failures warned every 30 s per trial).
+  void flush_result_logs(double now);
   void run_deletions();
   void draw(bool force);
   // The last mirror to upload_dir at the end of a run (Ctrl-C cancels it).
@@ -258,7 +261,11 @@ class Controller {
   std::unique_ptr<search::Searcher> searcher_;
   bool told_no_more_ = false;
   std::vector<std::string> decided_stops_;  // trials to signal once the state records why
-  std::map<uint64_t, double> retry_at_;     // pending trials backing off: index -> monotonic time
+  // Decisions are written in batches: at most ~5% of wall time goes to their state writes
+  // (each write is a whole state: one per decision would cost O(trials²) over a large run).
+  double next_decision_write_ = 0;
+  double last_write_cost_ = 0;           // seconds the last state write took
+  std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head
     std::string name;  // checkpoint_N

@@ -66,7 +66,13 @@ void Controller::act_on_decision(trial::Trial& t, Runtime& rt) {
 
 void Controller::send_decided_stops() {
   if (decided_stops_.empty()) return;
-  if (!maybe_save_state(true, false))
+  // The trials decided on meanwhile wait (their results are ignored from the decision on), so
+  // that one write records many decisions once writes cost more than a few milliseconds.
+  double now = ex_.now();
+  if (now < next_decision_write_) return;
+  bool saved = maybe_save_state(true, false);
+  next_decision_write_ = now + 20 * last_write_cost_;
+  if (!saved)
     spdlog::warn("the scheduler's decisions could not be saved first: stopping {} trial(s) anyway",
                  decided_stops_.size());
   for (const auto& id : decided_stops_) {
