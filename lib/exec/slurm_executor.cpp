@@ -521,7 +521,8 @@ Result<Attached> SlurmExecutor::attach(const Launch& l) {
   r.offset = l.stdout_offset;
   r.nonce = nonce;
   r.phase = Phase::kSubmitted;
-  r.seen_running = true;  // it ran under an earlier driver
+  // Not seen running yet: a job still pending from before is not mistaken for a requeued one
+  // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
   r.job_id = ours ? job->job_id : "";
   {
     std::lock_guard lk(impl.m);
