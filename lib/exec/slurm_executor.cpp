@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -146,7 +147,8 @@ void SlurmExecutor::Impl::worker_main() {
   double next_poll = 0;
   std::unique_lock lk(m);
   while (!quit) {
-    cv.wait_until(lk, std::chrono::steady_clock::now() + std::chrono::milliseconds(200), [&] {
+    double nap = std::clamp(next_poll - mono(), 0.0, 0.2);
+    cv.wait_for(lk, std::chrono::duration<double>(nap), [&] {
       return quit || !submits.empty() || !cancel_term.empty() || !cancel_kill.empty() ||
              mono() >= next_poll;
     });
