@@ -110,6 +110,12 @@ struct Fixture {
     }
     return false;
   }
+  // Runs the loop for `s` seconds.
+  void settle(double s) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
+    while (std::chrono::steady_clock::now() < until)
+      for (auto& e : ex->wait(0.01)) events.push_back(std::move(e));
+  }
   std::optional<exec::ExitInfo> exit_of(const std::string& id) {
     for (auto& e : events)
       if (auto* x = std::get_if<exec::ExitEvent>(&e); x && x->trial_id == id) return x->info;
@@ -212,7 +218,7 @@ TEST_CASE("one squeue per poll whatever the number of trials, within max_jobs", 
   for (int i = 0; i < 8; ++i) REQUIRE(f.ex->start(f.launch("0000" + std::to_string(i))));
   REQUIRE(f.pump([&] { return f.fake->submits() == 3; }));
   auto t0 = std::chrono::steady_clock::now();
-  f.pump([] { return false; });  // 5 s of polling at 0.05 s
+  f.settle(1.0);  // 1 s of polling at 0.05 s
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(f.fake->submits() == 3);  // max_jobs: the others wait for room
   int calls = f.fake->queue_calls;
@@ -244,7 +250,7 @@ TEST_CASE("output is read from the shared filesystem and the exit comes after it
   REQUIRE(f.pump([&] { return !f.job_of("00002").empty(); }));
   f.fake->set(f.job_of("00002"), "RUNNING");
   f.record("00002", 2, "exited");  // attempt 2's record for attempt 1
-  f.pump([&] { return f.exit_of("00002").has_value(); });
+  f.settle(1.0);
   CHECK_FALSE(f.exit_of("00002").has_value());
 }
 
@@ -279,8 +285,8 @@ TEST_CASE("a job Slurm requeues runs the trial's next attempt", "[slurm]") {
   REQUIRE(f.pump([&] { return !f.job_of("00004").empty(); }));
   std::string job = f.job_of("00004");
   f.fake->set(job, "RUNNING");
-  f.pump([&] { return false; });  // seen running
-  f.fake->set(job, "PENDING");    // requeued; its supervisor was killed before it recorded
+  f.settle(1.0);                // seen running
+  f.fake->set(job, "PENDING");  // requeued; its supervisor was killed before it recorded
   REQUIRE(f.pump([&] { return f.exit_of("00004").has_value(); }));
   CHECK(f.exit_of("00004")->reason == "host_lost");
   REQUIRE(f.ex->start(f.launch("00004", 2)));
@@ -304,7 +310,7 @@ TEST_CASE("stop: SIGTERM to the batch shell, scancel after the grace; a pending 
   REQUIRE(f.pump([&] { return !f.job_of("00005").empty() && !f.job_of("00006").empty(); }));
   std::string running = f.job_of("00005"), pending = f.job_of("00006");
   f.fake->set(running, "RUNNING");
-  f.pump([&] { return false; });
+  f.settle(1.0);
   f.ex->stop("00005", false);
   f.ex->stop("00006", false);
   REQUIRE(f.pump([&] { return f.exit_of("00006").has_value(); }));
@@ -334,7 +340,7 @@ TEST_CASE("a failing sbatch is retried, then the attempt fails with Slurm's mess
   f.fake->fail_submit = "sbatch: error: Batch job submission failed: Invalid account";
   REQUIRE(f.ex->start(f.launch("00007")));
   // Retried with back-off (5 s, 10 s, ...): the first failure keeps it waiting, nothing ends.
-  f.pump([&] { return f.exit_of("00007").has_value(); });
+  f.settle(1.0);
   CHECK_FALSE(f.exit_of("00007").has_value());
   CHECK(f.fake->submits() == 0);
   f.fake->fail_submit.clear();
