@@ -53,6 +53,17 @@ struct Submitted {
 
 enum class Phase { kWaiting, kDeciding, kSubmitting, kSubmitted, kDone };
 
+// Up to `max` bytes of `path` from `offset` (nothing if it is missing or no longer).
+std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string data(max, '\0');
+  ssize_t n = ::pread(fd, data.data(), data.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  data.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return data;
+}
+
 }  // namespace
 
 std::optional<JobFile> read_job_file(const fs::path& exp_dir, const std::string& trial_name) {
@@ -110,6 +121,7 @@ struct SlurmExecutor::Impl {
     int submit_failures = 0;
     double retry_at = 0;
     std::optional<ExitInfo> exit;  // decided; reported after the output
+    ArrivalReader times{0};        // stdout.times: when the output arrived, on the node's clocks
   };
   std::map<std::string, Run> runs;
   std::deque<std::string> waiting;  // trial ids in submission order
@@ -311,6 +323,11 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
 void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
   if (r.phase != Phase::kSubmitted && !r.exit) return;
   fs::path log = r.dir / "stdout.log";
+  // The notes first: each covers bytes written after it, so all output read below is covered.
+  std::vector<Arrival> arrivals;
+  std::optional<HostTime> started;
+  if (auto notes = read_from(r.dir / "stdout.times", r.times.offset(), 1u << 20); !notes.empty())
+    r.times.feed(notes, arrivals, started);
   struct stat st {};
   if (::stat(log.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > r.offset) {
     int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
@@ -323,7 +340,10 @@ void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
         data.resize(static_cast<size_t>(n));
         r.offset += static_cast<uint64_t>(n);
         r.grew = true;
-        out.emplace_back(OutputEvent(r.trial_id, std::move(data)));
+        OutputEvent ev(r.trial_id, std::move(data));
+        ev.arrivals = std::move(arrivals);
+        ev.started = started;
+        out.push_back(std::move(ev));
         return;  // the rest (and the exit) next turn
       }
     }
@@ -488,6 +508,7 @@ Result<void> SlurmExecutor::start(const Launch& l) {
   r.dir = l.trial_dir;
   r.offset = l.stdout_offset;
   r.nonce = attempt_nonce(impl.o.record_key, r.trial_name, l.attempt);
+  r.times = ArrivalReader(l.attempt);
   r.pending = impl.make_submit(l, gen);
   impl.slurm_ends.try_emplace(l.trial_id, 0);
   if (impl.maybe_requeued.count(l.trial_id)) {
@@ -522,6 +543,7 @@ Result<Attached> SlurmExecutor::attach(const Launch& l) {
   r.dir = l.trial_dir;
   r.offset = l.stdout_offset;
   r.nonce = nonce;
+  r.times = ArrivalReader(l.attempt);
   r.phase = Phase::kSubmitted;
   // Not seen running yet: a job still pending from before is not mistaken for a requeued one
   // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
