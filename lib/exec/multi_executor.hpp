@@ -54,12 +54,16 @@ class MultiExecutor final : public Executor {
     auto all = local_.live_attempts();
     if (ssh_)
       for (auto& a : ssh_->live_attempts()) all.push_back(std::move(a));
+    if (slurm_)
+      for (auto& a : slurm_->live_attempts()) all.push_back(std::move(a));
     return all;
   }
   void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override {
-    std::vector<LiveAttempt> here, there;
-    for (const auto& a : which) (a.host.empty() ? here : there).push_back(a);
+    std::vector<LiveAttempt> here, there, cluster;
+    for (const auto& a : which)
+      (a.host.empty() ? here : is_slurm(a.host) ? cluster : there).push_back(a);
     if (!here.empty()) local_.end_attempts(here, grace_s);
+    if (!cluster.empty()) slurm_->end_attempts(cluster, grace_s);
     if (!there.empty() && ssh_) ssh_->end_attempts(there, grace_s);
   }
   void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }

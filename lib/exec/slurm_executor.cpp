@@ -651,6 +651,61 @@ void SlurmExecutor::checkpoint_registered(const std::string& id) {
   impl_->slurm_ends[id] = 0;
 }
 
+std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
+  auto& impl = *impl_;
+  std::vector<LiveAttempt> out;
+  std::error_code ec;
+  if (!fs::is_directory(impl.slurm_dir, ec)) return out;
+  auto q = impl.client->queue();
+  if (!q) {
+    spdlog::warn("{} (jobs of an earlier driver are not checked)", q.error().message);
+    return out;
+  }
+  std::unordered_map<std::string, JobState> state;
+  for (const auto& j : *q) state[j.id] = j.state;
+  for (const auto& e : fs::directory_iterator(impl.slurm_dir, ec)) {
+    std::string file = e.path().filename().string();
+    if (!file.ends_with(".job")) continue;
+    std::string name = file.substr(0, file.size() - 4);
+    auto job = read_job_file(impl.o.exp_dir, name);
+    if (!job) continue;
+    auto it = state.find(job->job_id);
+    if (it == state.end() || job_ended(it->second)) continue;
+    LiveAttempt a;
+    a.host = impl.o.host_name;
+    a.trial_name = name;
+    a.attempt = job->attempt;
+    a.supervisor = std::atoi(job->job_id.c_str());  // the job id stands for the supervisor here
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
+  auto& impl = *impl_;
+  std::vector<std::string> ids;
+  for (const auto& a : which)
+    if (a.supervisor > 0) ids.push_back(std::to_string(a.supervisor));
+  if (ids.empty()) return;
+  if (auto r = impl.client->cancel(ids, true); !r) spdlog::warn("{}", r.error().message);
+  double start = mono();
+  bool killed = false;
+  while (mono() - start < grace_s + 10) {
+    auto q = impl.client->queue();
+    if (!q) break;
+    bool any = false;
+    for (const auto& j : *q)
+      if (std::find(ids.begin(), ids.end(), j.id) != ids.end() && !job_ended(j.state)) any = true;
+    if (!any) return;
+    if (!killed && mono() - start >= grace_s) {
+      killed = true;
+      if (auto r = impl.client->cancel(ids, false); !r) spdlog::warn("{}", r.error().message);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (!killed) (void)impl.client->cancel(ids, false);
+}
+
 bool SlurmExecutor::busy() const {
   return !impl_->runs.empty();
 }

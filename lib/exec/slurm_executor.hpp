@@ -61,6 +61,12 @@ class SlurmExecutor final : public Executor {
   std::string host_name() override;
   void renew_lease() override {}  // the local executor renews the shared lease file
   void checkpoint_registered(const std::string& trial_id) override;
+  // The jobs named in this experiment's .job files that Slurm still lists as pending or running
+  // (one squeue call; for a resume, before anything starts).
+  std::vector<LiveAttempt> live_attempts() override;
+  // Cancels those jobs (SIGTERM to the batch shell, scancel after grace_s) and waits until
+  // Slurm no longer lists them as pending or running (at most grace_s + 10 s).
+  void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override;
 
   [[nodiscard]] bool busy() const;
   // How many squeue calls were made (tests and the bench check one per poll).

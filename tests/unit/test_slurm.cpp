@@ -363,3 +363,35 @@ TEST_CASE("a job gone from squeue without a record ends its attempt", "[slurm]")
   REQUIRE(f.pump([&] { return f.exit_of("00009").has_value(); }));
   CHECK(f.exit_of("00009")->reason == "supervisor_died");  // never wrote anything: a failure
 }
+
+TEST_CASE("a resume finds this experiment's jobs by their job files and ends the strays",
+          "[slurm]") {
+  Fixture f;
+  fs::create_directories(f.dir / exec::kSlurmDir);
+  auto job_file = [&](const std::string& trial, const std::string& text) {
+    REQUIRE(util::write_file_atomic(f.dir / exec::kSlurmDir / (trial + ".job"), text, false));
+  };
+  job_file("trial_a", "7 2\n");
+  job_file("trial_b", "8 1\n");
+  job_file("trial_c", "not a job\n");
+  f.fake->set("7", "RUNNING");
+  f.fake->set("8", "COMPLETED");  // ended: not live
+  f.fake->set("9", "RUNNING");    // no job file names it: not this experiment's, never touched
+  auto live = f.ex->live_attempts();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].trial_name == "trial_a");
+  CHECK(live[0].attempt == 2);
+  CHECK(live[0].host == "slurm");
+  std::thread slurm_ends_it([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    f.fake->set("7", "CANCELLED");
+  });
+  f.ex->end_attempts(live, 5);
+  slurm_ends_it.join();
+  std::lock_guard lk(f.fake->m);
+  REQUIRE(!f.fake->cancels.empty());
+  CHECK(f.fake->cancels[0].first == std::vector<std::string>{"7"});
+  CHECK(f.fake->cancels[0].second);  // SIGTERM to the batch shell first
+  for (auto& [ids, term] : f.fake->cancels)
+    CHECK(std::find(ids.begin(), ids.end(), "9") == ids.end());
+}
