@@ -205,6 +205,33 @@ class SlurmTest(TuneTest):
         self.assertEqual(p.stderr.lower().count("invalid partition"), 1, p.stderr)
         self.assertEqual(jobs_named("tune-slbad-"), [])
 
+    def test_missing_sbatch_is_a_config_error(self):
+        self.experiment("slnone", 2, 3, 0.1)
+        env = dict(self.env, PATH=os.path.join(self.dir, "empty"))
+        p = self.tune("run", "slnone.yaml", env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("sbatch: not found on PATH", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+    def test_failing_sbatch_is_logged_once_not_per_trial(self):
+        # sbatch answers --test-only but refuses every real submission.
+        shim = os.path.join(self.dir, "bin", "sbatch")
+        with open(shim, "w") as f:
+            f.write('#!/bin/sh\nfor a in "$@"; do [ "$a" = --test-only ] && exec /usr/bin/sbatch "$@"; '
+                    'done\necho "sbatch: error: Batch job submission failed: Slurm temporarily '
+                    'unable to accept job, sleeping and retrying" >&2\nexit 1\n')
+        os.chmod(shim, 0o755)
+        self.experiment("slfail", 4, 3, 0.1)
+        p = self.start_tune("run", "slfail.yaml")
+        self.wait_for(lambda: "temporarily unable" in self.log("slfail"), what="the message")
+        time.sleep(2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertEqual(self.log("slfail").count("temporarily unable"), 1, self.log("slfail"))
+        for t in self.trials("slfail"):
+            self.assertEqual(t["failures"], 0)
+
     @unittest.skipUnless(os.environ.get("TUNE_SLURM_SLOW"), "slow: set TUNE_SLURM_SLOW=1")
     def test_requeue_and_time_limit_count_no_failure(self):
         # Both trials have a 1-minute limit with SIGTERM 30 s before it, so each attempt runs
