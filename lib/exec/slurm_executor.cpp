@@ -289,7 +289,7 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
     // Not listed (ended and purged after MinJobAge, or never seen): after three answers.
     if (++r.missing < 3) return;
     ExitInfo e;
-    e.reason = r.grew ? "host_lost" : "supervisor_died";
+    e.reason = r.stop_asked ? "driver_stop" : r.grew ? "host_lost" : "supervisor_died";
     e.error = "slurm job " + r.job_id + " is gone from squeue and left no exit record";
     end_run(r, std::move(e));
     return;
