@@ -61,6 +61,9 @@ std::string launch_script(const Launch& l, const SupervisorCall& c) {
   std::string s = "#!/bin/sh\n# attempt " + std::to_string(l.attempt) + " of trial " + l.trial_id +
                   " (written by tune)\n";
   for (const auto& [k, v] : l.env) {
+    // Slurm sets CUDA_VISIBLE_DEVICES for the job's own GPUs; the driver's pool numbering
+    // means nothing on the node.
+    if (k == "CUDA_VISIBLE_DEVICES") continue;
     // Names a shell cannot export are left out (the trial gets the rest).
     if (k.empty() ||
         k.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

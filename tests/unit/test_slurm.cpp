@@ -195,7 +195,7 @@ TEST_CASE("a launch file hands the supervisor every word and value as it was", "
   l.trial_dir = dir / "t 1";
   l.cwd = dir;
   l.argv = {"prog", "it's $HOME", "a\"b`c`"};
-  l.env = {{"V", "x'y $z"}, {"BAD-NAME", "dropped"}};
+  l.env = {{"V", "x'y $z"}, {"BAD-NAME", "dropped"}, {"CUDA_VISIBLE_DEVICES", "7"}};
   exec::SupervisorCall c;
   c.supervisor = fake;
   c.lease = dir / "lease";
@@ -210,6 +210,8 @@ TEST_CASE("a launch file hands the supervisor every word and value as it was", "
   CHECK(out->find("[--]\n[prog]\n[it's $HOME]\n[a\"b`c`]\n00ff\n") != std::string::npos);
   CHECK(out->find("V=[x'y $z]") != std::string::npos);
   CHECK(exec::launch_script(l, c).find("BAD-NAME") == std::string::npos);
+  // Slurm's own CUDA_VISIBLE_DEVICES (the job's GPUs) is kept, not the driver's numbering.
+  CHECK(exec::launch_script(l, c).find("CUDA_VISIBLE_DEVICES") == std::string::npos);
   fs::remove_all(dir);
 }
 
