@@ -30,6 +30,8 @@ if [ "$want_tests" = 1 ]; then
   # tune report is loaded in a real headless browser (integration.report); TensorBoard event
   # files are decoded with protobuf's own Python library (integration.tensorboard).
   packages+=(chromium python3-protobuf)
+  # A real one-machine Slurm cluster for integration.slurm (scripts/test-slurm.sh).
+  packages+=(slurm-wlm munge)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "$want_examples" = 1 ]; then

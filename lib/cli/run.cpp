@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "cli/restore_from.hpp"
+#include "cli/run_slurm.hpp"
 #include "control/controller.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
@@ -276,8 +277,15 @@ int RunCommand::execute() {
   // SSH hosts: connected now, so that their capacity is known; a host that cannot be used is
   // left out with a message, and the run goes on with the others.
   std::optional<exec::SshExecutor> ssh;
+  std::optional<exec::SlurmExecutor> slurm;
   std::optional<exec::MultiExecutor> multi;
   exec::Executor* ex = &executor;
+  if (auto h = start_slurm(exp, dir, lo, slurm)) {
+    co.hosts = control::local_hosts(exp);
+    co.hosts.push_back(std::move(*h));
+    multi.emplace(executor, nullptr, &*slurm);
+    ex = &*multi;
+  }
   if (!ssh_hosts.empty()) {
     auto supervisor = exec::find_supervisor();
     if (!supervisor) throw Fatal(supervisor.error());

@@ -8,6 +8,7 @@
 #include "cli/common.hpp"
 #include "control/ledger.hpp"
 #include "exec/local_executor.hpp"
+#include "exec/slurm_executor.hpp"
 #include "ui/live_table.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -137,6 +138,7 @@ class StatusPrinter {
 
   void header(const state::ExperimentState& h) {
     head_ = h;
+    load_slurm_jobs();
     gone_ = h.phase == "running" && !driver_.alive;
     orphans_.emplace(gone_, dir_);
     if (json_) {
@@ -176,6 +178,7 @@ class StatusPrinter {
       if (auto note = ui::trial_note(t, ui::scheduler_of(head_)); !note.empty())
         row["decision"] = note;
       if (fate) row["running"] = Orphans::name(*fate);
+      if (auto job = slurm_job(t)) row["slurm_job"] = job->first, row["slurm_state"] = job->second;
       std::cout << (rows_++ ? ",\n    " : "\n    ") << row.dump();
       return;
     }
@@ -184,8 +187,11 @@ class StatusPrinter {
       name_w_ = std::clamp<size_t>(t.name.size() + 4, 12, 48);
       std::cout << ui::trial_table_header(head_.metric, name_w_);
     }
-    std::cout << ui::trial_row(t, head_.metric, head_.mode == "max", name_w_, false,
-                               ui::scheduler_of(head_));
+    std::string line = ui::trial_row(t, head_.metric, head_.mode == "max", name_w_, false,
+                                     ui::scheduler_of(head_));
+    if (auto job = slurm_job(t); job && !line.empty() && line.back() == '\n')
+      line.insert(line.size() - 1, "  slurm job " + job->first + " " + job->second);
+    std::cout << line;
   }
 
   void finish() {
@@ -209,11 +215,39 @@ class StatusPrinter {
       std::cout << line << "\n";
     }
     std::cout << holders_text(dir_, holders);
+    if (!slurm_error_.empty()) std::cout << "slurm job states unknown: " << slurm_error_ << "\n";
     if (gone_) std::cout << orphans_->text(dir_);
   }
 
  private:
+  // Trials that ran as Slurm jobs: their states from one squeue call (none if Slurm is not
+  // reachable from here: then only the job ids are shown).
+  void load_slurm_jobs() {
+    std::error_code ec;
+    if (!fs::is_directory(dir_ / exec::kSlurmDir, ec)) return;
+    has_slurm_ = true;
+    auto q = exec::CommandSlurmClient().queue();
+    if (!q) {
+      slurm_error_ = q.error().message;
+      return;
+    }
+    for (auto& j : *q) slurm_states_[j.id] = j.state_text;
+  }
+  std::optional<std::pair<std::string, std::string>> slurm_job(const trial::Trial& t) const {
+    if (!has_slurm_) return std::nullopt;
+    auto f = exec::read_job_file(dir_, t.name);
+    if (!f) return std::nullopt;
+    auto it = slurm_states_.find(f->job_id);
+    std::string st = it != slurm_states_.end() ? it->second
+                     : slurm_error_.empty()    ? "(not in squeue)"
+                                               : "(squeue failed)";
+    return std::pair{f->job_id, st};
+  }
+
   fs::path dir_;
+  bool has_slurm_ = false;
+  std::map<std::string, std::string> slurm_states_;
+  std::string slurm_error_;
   DriverInfo driver_;
   bool json_;
   state::ExperimentState head_;

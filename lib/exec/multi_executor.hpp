@@ -1,17 +1,21 @@
-// Routes trials to the local executor or to the SSH executor by the host they are placed on;
-// one wait() for both (the local one owns the signal fd, so Ctrl-C is seen at once).
+// Routes trials to the local executor, the SSH executor or the Slurm executor by the host they
+// are placed on; one wait() for all (the local one owns the signal fd, so Ctrl-C is seen at once).
 #pragma once
 
 #include <unordered_map>
 
 #include "exec/executor.hpp"
+#include "exec/slurm_executor.hpp"
 #include "exec/ssh_executor.hpp"
 
 namespace tune::exec {
 
 class MultiExecutor final : public Executor {
  public:
-  MultiExecutor(Executor& local, SshExecutor& remote) : local_(local), remote_(remote) {}
+  MultiExecutor(Executor& local, SshExecutor& remote) : local_(local), ssh_(&remote) {}
+  // Either remote executor may be null; trials placed on `slurm->host_name()` go to Slurm.
+  MultiExecutor(Executor& local, SshExecutor* ssh, SlurmExecutor* slurm)
+      : local_(local), ssh_(ssh), slurm_(slurm) {}
 
   Result<void> start(const Launch& l) override;
   Result<Attached> attach(const Launch& l) override;
@@ -24,7 +28,7 @@ class MultiExecutor final : public Executor {
   std::string host_name() override { return local_.host_name(); }
   void renew_lease() override {
     local_.renew_lease();
-    remote_.renew_lease();
+    if (ssh_) ssh_->renew_lease();
   }
   Result<void> adopt(const std::string& id, const std::string& reported, const fs::path& cwd,
                      const fs::path& head_trial_dir, const std::string& dest) override {
@@ -36,36 +40,54 @@ class MultiExecutor final : public Executor {
   }
   void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                          const std::string& name) override {
-    if (!host.empty()) remote_.remove_checkpoint(host, head_trial_dir, name);
+    if (!host.empty() && ssh_ && !is_slurm(host))
+      ssh_->remove_checkpoint(host, head_trial_dir, name);
   }
   std::vector<std::string> fetch_checkpoints(const std::string& host,
                                              const fs::path& head_trial_dir,
                                              const std::vector<std::string>& names) override {
-    return host.empty() ? std::vector<std::string>{}
-                        : remote_.fetch_checkpoints(host, head_trial_dir, names);
+    return host.empty() || !ssh_ || is_slurm(host)
+               ? std::vector<std::string>{}
+               : ssh_->fetch_checkpoints(host, head_trial_dir, names);
   }
   std::vector<LiveAttempt> live_attempts() override {
     auto all = local_.live_attempts();
-    for (auto& a : remote_.live_attempts()) all.push_back(std::move(a));
+    if (ssh_)
+      for (auto& a : ssh_->live_attempts()) all.push_back(std::move(a));
+    if (slurm_)
+      for (auto& a : slurm_->live_attempts()) all.push_back(std::move(a));
     return all;
   }
   void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override {
-    std::vector<LiveAttempt> here, there;
-    for (const auto& a : which) (a.host.empty() ? here : there).push_back(a);
+    std::vector<LiveAttempt> here, there, cluster;
+    for (const auto& a : which)
+      (a.host.empty() ? here : is_slurm(a.host) ? cluster : there).push_back(a);
     if (!here.empty()) local_.end_attempts(here, grace_s);
-    if (!there.empty()) remote_.end_attempts(there, grace_s);
+    if (!cluster.empty()) slurm_->end_attempts(cluster, grace_s);
+    if (!there.empty() && ssh_) ssh_->end_attempts(there, grace_s);
   }
   void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }
   uint64_t output_offset(const std::string& id) override { return of(id).output_offset(id); }
 
  private:
+  bool is_slurm(const std::string& host) const { return slurm_ && host == slurm_->host_name(); }
+  Executor& route(const Launch& l) {
+    Executor* e = &local_;
+    if (is_slurm(l.host))
+      e = slurm_;
+    else if (!l.host.empty() && ssh_)
+      e = ssh_;
+    by_id_[l.trial_id] = e;
+    return *e;
+  }
   Executor& of(const std::string& id) {
-    auto it = remote_ids_.find(id);
-    return it != remote_ids_.end() && it->second ? static_cast<Executor&>(remote_) : local_;
+    auto it = by_id_.find(id);
+    return it != by_id_.end() ? *it->second : local_;
   }
   Executor& local_;
-  SshExecutor& remote_;
-  std::unordered_map<std::string, bool> remote_ids_;  // trial id -> runs on an SSH host
+  SshExecutor* ssh_ = nullptr;
+  SlurmExecutor* slurm_ = nullptr;
+  std::unordered_map<std::string, Executor*> by_id_;  // trial id -> the executor it runs on
 };
 
 }  // namespace tune::exec

@@ -55,13 +55,26 @@ struct SyncConfig {
   std::optional<std::string> upload_syncer;  // "CMD {source} {target}" instead of the built-in
 };
 
+// A Slurm cluster (docs/SLURM.md): each trial attempt is one job (or, with use_allocation, one
+// job step inside the driver's own allocation).
+struct SlurmSpec {
+  std::string partition, account, time_limit, mem;  // empty: Slurm's defaults
+  std::optional<int> cpus;                          // per job; unset: trial.resources.cpu
+  std::optional<int> gpus;                          // per job; unset: trial.resources.gpu
+  int max_jobs = 100;                               // jobs of this experiment in Slurm at once
+  std::vector<std::string> sbatch_args;             // passed to sbatch after tune's own
+  double signal_grace_s = 120;                      // SIGTERM this long before a time limit
+  bool use_allocation = false;                      // job steps in the driver's allocation
+};
+
 struct HostSpec {
-  enum class Kind { kLocal, kSsh } kind = Kind::kLocal;
+  enum class Kind { kLocal, kSsh, kSlurm } kind = Kind::kLocal;
   std::optional<double> cpus;  // nullopt = all of the machine's
   std::optional<int> gpus;     // nullopt = all of the machine's
   // ssh only
   std::string host, user, identity_file, storage_path, known_hosts_file;
   int port = 22;
+  SlurmSpec slurm;  // slurm only
 };
 
 // scheduler: which trials go on, stop or pause by their results (docs/SCHEDULERS.md).

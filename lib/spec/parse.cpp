@@ -57,6 +57,9 @@ constexpr std::string_view kSyncKeys[] = {"syncer", "sync_period", "sync_on_chec
 constexpr std::string_view kLocalHostKeys[] = {"cpus", "gpus"};
 constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "identity_file",
                                              "storage_path", "cpus", "gpus", "known_hosts_file"};
+constexpr std::string_view kSlurmHostKeys[] = {
+    "partition", "account",  "time_limit",  "cpus",           "gpus",
+    "mem",       "max_jobs", "sbatch_args", "signal_grace_s", "use_allocation"};
 constexpr std::string_view kSchedulerKeys[] = {
     "type",         "metric",           "mode",     "time_attr",           "max_t",
     "grace_period", "reduction_factor", "brackets", "min_samples_required"};
@@ -106,6 +109,8 @@ class Parser {
   void parse_checkpoint(const YAML::Node& n, Experiment& e) const;
   void parse_sync(const YAML::Node& n, Experiment& e) const;
   void parse_hosts(const YAML::Node& n, Experiment& e) const;
+  void parse_slurm_host(const YAML::Node& body, HostSpec& hs) const;
+  void check_slurm(const YAML::Node& root, const Experiment& e) const;
   void parse_scheduler(const YAML::Node& n, Experiment& e) const;
   void parse_search(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
@@ -351,7 +356,26 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
   if (auto n = root["scheduler"]) parse_scheduler(n, e);
   if (auto n = root["search_alg"]) parse_search(n, e);
   check_placeholders(root["trial"]["command"], e);
+  check_slurm(root, e);
   return e;
+}
+
+void Parser::check_slurm(const YAML::Node& root, const Experiment& e) const {
+  auto it = std::find_if(e.hosts.begin(), e.hosts.end(),
+                         [](const HostSpec& h) { return h.kind == HostSpec::Kind::kSlurm; });
+  if (it == e.hosts.end()) return;
+  YAML::Node at = root["hosts"];
+  if (std::any_of(e.hosts.begin(), e.hosts.end(),
+                  [](const HostSpec& h) { return h.kind == HostSpec::Kind::kSsh; }))
+    error(at, "hosts: a 'slurm' host cannot be listed with 'ssh' hosts");
+  // Commands reach a step-mode trial through a FIFO that only its own node can open.
+  if (e.trial.mode == TrialMode::kStep)
+    error(root["trial"]["mode"] ? root["trial"]["mode"] : at,
+          "trial.mode: step is not supported on a 'slurm' host (use function mode)");
+  if (e.sync.syncer != "rsync" && e.sync.syncer != "none")
+    error(root["sync_config"]["syncer"] ? root["sync_config"]["syncer"] : at,
+          "a 'slurm' host reads trials on the shared filesystem: sync_config.syncer must be "
+          "none (or left out)");
 }
 
 void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
@@ -772,10 +796,10 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
 void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
   if (n.IsNull()) return;
   if (!n.IsSequence()) error(n, "hosts must be a list of {local: {...}} or {ssh: {...}} entries");
-  int locals = 0;
+  int locals = 0, slurms = 0;
   for (const auto& h : n) {
     if (!h.IsMap() || h.size() != 1)
-      error(h, "each host must be a mapping with one key, 'local' or 'ssh'");
+      error(h, "each host must be a mapping with one key, 'local', 'ssh' or 'slurm'");
     std::string kind = h.begin()->first.Scalar();
     const YAML::Node body = h.begin()->second;  // a copy: the iterator's pair is a temporary
     HostSpec hs;
@@ -807,9 +831,15 @@ void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
       hs.known_hosts_file = "~/.ssh/known_hosts";
       if (auto m = body["known_hosts_file"])
         hs.known_hosts_file = string(m, "hosts.ssh.known_hosts_file");
+    } else if (kind == "slurm") {
+      hs.kind = HostSpec::Kind::kSlurm;
+      if (++slurms > 1) error(h, "only one 'slurm' host may be listed");
+      parse_slurm_host(body, hs);
+      e.hosts.push_back(hs);
+      continue;
     } else {
       std::string msg = "unknown host kind '" + util::printable(kind, 40) + "'";
-      constexpr std::string_view kinds[] = {"local", "ssh"};
+      constexpr std::string_view kinds[] = {"local", "ssh", "slurm"};
       if (auto s = util::suggest(kind, kinds)) msg += " (did you mean '" + *s + "'?)";
       error(h.begin()->first, msg);
     }
@@ -825,6 +855,58 @@ void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
       }
     }
     e.hosts.push_back(hs);
+  }
+}
+
+// hosts: - slurm: {...}. Values reach sbatch as single arguments (no shell), but they are still
+// checked here so that a typo is a config error naming its line, not a failed job later.
+void Parser::parse_slurm_host(const YAML::Node& body, HostSpec& hs) const {
+  if (body.IsNull()) return;
+  check_map(body, "hosts.slurm");
+  check_keys(body, kSlurmHostKeys, "hosts.slurm");
+  auto& s = hs.slurm;
+  auto word = [&](const char* key, std::string& out, const char* allowed) {
+    auto m = body[key];
+    if (!m) return;
+    out = string(m, std::string("hosts.slurm.") + key);
+    if (out.empty() || out[0] == '-' || out.find_first_not_of(allowed) != std::string::npos)
+      error(m, std::string("hosts.slurm.") + key + ": '" + util::printable(out, 60) +
+                   "' is not a Slurm " + key);
+  };
+  constexpr const char* kName = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-";
+  word("partition", s.partition, kName);
+  word("account", s.account, kName);
+  word("time_limit", s.time_limit, "0123456789:-");
+  word("mem", s.mem, "0123456789KMGTkmgt");
+  for (const char* key : {"cpus", "gpus"}) {
+    if (auto m = body[key]) {
+      auto v = integer(m, std::string("hosts.slurm.") + key);
+      if (v < (key[0] == 'c' ? 1 : 0) || v > 100000)
+        error(m, std::string("hosts.slurm.") + key + " must be " + (key[0] == 'c' ? "1" : "0") +
+                     "..100000");
+      (key[0] == 'c' ? s.cpus : s.gpus) = static_cast<int>(v);
+    }
+  }
+  if (auto m = body["max_jobs"]) {
+    auto v = integer(m, "hosts.slurm.max_jobs");
+    if (v < 1 || v > 100000) error(m, "hosts.slurm.max_jobs must be 1..100000");
+    s.max_jobs = static_cast<int>(v);
+  }
+  if (auto m = body["signal_grace_s"]) {
+    s.signal_grace_s = number(m, "hosts.slurm.signal_grace_s");
+    if (!(s.signal_grace_s >= 1 && s.signal_grace_s <= 65535))
+      error(m, "hosts.slurm.signal_grace_s must be 1..65535 (sbatch --signal's range)");
+  }
+  if (auto m = body["use_allocation"]) s.use_allocation = boolean(m, "hosts.slurm.use_allocation");
+  if (auto m = body["sbatch_args"]) {
+    if (!m.IsSequence()) error(m, "hosts.slurm.sbatch_args must be a list of strings");
+    for (const auto& a : m) {
+      std::string arg = string(a, "hosts.slurm.sbatch_args");
+      if (arg.size() < 2 || arg[0] != '-')
+        error(a, "hosts.slurm.sbatch_args: '" + util::printable(arg, 60) +
+                     "' is not an option (each entry is one sbatch option, e.g. --qos=normal)");
+      s.sbatch_args.push_back(std::move(arg));
+    }
   }
 }
 

@@ -214,6 +214,44 @@ TEST_CASE("hosts are validated", "[spec][errors]") {
   CHECK(e.hosts[1].known_hosts_file == "~/.ssh/known_hosts");
 }
 
+TEST_CASE("slurm hosts are parsed and validated", "[spec][errors][slurm]") {
+  auto e = ok(kMin +
+              "hosts:\n  - slurm: {partition: gpu, account: proj, time_limit: \"04:00:00\", cpus: "
+              "4, gpus: 1, mem: 16G, max_jobs: 32, sbatch_args: [\"--qos=normal\"], "
+              "signal_grace_s: 120}\n");
+  REQUIRE(e.hosts.size() == 1);
+  const auto& s = e.hosts[0].slurm;
+  CHECK(e.hosts[0].kind == spec::HostSpec::Kind::kSlurm);
+  CHECK(s.partition == "gpu");
+  CHECK(s.account == "proj");
+  CHECK(s.time_limit == "04:00:00");
+  CHECK(*s.cpus == 4);
+  CHECK(*s.gpus == 1);
+  CHECK(s.mem == "16G");
+  CHECK(s.max_jobs == 32);
+  CHECK(s.sbatch_args == std::vector<std::string>{"--qos=normal"});
+  CHECK(s.signal_grace_s == 120);
+  CHECK_FALSE(e.trial.sync_workdir);
+  auto err = [](const std::string& body) {
+    return error_of(kMin + "hosts: [{slurm: " + body + "}]\n");
+  };
+  CHECK(err("{partition: \"a b\"}").find("not a Slurm partition") != std::string::npos);
+  CHECK(err("{partition: \"--wrap=x\"}").find("not a Slurm partition") != std::string::npos);
+  CHECK(err("{time_limit: \"1h\"}").find("not a Slurm time_limit") != std::string::npos);
+  CHECK(err("{max_jobs: 0}").find("1..100000") != std::string::npos);
+  CHECK(err("{signal_grace_s: 0}").find("1..65535") != std::string::npos);
+  CHECK(err("{sbatch_args: [qos]}").find("is not an option") != std::string::npos);
+  CHECK(err("{sbatch_args: --qos=x}").find("must be a list") != std::string::npos);
+  CHECK(err("{partiton: gpu}").find("did you mean 'partition'") != std::string::npos);
+  CHECK(error_of(kMin + "hosts: [{slurm: {}}, {ssh: {host: h}}]\n").find("cannot be listed") !=
+        std::string::npos);
+  CHECK(error_of(kMin + "hosts: [{slurm: {}}, {slurm: {}}]\n").find("only one 'slurm'") !=
+        std::string::npos);
+  CHECK(error_of("trial: {command: [python3, t.py], mode: step}\nparam_space: {lr: 0.1}\n"
+                 "hosts: [{slurm: {}}]\n")
+            .find("not supported on a 'slurm' host") != std::string::npos);
+}
+
 TEST_CASE("a resume may change only stop, budget, concurrency, retention, sync and timeouts",
           "[spec]") {
   auto eff = [](const std::string& extra) {
@@ -345,8 +383,9 @@ TEST_CASE("trial.sync_workdir: on for SSH hosts that sync with rsync, else off o
 }
 
 TEST_CASE("schedulers: their options parsed, bad ones refused with the place", "[spec][sched]") {
-  auto e = ok(kMin + "metric: acc\nmode: max\n"
-                     "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n");
+  auto e = ok(kMin +
+              "metric: acc\nmode: max\n"
+              "scheduler: {type: asha, max_t: 27, grace_period: 1, reduction_factor: 3}\n");
   CHECK(e.scheduler.kind == spec::SchedulerKind::kAsha);
   CHECK(e.scheduler.metric == "acc");
   CHECK(e.scheduler.mode == spec::Order::kMax);

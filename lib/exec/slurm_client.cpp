@@ -1,0 +1,234 @@
+#include "exec/slurm_client.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "util/process.hpp"
+
+extern char** environ;
+
+namespace tune::exec {
+
+namespace {
+
+double mono() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::string trim(std::string_view s) {
+  size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string_view::npos) return "";
+  size_t b = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(a, b - a + 1));
+}
+
+// Slurm's message: the last non-empty line of stderr (else stdout), without "sbatch: error: ".
+std::string message_of(const Captured& c, std::string_view cmd) {
+  std::string text = trim(c.err.empty() ? c.out : c.err);
+  if (auto nl = text.rfind('\n'); nl != std::string::npos) text = trim(text.substr(nl + 1));
+  if (text.size() > 300) text = text.substr(0, 300) + "...";
+  if (text.empty()) text = "exit status " + std::to_string(c.status);
+  return std::string(cmd) + ": " + text;
+}
+
+}  // namespace
+
+JobState parse_job_state(std::string_view s) {
+  if (s == "PENDING") return JobState::kPending;
+  if (s == "RUNNING" || s == "COMPLETING" || s == "CONFIGURING" || s == "SUSPENDED" ||
+      s == "STOPPED" || s == "RESIZING" || s == "SIGNALING" || s == "STAGE_OUT")
+    return JobState::kRunning;
+  if (s == "REQUEUED" || s == "REQUEUE_FED" || s == "REQUEUE_HOLD" || s == "RESV_DEL_HOLD")
+    return JobState::kRequeued;
+  if (s == "COMPLETED") return JobState::kCompleted;
+  if (s == "FAILED" || s == "OUT_OF_MEMORY" || s == "BOOT_FAIL" || s == "DEADLINE" ||
+      s == "SPECIAL_EXIT" || s == "REVOKED")
+    return JobState::kFailed;
+  if (s == "CANCELLED") return JobState::kCancelled;
+  if (s == "TIMEOUT") return JobState::kTimeout;
+  if (s == "PREEMPTED") return JobState::kPreempted;
+  if (s == "NODE_FAIL") return JobState::kNodeFail;
+  return JobState::kUnknown;
+}
+
+const char* job_state_name(JobState s) {
+  switch (s) {
+    case JobState::kPending:
+      return "PENDING";
+    case JobState::kRunning:
+      return "RUNNING";
+    case JobState::kRequeued:
+      return "REQUEUED";
+    case JobState::kCompleted:
+      return "COMPLETED";
+    case JobState::kFailed:
+      return "FAILED";
+    case JobState::kCancelled:
+      return "CANCELLED";
+    case JobState::kTimeout:
+      return "TIMEOUT";
+    case JobState::kPreempted:
+      return "PREEMPTED";
+    case JobState::kNodeFail:
+      return "NODE_FAIL";
+    case JobState::kUnknown:
+      return "UNKNOWN";
+  }
+  return "UNKNOWN";
+}
+
+bool job_ended(JobState s) {
+  return s == JobState::kCompleted || s == JobState::kFailed || s == JobState::kCancelled ||
+         s == JobState::kTimeout || s == JobState::kPreempted || s == JobState::kNodeFail;
+}
+
+std::vector<JobInfo> parse_squeue(std::string_view text) {
+  std::vector<JobInfo> jobs;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    std::vector<std::string> f;
+    size_t from = 0;
+    for (int i = 0; i < 3; ++i) {
+      size_t bar = line.find('|', from);
+      if (bar == std::string_view::npos) break;
+      f.push_back(trim(line.substr(from, bar - from)));
+      from = bar + 1;
+    }
+    if (f.size() != 3) continue;
+    f.push_back(trim(line.substr(from)));
+    if (f[0].empty() || f[0].find_first_not_of("0123456789_[]-") != std::string::npos) continue;
+    JobInfo j;
+    j.id = f[0];
+    j.state_text = f[1];
+    j.state = parse_job_state(f[1]);
+    j.reason = f[2];
+    j.name = f[3];
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+Result<Captured> run_captured(const std::vector<std::string>& argv, double timeout_s) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return fail("pipe: ", std::strerror(errno));
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]), ::close(out[1]);
+    return fail("pipe: ", std::strerror(errno));
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawnattr_t attr;
+  util::init_spawn_attrs(attr, POSIX_SPAWN_SETPGROUP);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = ::posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(out[1]), ::close(err[1]);
+  if (rc != 0) {
+    ::close(out[0]), ::close(err[0]);
+    return fail(argv[0], ": ", rc == ENOENT ? "not found on PATH" : std::strerror(rc));
+  }
+  Captured c;
+  double deadline = mono() + timeout_s;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open = 2;
+  bool timed_out = false;
+  while (open > 0) {
+    double left = deadline - mono();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    int n = ::poll(fds, 2, static_cast<int>(left * 1000) + 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+        continue;
+      }
+      std::string& to = i == 0 ? c.out : c.err;
+      if (to.size() < (4u << 20)) to.append(buf, static_cast<size_t>(got));
+    }
+  }
+  for (auto& f : fds)
+    if (f.fd >= 0) ::close(f.fd);
+  if (timed_out) ::kill(-pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out)
+    return fail(argv[0], ": no answer in ", std::to_string(static_cast<int>(timeout_s)),
+                " s (killed)");
+  c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return c;
+}
+
+Result<std::string> CommandSlurmClient::submit(const std::vector<std::string>& args,
+                                               const fs::path& script) {
+  std::vector<std::string> argv = {"sbatch", "--parsable"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back(script.string());
+  auto r = run_captured(argv, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "sbatch"));
+  // --parsable: "ID" or "ID;CLUSTER"
+  std::string id = trim(r->out.substr(0, r->out.find_first_of(";\n")));
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
+    return fail("sbatch: unexpected answer '", trim(r->out).substr(0, 80), "'");
+  return id;
+}
+
+Result<void> CommandSlurmClient::test_only(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"sbatch", "--test-only"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--wrap=true");
+  auto r = run_captured(argv, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "sbatch --test-only"));
+  return {};
+}
+
+Result<std::vector<JobInfo>> CommandSlurmClient::queue() {
+  auto r = run_captured({"squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j"}, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "squeue"));
+  return parse_squeue(r->out);
+}
+
+Result<void> CommandSlurmClient::cancel(const std::vector<std::string>& ids, bool term_batch_only) {
+  if (ids.empty()) return {};
+  std::vector<std::string> argv = {"scancel", "--quiet"};
+  if (term_batch_only) argv.insert(argv.end(), {"--batch", "--signal=TERM"});
+  argv.insert(argv.end(), ids.begin(), ids.end());
+  auto r = run_captured(argv, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "scancel"));
+  return {};
+}
+
+}  // namespace tune::exec

@@ -1,0 +1,80 @@
+// What the Slurm executor asks of Slurm, behind an interface so that unit tests can script it:
+// submit a batch script (sbatch), list this user's jobs (one squeue for all of them), cancel
+// jobs (scancel), and check a submission without running it (sbatch --test-only).
+// `CommandSlurmClient` runs Slurm's own commands; every call blocks, so the executor makes them
+// on its own thread, never on the driver's loop.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/error.hpp"
+
+namespace tune::exec {
+
+namespace fs = std::filesystem;
+
+// A job's state as squeue reports it (%T): the states tune acts on, and everything else.
+enum class JobState {
+  kPending,
+  kRunning,    // RUNNING, COMPLETING, CONFIGURING, SUSPENDED, STOPPED, RESIZING, SIGNALING
+  kRequeued,   // REQUEUED, REQUEUE_FED, REQUEUE_HOLD: on its way back to PENDING
+  kCompleted,  // COMPLETED (exit code 0)
+  kFailed,     // FAILED, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, SPECIAL_EXIT
+  kCancelled,  // CANCELLED
+  kTimeout,    // TIMEOUT
+  kPreempted,  // PREEMPTED
+  kNodeFail,   // NODE_FAIL
+  kUnknown,
+};
+
+[[nodiscard]] JobState parse_job_state(std::string_view squeue_state);
+[[nodiscard]] const char* job_state_name(JobState s);
+// Ended, as far as Slurm is concerned (the job will not run again unless requeued).
+[[nodiscard]] bool job_ended(JobState s);
+
+struct JobInfo {
+  std::string id;
+  JobState state = JobState::kUnknown;
+  std::string state_text;  // squeue's own word, for `tune status`
+  std::string reason;      // %r, e.g. BeginTime after a requeue
+  std::string name;
+};
+
+// Parses `squeue -h -o '%i|%T|%r|%j'` output; lines that do not have that shape are skipped.
+[[nodiscard]] std::vector<JobInfo> parse_squeue(std::string_view text);
+
+class SlurmClient {
+ public:
+  virtual ~SlurmClient() = default;
+  // sbatch --parsable ARGS SCRIPT: the new job's id, or Slurm's message.
+  [[nodiscard]] virtual Result<std::string> submit(const std::vector<std::string>& args,
+                                                   const fs::path& script) = 0;
+  // sbatch --test-only ARGS: whether Slurm would take such a job (partition, account, limits).
+  [[nodiscard]] virtual Result<void> test_only(const std::vector<std::string>& args) = 0;
+  // Every job of this user that squeue still lists (all states): one call.
+  [[nodiscard]] virtual Result<std::vector<JobInfo>> queue() = 0;
+  // scancel [--batch --signal=TERM] IDS: one call for all of them.
+  [[nodiscard]] virtual Result<void> cancel(const std::vector<std::string>& ids,
+                                            bool term_batch_only) = 0;
+};
+
+class CommandSlurmClient final : public SlurmClient {
+ public:
+  Result<std::string> submit(const std::vector<std::string>& args, const fs::path& script) override;
+  Result<void> test_only(const std::vector<std::string>& args) override;
+  Result<std::vector<JobInfo>> queue() override;
+  Result<void> cancel(const std::vector<std::string>& ids, bool term_batch_only) override;
+};
+
+// Runs argv (argv[0] searched on PATH, no shell) to its end or `timeout_s`, stdin /dev/null.
+struct Captured {
+  int status = 0;  // exit status, 128+signal if killed
+  std::string out, err;
+};
+[[nodiscard]] Result<Captured> run_captured(const std::vector<std::string>& argv, double timeout_s);
+
+}  // namespace tune::exec

@@ -1,0 +1,718 @@
+#include "exec/slurm_executor.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include <spdlog/spdlog.h>
+
+#include "exec/exit_record.hpp"
+#include "util/atomic_file.hpp"
+#include "util/fs.hpp"
+
+namespace tune::exec {
+
+namespace {
+
+double mono() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+fs::path job_file_path(const fs::path& exp_dir, const std::string& trial_name) {
+  return exp_dir / kSlurmDir / (trial_name + ".job");
+}
+
+// One submission for the worker thread: files to write, then sbatch.
+struct Submit {
+  std::string trial_id;
+  uint64_t gen = 0;
+  Launch launch;
+  fs::path stub, launch_file, job_file;
+  std::string stub_text, launch_text;
+  std::vector<std::string> args;
+};
+
+struct Submitted {
+  std::string trial_id;
+  uint64_t gen = 0;
+  Result<std::string> job;
+};
+
+enum class Phase { kWaiting, kDeciding, kSubmitting, kSubmitted, kDone };
+
+// Up to `max` bytes of `path` from `offset` (nothing if it is missing or no longer).
+std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string data(max, '\0');
+  ssize_t n = ::pread(fd, data.data(), data.size(), static_cast<off_t>(offset));
+  ::close(fd);
+  data.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return data;
+}
+
+}  // namespace
+
+std::optional<JobFile> read_job_file(const fs::path& exp_dir, const std::string& trial_name) {
+  auto text = util::read_file(job_file_path(exp_dir, trial_name), 256);
+  if (!text) return std::nullopt;
+  JobFile f;
+  size_t sp = text->find(' ');
+  if (sp == std::string::npos) return std::nullopt;
+  f.job_id = text->substr(0, sp);
+  if (f.job_id.empty() || f.job_id.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  f.attempt = std::atoi(text->c_str() + sp + 1);
+  if (f.attempt < 1) return std::nullopt;
+  return f;
+}
+
+struct SlurmExecutor::Impl {
+  SlurmOptions o;
+  std::unique_ptr<SlurmClient> client;
+  fs::path slurm_dir;
+
+  // --- shared with the worker thread (under m) ---
+  std::mutex m;
+  std::condition_variable cv;
+  bool quit = false;
+  std::deque<Submit> submits;
+  std::vector<std::string> cancel_term, cancel_kill;
+  std::vector<Submitted> answers;
+  std::optional<std::vector<JobInfo>> snapshot;  // the latest squeue answer not yet taken
+  uint64_t snapshot_seq = 0;                     // squeue answers so far
+  std::vector<std::string> worker_errors;        // messages for the loop to log
+  bool poll_now = false;
+  uint64_t queue_calls = 0;
+  std::thread worker;
+
+  // --- the loop's own ---
+  struct Run {
+    std::string trial_id, trial_name;
+    int attempt = 0;
+    fs::path dir;
+    std::string nonce;
+    Phase phase = Phase::kWaiting;
+    uint64_t gen = 0;
+    std::optional<Submit> pending;  // waiting for room under max_jobs
+    std::string job_id;
+    uint64_t judged_after = 0;  // only squeue answers after this one speak for the job
+    JobState state = JobState::kUnknown;
+    bool seen_running = false, grew = false;
+    int missing = 0;
+    double ended_at = -1;  // when squeue first said the job ended without a record
+    uint64_t offset = 0;
+    bool stop_asked = false;
+    double kill_at = -1;
+    double deciding_since = 0;
+    int submit_failures = 0;
+    double retry_at = 0;
+    std::optional<ExitInfo> exit;  // decided; reported after the output
+    ArrivalReader times{0};        // stdout.times: when the output arrived, on the node's clocks
+  };
+  std::map<std::string, Run> runs;
+  std::deque<std::string> waiting;  // trial ids in submission order
+  // The job of a trial's previous attempt, if Slurm may have requeued it.
+  std::unordered_map<std::string, std::string> maybe_requeued;
+  std::unordered_map<std::string, int> slurm_ends;  // Slurm's ends since the last checkpoint
+  std::unordered_map<std::string, JobInfo> last_seen;
+  uint64_t seen_seq = 0;
+  double next_scan = 0;
+  std::set<std::string> logged;  // messages logged once
+
+  void log_once(const std::string& msg) {
+    if (logged.insert(msg).second) spdlog::error("{}", msg);
+  }
+
+  void worker_main();
+  void do_submit(Submit& s, Submitted& out);
+  Submit make_submit(const Launch& l, uint64_t gen);
+  void hand_over();
+  void take_answers(std::vector<Event>& out, double now);
+  void judge(Run& r, double now);
+  void scan(Run& r, std::vector<Event>& out);
+  void end_run(Run& r, ExitInfo info);
+  void decide_requeued(Run& r, double now);
+  int in_slurm() const;
+  void cancel(const std::string& job, bool term_only) {
+    std::lock_guard lk(m);
+    (term_only ? cancel_term : cancel_kill).push_back(job);
+    poll_now = true;
+    cv.notify_all();
+  }
+};
+
+void SlurmExecutor::Impl::worker_main() {
+  double next_poll = 0;
+  std::unique_lock lk(m);
+  while (!quit) {
+    double nap = std::clamp(next_poll - mono(), 0.0, 0.2);
+    cv.wait_for(lk, std::chrono::duration<double>(nap), [&] {
+      return quit || !submits.empty() || !cancel_term.empty() || !cancel_kill.empty() ||
+             mono() >= next_poll;
+    });
+    if (quit) break;
+    std::deque<Submit> todo;
+    todo.swap(submits);
+    auto term = std::move(cancel_term);
+    auto kill = std::move(cancel_kill);
+    cancel_term.clear(), cancel_kill.clear();
+    bool poll = poll_now || mono() >= next_poll;
+    poll_now = false;
+    lk.unlock();
+    std::vector<Submitted> done;
+    for (auto& s : todo) {
+      done.push_back({s.trial_id, s.gen, {}});
+      do_submit(s, done.back());
+    }
+    std::vector<std::string> errors;
+    if (!term.empty())
+      if (auto r = client->cancel(term, true); !r) errors.push_back(r.error().message);
+    if (!kill.empty())
+      if (auto r = client->cancel(kill, false); !r) errors.push_back(r.error().message);
+    std::optional<std::vector<JobInfo>> jobs;
+    if (poll) {
+      auto q = client->queue();
+      next_poll = mono() + o.poll_s;
+      if (q)
+        jobs = std::move(*q);
+      else
+        errors.push_back(q.error().message);
+    }
+    lk.lock();
+    if (poll) ++queue_calls;
+    for (auto& d : done) answers.push_back(std::move(d));
+    if (jobs) snapshot = std::move(*jobs), ++snapshot_seq;
+    for (auto& e : errors) worker_errors.push_back(std::move(e));
+  }
+}
+
+void SlurmExecutor::Impl::do_submit(Submit& s, Submitted& out) {
+  if (auto r = prepare_trial_dir(s.launch); !r) {
+    out.job = std::unexpected(r.error());
+    return;
+  }
+  std::error_code ec;
+  fs::create_directories(o.exp_dir / ".tune" / "exit", ec);
+  for (auto [path, text] : {std::pair{&s.launch_file, &s.launch_text}, {&s.stub, &s.stub_text}})
+    if (auto r = util::write_file_atomic(*path, *text, false); !r) {
+      out.job = std::unexpected(r.error());
+      return;
+    }
+  out.job = client->submit(s.args, s.stub);
+  if (out.job) {
+    std::string line = *out.job + " " + std::to_string(s.launch.attempt) + "\n";
+    if (auto w = util::write_file_atomic(s.job_file, line, true); !w)
+      spdlog::warn("{}", w.error().message);
+  }
+}
+
+Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
+  Submit s;
+  s.trial_id = l.trial_id;
+  s.gen = gen;
+  s.launch = l;
+  std::string name = l.trial_dir.filename().string();
+  s.launch_file = slurm_dir / (name + ".a" + std::to_string(l.attempt) + ".launch");
+  s.stub = slurm_dir / (name + ".sbatch");
+  s.job_file = job_file_path(o.exp_dir, name);
+  SupervisorCall call;
+  call.supervisor = o.supervisor;
+  call.lease = o.lease;
+  call.orphan_timeout_s = o.orphan_timeout_s;
+  call.grace_s = std::max(1.0, o.job.signal_grace_s - 2);
+  call.record = o.exp_dir / record_path(name);
+  call.nonce = attempt_nonce(o.record_key, name, l.attempt);
+  s.launch_text = launch_script(l, call);
+  std::string jn = job_name(o.exp_name, name);
+  s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name);
+  s.args = sbatch_options(o.job, jn, l.trial_dir);
+  return s;
+}
+
+int SlurmExecutor::Impl::in_slurm() const {
+  int n = 0;
+  for (const auto& [id, r] : runs)
+    if (r.phase == Phase::kSubmitting || r.phase == Phase::kSubmitted) ++n;
+  return n;
+}
+
+// Submits waiting attempts while there is room under max_jobs.
+void SlurmExecutor::Impl::hand_over() {
+  double now = mono();
+  int room = o.max_jobs - in_slurm();
+  std::vector<Submit> go;
+  for (auto it = waiting.begin(); it != waiting.end() && room > 0;) {
+    auto r = runs.find(*it);
+    if (r == runs.end() || r->second.phase != Phase::kWaiting || !r->second.pending) {
+      it = waiting.erase(it);
+      continue;
+    }
+    if (r->second.retry_at > now) {
+      ++it;
+      continue;
+    }
+    r->second.phase = Phase::kSubmitting;
+    go.push_back(*r->second.pending);
+    --room;
+    it = waiting.erase(it);
+  }
+  if (go.empty()) return;
+  std::lock_guard lk(m);
+  for (auto& s : go) submits.push_back(std::move(s));
+  cv.notify_all();
+}
+
+void SlurmExecutor::Impl::end_run(Run& r, ExitInfo info) {
+  if (r.exit || r.phase == Phase::kDone) return;
+  info.attempt = r.attempt;
+  r.exit = std::move(info);
+}
+
+// A decision on a job Slurm ended or lost, when no exit record says how the attempt ended.
+void SlurmExecutor::Impl::judge(Run& r, double now) {
+  auto it = last_seen.find(r.job_id);
+  if (it == last_seen.end()) {
+    // Not listed (ended and purged after MinJobAge, or never seen): after three answers.
+    if (++r.missing < 3) return;
+    ExitInfo e;
+    e.reason = r.stop_asked ? "driver_stop" : r.grew ? "host_lost" : "supervisor_died";
+    e.error = "slurm job " + r.job_id + " is gone from squeue and left no exit record";
+    end_run(r, std::move(e));
+    return;
+  }
+  r.missing = 0;
+  const JobInfo& j = it->second;
+  r.state = j.state;
+  if (j.state == JobState::kRunning) r.seen_running = true;
+  if ((j.state == JobState::kPending || j.state == JobState::kRequeued) && r.seen_running) {
+    ExitInfo e;  // Slurm requeued it (preemption, `scontrol requeue`, a node lost)
+    e.reason = "host_lost";
+    e.error = "slurm job " + r.job_id + " was requeued by Slurm";
+    maybe_requeued[r.trial_id] = r.job_id;
+    end_run(r, std::move(e));
+    return;
+  }
+  if (!job_ended(j.state)) return;
+  if (r.ended_at < 0) r.ended_at = now;
+  if (now - r.ended_at < o.record_wait_s) return;  // the record may still be on its way
+  ExitInfo e;
+  bool slurms = j.state == JobState::kTimeout || j.state == JobState::kPreempted ||
+                j.state == JobState::kNodeFail;
+  e.reason =
+      slurms || (j.state == JobState::kCancelled && r.stop_asked) ? "host_lost" : "supervisor_died";
+  if (r.stop_asked) e.reason = "driver_stop";
+  e.error = "slurm job " + r.job_id + " ended " + j.state_text + " without an exit record";
+  end_run(r, std::move(e));
+}
+
+// Reads the trial's new output and its exit record; reports the exit after all output.
+void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
+  if (r.phase != Phase::kSubmitted && !r.exit) return;
+  fs::path log = r.dir / "stdout.log";
+  // The notes first: each covers bytes written after it, so all output read below is covered.
+  std::vector<Arrival> arrivals;
+  std::optional<HostTime> started;
+  if (auto notes = read_from(r.dir / "stdout.times", r.times.offset(), 1u << 20); !notes.empty())
+    r.times.feed(notes, arrivals, started);
+  struct stat st {};
+  if (::stat(log.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > r.offset) {
+    int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string data(std::min<uint64_t>(static_cast<uint64_t>(st.st_size) - r.offset, 4u << 20),
+                       '\0');
+      ssize_t n = ::pread(fd, data.data(), data.size(), static_cast<off_t>(r.offset));
+      ::close(fd);
+      if (n > 0) {
+        data.resize(static_cast<size_t>(n));
+        r.offset += static_cast<uint64_t>(n);
+        r.grew = true;
+        OutputEvent ev(r.trial_id, std::move(data));
+        ev.arrivals = std::move(arrivals);
+        ev.started = started;
+        out.push_back(std::move(ev));
+        return;  // the rest (and the exit) next turn
+      }
+    }
+  }
+  if (!r.exit) {
+    ExitInfo info;
+    auto text = util::read_file(o.exp_dir / record_path(r.trial_name), 1 << 16);
+    AttemptIdentity id{r.nonce, std::nullopt, std::nullopt, std::nullopt};
+    auto check = check_exit_record(text ? std::optional(*text) : std::nullopt, r.attempt, id, info);
+    if (check != RecordCheck::kGenuine) return;
+    if (info.reason == "driver_stop" && !r.stop_asked) {
+      // Signalled by Slurm (time limit, preemption, requeue) or cancelled by someone: the
+      // attempt is re-queued from its checkpoint, unless Slurm ended it twice without one.
+      maybe_requeued[r.trial_id] = r.job_id;
+      int& n = slurm_ends[r.trial_id];
+      if (++n >= 2) {
+        n = 0;
+        info.reason = "exited";
+        info.exit_code.reset();
+        info.signal = SIGTERM;
+        info.error = "slurm job " + r.job_id +
+                     " was ended by Slurm (time limit or preemption) a second time without a new "
+                     "checkpoint";
+      } else {
+        info.reason = "host_lost";
+        info.error =
+            "slurm job " + r.job_id + " was signalled by Slurm (time limit, preemption or requeue)";
+      }
+    }
+    end_run(r, std::move(info));
+  }
+  ExitEvent e{r.trial_id, *r.exit};
+  e.info.attempt = r.attempt;
+  r.phase = Phase::kDone;
+  out.emplace_back(std::move(e));
+}
+
+// A trial whose previous job Slurm may have requeued: run the next attempt in that job if Slurm
+// holds it for a rerun, else in a new one.
+void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
+  auto prev = maybe_requeued.find(r.trial_id);
+  std::string job = prev == maybe_requeued.end() ? "" : prev->second;
+  auto it = last_seen.find(job);
+  bool pending = it != last_seen.end() && (it->second.state == JobState::kPending ||
+                                           it->second.state == JobState::kRequeued);
+  bool running = it != last_seen.end() && it->second.state == JobState::kRunning;
+  if (running && now - r.deciding_since < 60) return;  // still finishing its last run
+  if (prev != maybe_requeued.end()) maybe_requeued.erase(prev);
+  if (pending) {
+    auto& s = *r.pending;
+    std::error_code ec;
+    fs::create_directories(slurm_dir, ec);
+    auto w = util::write_file_atomic(next_launch_file(slurm_dir, r.trial_name, job), s.launch_text,
+                                     false);
+    if (w) w = util::write_file_atomic(s.job_file, job + " " + std::to_string(r.attempt) + "\n");
+    if (w) {
+      spdlog::info("trial {} attempt {}: runs when Slurm restarts its requeued job {}",
+                   r.trial_name, r.attempt, job);
+      r.job_id = job;
+      r.phase = Phase::kSubmitted;
+      r.judged_after = seen_seq;
+      r.pending.reset();
+      return;
+    }
+    spdlog::warn("{}", w.error().message);
+  }
+  if (!job.empty() && (pending || running)) cancel(job, false);  // ours, and not needed
+  r.phase = Phase::kWaiting;
+  waiting.push_back(r.trial_id);
+}
+
+void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
+  std::vector<Submitted> got;
+  std::optional<std::vector<JobInfo>> snap;
+  std::vector<std::string> errors;
+  uint64_t seq = 0;
+  {
+    std::lock_guard lk(m);
+    got.swap(answers);
+    snap.swap(snapshot);
+    errors.swap(worker_errors);
+    seq = snapshot_seq;
+  }
+  for (auto& e : errors) log_once(e);
+  for (auto& a : got) {
+    auto it = runs.find(a.trial_id);
+    if (it == runs.end() || it->second.gen != a.gen) {
+      if (a.job) cancel(*a.job, false);  // submitted for an attempt that was stopped meanwhile
+      continue;
+    }
+    Run& r = it->second;
+    if (!a.job) {
+      log_once(a.job.error().message);
+      if (++r.submit_failures >= 5) {
+        ExitInfo e;
+        e.reason = "exec_failed";
+        e.error = a.job.error().message;
+        r.phase = Phase::kSubmitted;
+        end_run(r, std::move(e));
+        continue;
+      }
+      r.phase = Phase::kWaiting;
+      r.retry_at = now + 5.0 * (1 << r.submit_failures);
+      waiting.push_back(r.trial_id);
+      continue;
+    }
+    r.job_id = *a.job;
+    r.phase = Phase::kSubmitted;
+    r.judged_after = seq;
+    r.pending.reset();
+    spdlog::info("trial {} attempt {}: slurm job {}", r.trial_name, r.attempt, r.job_id);
+    if (r.stop_asked) cancel(r.job_id, false);
+  }
+  if (snap) {
+    last_seen.clear();
+    for (auto& j : *snap) last_seen[j.id] = std::move(j);
+    seen_seq = seq;
+    for (auto& [id, r] : runs) {
+      if (r.phase == Phase::kDeciding) decide_requeued(r, now);
+      if (r.phase == Phase::kSubmitted && !r.exit && seq > r.judged_after) judge(r, now);
+    }
+  }
+  (void)out;
+}
+
+SlurmExecutor::SlurmExecutor(SlurmOptions opts, std::unique_ptr<SlurmClient> client)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(opts);
+  impl_->client = std::move(client);
+  impl_->slurm_dir = impl_->o.exp_dir / kSlurmDir;
+  impl_->worker = std::thread([this] { impl_->worker_main(); });
+}
+
+SlurmExecutor::~SlurmExecutor() {
+  {
+    std::lock_guard lk(impl_->m);
+    impl_->quit = true;
+    impl_->cv.notify_all();
+  }
+  impl_->worker.join();
+}
+
+Result<void> SlurmExecutor::check() {
+  std::string name = job_name(impl_->o.exp_name, "check");
+  auto args = sbatch_options(impl_->o.job, name, impl_->o.exp_dir);
+  if (auto r = impl_->client->test_only(args); !r)
+    return fail("hosts.slurm: Slurm refuses jobs like this experiment's: ", r.error().message);
+  return {};
+}
+
+Result<void> SlurmExecutor::start(const Launch& l) {
+  auto& impl = *impl_;
+  std::error_code ec;
+  fs::create_directories(impl.slurm_dir, ec);  // one mkdir; the rest is the worker's
+  Impl::Run& r = impl.runs[l.trial_id];
+  uint64_t gen = r.gen + 1;
+  r = Impl::Run{};
+  r.gen = gen;
+  r.trial_id = l.trial_id;
+  r.trial_name = l.trial_dir.filename().string();
+  r.attempt = l.attempt;
+  r.dir = l.trial_dir;
+  r.offset = l.stdout_offset;
+  r.nonce = attempt_nonce(impl.o.record_key, r.trial_name, l.attempt);
+  r.times = ArrivalReader(l.attempt);
+  r.pending = impl.make_submit(l, gen);
+  impl.slurm_ends.try_emplace(l.trial_id, 0);
+  if (impl.maybe_requeued.count(l.trial_id)) {
+    r.phase = Phase::kDeciding;
+    r.deciding_since = mono();
+  } else {
+    impl.waiting.push_back(l.trial_id);
+    impl.hand_over();
+  }
+  return {};
+}
+
+Result<Attached> SlurmExecutor::attach(const Launch& l) {
+  auto& impl = *impl_;
+  std::string name = l.trial_dir.filename().string();
+  auto job = read_job_file(impl.o.exp_dir, name);
+  std::string nonce = attempt_nonce(impl.o.record_key, name, l.attempt);
+  ExitInfo info;
+  auto text = util::read_file(impl.o.exp_dir / record_path(name), 1 << 16);
+  AttemptIdentity id{nonce, std::nullopt, std::nullopt, std::nullopt};
+  bool ended = check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id, info) ==
+               RecordCheck::kGenuine;
+  bool ours = job && job->attempt == l.attempt;
+  if (!ended && !ours) return Attached::kGone;
+  Impl::Run& r = impl.runs[l.trial_id];
+  uint64_t gen = r.gen + 1;
+  r = Impl::Run{};
+  r.gen = gen;
+  r.trial_id = l.trial_id;
+  r.trial_name = name;
+  r.attempt = l.attempt;
+  r.dir = l.trial_dir;
+  r.offset = l.stdout_offset;
+  r.nonce = nonce;
+  r.times = ArrivalReader(l.attempt);
+  r.phase = Phase::kSubmitted;
+  // Not seen running yet: a job still pending from before is not mistaken for a requeued one
+  // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
+  r.job_id = ours ? job->job_id : "";
+  {
+    std::lock_guard lk(impl.m);
+    r.judged_after = impl.snapshot_seq;
+    impl.poll_now = true;
+    impl.cv.notify_all();
+  }
+  if (ours && !ended) spdlog::info("trial {}: re-attached to slurm job {}", name, job->job_id);
+  return ended ? Attached::kEnded : Attached::kRunning;
+}
+
+void SlurmExecutor::send(const std::string&, std::string_view) {}  // step mode: not on Slurm
+
+void SlurmExecutor::stop(const std::string& id, bool now) {
+  auto& impl = *impl_;
+  auto it = impl.runs.find(id);
+  if (it == impl.runs.end() || it->second.phase == Phase::kDone) return;
+  Impl::Run& r = it->second;
+  bool first = !r.stop_asked;
+  r.stop_asked = true;
+  ExitInfo stopped;
+  stopped.reason = "driver_stop";
+  switch (r.phase) {
+    case Phase::kWaiting:
+    case Phase::kDeciding:  // never reached Slurm
+      r.phase = Phase::kSubmitted;
+      impl.end_run(r, stopped);
+      return;
+    case Phase::kSubmitting:  // cancelled when sbatch answers
+      return;
+    default:
+      break;
+  }
+  if (r.job_id.empty()) {
+    impl.end_run(r, stopped);
+    return;
+  }
+  if (!r.seen_running && r.state == JobState::kPending) {
+    impl.cancel(r.job_id, false);  // nothing ran yet: no supervisor will record anything
+    impl.end_run(r, stopped);
+    return;
+  }
+  if (now) {
+    impl.cancel(r.job_id, false);
+  } else if (first) {
+    impl.cancel(r.job_id, true);  // SIGTERM to the batch shell: the supervisor
+    r.kill_at = mono() + impl.o.job.signal_grace_s + 5;
+  }
+}
+
+std::vector<Event> SlurmExecutor::wait(double timeout_s) {
+  auto& impl = *impl_;
+  std::vector<Event> out;
+  double now = mono();
+  impl.take_answers(out, now);
+  if (!impl.waiting.empty()) impl.hand_over();
+  std::vector<std::string> late;
+  for (auto& [id, r] : impl.runs)
+    if (r.kill_at > 0 && now >= r.kill_at && r.phase == Phase::kSubmitted && !r.exit) {
+      r.kill_at = -1;
+      late.push_back(r.job_id);
+    }
+  for (auto& j : late) impl.cancel(j, false);
+  bool any_exit = false;
+  for (auto& [id, r] : impl.runs) any_exit = any_exit || r.exit.has_value();
+  if (now >= impl.next_scan || any_exit) {
+    impl.next_scan = now + impl.o.scan_s;
+    for (auto& [id, r] : impl.runs) impl.scan(r, out);
+    for (auto it = impl.runs.begin(); it != impl.runs.end();)
+      it = it->second.phase == Phase::kDone ? impl.runs.erase(it) : std::next(it);
+  }
+  if (out.empty() && timeout_s > 0) {
+    std::unique_lock lk(impl.m);
+    impl.cv.wait_for(lk, std::chrono::duration<double>(std::min(timeout_s, impl.o.scan_s)),
+                     [&] { return !impl.answers.empty() || impl.snapshot.has_value(); });
+  }
+  // output before exits (an exit only follows its own output, which scan() guarantees)
+  std::stable_partition(out.begin(), out.end(),
+                        [](const Event& e) { return std::holds_alternative<OutputEvent>(e); });
+  return out;
+}
+
+std::optional<int> SlurmExecutor::pid(const std::string&) {
+  return std::nullopt;
+}
+
+double SlurmExecutor::now() {
+  return mono();
+}
+
+double SlurmExecutor::wall_time() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::string SlurmExecutor::host_name() {
+  return impl_->o.host_name;
+}
+
+void SlurmExecutor::checkpoint_registered(const std::string& id) {
+  impl_->slurm_ends[id] = 0;
+}
+
+std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
+  auto& impl = *impl_;
+  std::vector<LiveAttempt> out;
+  std::error_code ec;
+  if (!fs::is_directory(impl.slurm_dir, ec)) return out;
+  auto q = impl.client->queue();
+  if (!q) {
+    spdlog::warn("{} (jobs of an earlier driver are not checked)", q.error().message);
+    return out;
+  }
+  std::unordered_map<std::string, JobState> state;
+  for (const auto& j : *q) state[j.id] = j.state;
+  for (const auto& e : fs::directory_iterator(impl.slurm_dir, ec)) {
+    std::string file = e.path().filename().string();
+    if (!file.ends_with(".job")) continue;
+    std::string name = file.substr(0, file.size() - 4);
+    auto job = read_job_file(impl.o.exp_dir, name);
+    if (!job) continue;
+    auto it = state.find(job->job_id);
+    if (it == state.end() || job_ended(it->second)) continue;
+    LiveAttempt a;
+    a.host = impl.o.host_name;
+    a.trial_name = name;
+    a.attempt = job->attempt;
+    a.supervisor = std::atoi(job->job_id.c_str());  // the job id stands for the supervisor here
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
+  auto& impl = *impl_;
+  std::vector<std::string> ids;
+  for (const auto& a : which)
+    if (a.supervisor > 0) ids.push_back(std::to_string(a.supervisor));
+  if (ids.empty()) return;
+  if (auto r = impl.client->cancel(ids, true); !r) spdlog::warn("{}", r.error().message);
+  double start = mono();
+  bool killed = false;
+  while (mono() - start < grace_s + 10) {
+    auto q = impl.client->queue();
+    if (!q) break;
+    bool any = false;
+    for (const auto& j : *q)
+      if (std::find(ids.begin(), ids.end(), j.id) != ids.end() && !job_ended(j.state)) any = true;
+    if (!any) return;
+    if (!killed && mono() - start >= grace_s) {
+      killed = true;
+      if (auto r = impl.client->cancel(ids, false); !r) spdlog::warn("{}", r.error().message);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  if (!killed) (void)impl.client->cancel(ids, false);
+}
+
+bool SlurmExecutor::busy() const {
+  return !impl_->runs.empty();
+}
+
+uint64_t SlurmExecutor::queue_calls() const {
+  std::lock_guard lk(impl_->m);
+  return impl_->queue_calls;
+}
+
+}  // namespace tune::exec

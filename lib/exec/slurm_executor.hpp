@@ -1,0 +1,80 @@
+// Runs trial attempts as Slurm jobs (docs/SLURM.md): one sbatch job per attempt, running
+// tune-supervisor in the trial dir on the cluster's shared filesystem. The driver never talks to
+// a compute node: it reads the trial's stdout.log and exit record on the shared filesystem, and
+// learns every job's state from one `squeue` per poll. All Slurm commands run on the executor's
+// own thread; the driver's loop only hands requests over and collects answers.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "exec/executor.hpp"
+#include "exec/slurm_client.hpp"
+#include "exec/slurm_script.hpp"
+
+namespace tune::exec {
+
+struct SlurmOptions {
+  SlurmJobOptions job;
+  int max_jobs = 100;  // jobs of this experiment queued or running in Slurm at once
+  std::string exp_name;
+  fs::path exp_dir;     // absolute, on the shared filesystem
+  fs::path supervisor;  // tune-supervisor, reachable from the compute nodes
+  fs::path lease;       // the driver's lease file (the local executor renews it)
+  double orphan_timeout_s = 600;
+  std::string record_key;     // the experiment's key for attempt nonces (exit_record.hpp)
+  double poll_s = 2;          // squeue this often
+  double scan_s = 0.5;        // trial files read this often
+  double record_wait_s = 10;  // after Slurm says a job ended, how long its exit record may lag
+  std::string host_name = "slurm";
+};
+
+// Where the executor keeps its scripts and job files in the experiment dir.
+inline constexpr const char* kSlurmDir = ".tune/slurm";
+
+// What <exp>/.tune/slurm/<trial>.job says: the job running an attempt (for re-attaching and for
+// `tune status`).
+struct JobFile {
+  std::string job_id;
+  int attempt = 0;
+};
+[[nodiscard]] std::optional<JobFile> read_job_file(const fs::path& exp_dir,
+                                                   const std::string& trial_name);
+
+class SlurmExecutor final : public Executor {
+ public:
+  SlurmExecutor(SlurmOptions opts, std::unique_ptr<SlurmClient> client);
+  ~SlurmExecutor() override;
+
+  // Asks Slurm once whether it takes jobs like ours (sbatch --test-only): a missing sbatch, an
+  // unknown partition or a refused account is a config error before anything runs.
+  [[nodiscard]] Result<void> check();
+
+  Result<void> start(const Launch& launch) override;
+  Result<Attached> attach(const Launch& launch) override;
+  void send(const std::string& trial_id, std::string_view line) override;
+  void stop(const std::string& trial_id, bool now) override;
+  std::vector<Event> wait(double timeout_s) override;
+  std::optional<int> pid(const std::string& trial_id) override;
+  double now() override;
+  double wall_time() override;
+  std::string host_name() override;
+  void renew_lease() override {}  // the local executor renews the shared lease file
+  void checkpoint_registered(const std::string& trial_id) override;
+  // The jobs named in this experiment's .job files that Slurm still lists as pending or running
+  // (one squeue call; for a resume, before anything starts).
+  std::vector<LiveAttempt> live_attempts() override;
+  // Cancels those jobs (SIGTERM to the batch shell, scancel after grace_s) and waits until
+  // Slurm no longer lists them as pending or running (at most grace_s + 10 s).
+  void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override;
+
+  [[nodiscard]] bool busy() const;
+  // How many squeue calls were made (tests and the bench check one per poll).
+  [[nodiscard]] uint64_t queue_calls() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tune::exec

@@ -1,0 +1,269 @@
+"""Trials as Slurm jobs on a real one-machine Slurm cluster (scripts/test-slurm.sh brings it up
+under a scratch dir and down again). Skipped (exit 77 from ctest's view) when Slurm is not
+installed or the runner is not root.
+
+TUNE_SLURM_SLOW=1 also runs the slow case (a job requeued by `scontrol requeue`, which Slurm
+holds for ~2 minutes, and 1-minute time limits, in one experiment to share the wait)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+from harness import PY, SOURCE, TuneTest
+
+TRIAL = os.path.join(SOURCE, "tests", "fixtures", "slurm_trial.py")
+SCRIPT = os.path.join(SOURCE, "scripts", "test-slurm.sh")
+CLUSTER = None  # the scratch dir of the cluster this run brought up
+
+
+def slurm(*args, check=True):
+    env = dict(os.environ, SLURM_CONF=os.path.join(CLUSTER, "slurm.conf"))
+    return subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=60,
+                          check=check).stdout
+
+
+def jobs_named(prefix):
+    """(id, state) of every job in the cluster whose name starts with `prefix`."""
+    out = slurm("squeue", "-h", "-o", "%i|%T|%j")
+    return [tuple(line.split("|")[:2]) for line in out.splitlines()
+            if line.split("|")[2].startswith(prefix)]
+
+
+def available():
+    return os.geteuid() == 0 and subprocess.run(
+        ["sh", "-c", "command -v sbatch && PATH=$PATH:/usr/sbin command -v slurmctld munged"],
+        capture_output=True).returncode == 0
+
+
+def setUpModule():
+    global CLUSTER
+    if not available():
+        raise unittest.SkipTest("needs root and slurm-wlm + munge (scripts/setup.sh --test)")
+    import tempfile
+    CLUSTER = tempfile.mkdtemp(prefix="tune-slurm-")
+    p = subprocess.run([SCRIPT, "up", CLUSTER], capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        raise RuntimeError("scripts/test-slurm.sh up failed:\n" + p.stdout + p.stderr)
+
+
+def tearDownModule():
+    if CLUSTER:
+        subprocess.run([SCRIPT, "down", CLUSTER], capture_output=True, timeout=120)
+        subprocess.run(["rm", "-rf", CLUSTER])
+
+
+class SlurmTest(TuneTest):
+    def setUp(self):
+        super().setUp()
+        self.env["SLURM_CONF"] = os.path.join(CLUSTER, "slurm.conf")
+        self.env["TUNE_SLURM_POLL_S"] = "1"
+        # Every squeue the driver runs is logged (one per poll, never one per trial).
+        shim = os.path.join(self.dir, "bin")
+        os.makedirs(shim)
+        self.squeue_log = os.path.join(self.dir, "squeue.calls")
+        with open(os.path.join(shim, "squeue"), "w") as f:
+            f.write('#!/bin/sh\necho "$(date +%%s.%%N) $*" >> %s\nexec /usr/bin/squeue "$@"\n'
+                    % self.squeue_log)
+        os.chmod(os.path.join(shim, "squeue"), 0o755)
+        self.env["PATH"] = shim + ":" + self.env["PATH"]
+
+    def tearDown(self):
+        # No job of this test's experiments is left in the cluster (a job whose batch shell
+        # ended is COMPLETING for a moment).
+        deadline = time.time() + 20
+        while jobs_named("tune-sl") and time.time() < deadline:
+            time.sleep(0.5)
+        left = jobs_named("tune-sl")
+        for job, _ in left:
+            slurm("scancel", job, check=False)
+        super().tearDown()
+        self.assertEqual(left, [], "jobs were left in Slurm")
+
+    def experiment(self, name, trials, steps, sleep, extra="", slurm_opts="", partition="tune"):
+        xs = ", ".join(str(0.5 + i) for i in range(trials))
+        self.write(name + ".yaml", f"""
+            name: {name}
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{grid_search: [{xs}]}}
+              steps: {steps}
+              sleep: {sleep}
+            hosts:
+              - slurm: {{partition: {partition}, max_jobs: 4{slurm_opts}}}
+            {extra}
+            """)
+
+    def log(self, name):
+        with open(os.path.join(self.exp_dir(name), "tune.log")) as f:
+            return f.read()
+
+    def check_complete(self, name, steps):
+        for t in self.trials(name):
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertEqual(self.iterations(name, t), list(range(1, steps + 1)), t["trial_name"])
+            steps_seen = [r["step"] for r in self.results(name, t)]
+            self.assertEqual(steps_seen, list(range(1, steps + 1)), t["trial_name"])
+
+    def job_of(self, name, trial):
+        with open(os.path.join(self.exp_dir(name), ".tune", "slurm",
+                               trial["trial_name"] + ".job")) as f:
+            job, attempt = f.read().split()
+        return job, int(attempt)
+
+    def test_twenty_trials(self):
+        self.experiment("sl20", 20, 4, 0.2, slurm_opts=", signal_grace_s: 10")
+        started = time.time()
+        self.tune("run", "sl20.yaml", check=0, timeout=300)
+        took = time.time() - started
+        self.check_complete("sl20", 4)
+        jobs = set()
+        for t in self.trials("sl20"):
+            self.assertEqual(t["attempt"], 1)
+            job, attempt = self.job_of("sl20", t)
+            self.assertEqual(attempt, 1)
+            jobs.add(job)
+            # The trial ran inside its own job: the job id it saw is the one tune recorded.
+            self.assertEqual({r["job"] for r in self.results("sl20", t)}, {job})
+            self.assertTrue(os.path.exists(os.path.join(
+                self.exp_dir("sl20"), t["trial_name"], "slurm-%s.out" % job)))
+        self.assertEqual(len(jobs), 20)
+        # max_jobs 4: never more than 4 of them submitted at once, as the log's order shows.
+        live, most = set(), 0
+        for line in self.log("sl20").splitlines():
+            m = re.search(r"trial (\S+) attempt 1: slurm job", line)
+            if m:
+                live.add(m.group(1))
+                most = max(most, len(live))
+            m = re.search(r"trial (\S+) (terminated|TERMINATED)", line)
+            if m:
+                live.discard(m.group(1))
+        self.assertLessEqual(most, 4)
+        # One squeue per poll (1 s here) for all 20 trials, not one per trial.
+        with open(self.squeue_log) as f:
+            calls = len(f.readlines())
+        self.assertGreater(calls, 0)
+        self.assertLessEqual(calls, took / 1.0 + 3, "more than one squeue per poll")
+
+    def test_status_shows_job_and_state(self):
+        self.experiment("slst", 2, 300, 0.1)
+        p = self.start_tune("run", "slst.yaml")
+        try:
+            self.wait_for(lambda: len(jobs_named("tune-slst-")) == 2 and all(
+                s == "RUNNING" for _, s in jobs_named("tune-slst-")), what="jobs running")
+            out = self.tune("status", "slst", check=0).stdout
+            for job, _ in jobs_named("tune-slst-"):
+                self.assertRegex(out, r"%s\s+RUNNING" % job)
+        finally:
+            p.send_signal(signal.SIGINT)
+            p.communicate(timeout=60)
+
+    def test_ctrl_c_leaves_no_job(self):
+        self.experiment("slint", 6, 300, 0.1)
+        p = self.start_tune("run", "slint.yaml")
+        self.wait_for(lambda: sum(1 for _, s in jobs_named("tune-slint-") if s == "RUNNING") >= 2,
+                      what="jobs running")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.wait_for(lambda: jobs_named("tune-slint-") == [], timeout=30, what="jobs gone")
+        for t in self.trials("slint"):
+            self.assertEqual(t["status"], "PENDING")
+            self.assertEqual(t["failures"], 0)
+
+    def test_sigkill_driver_then_resume_reattaches_by_job_id(self):
+        self.experiment("slkill", 2, 40, 0.2)
+        p = self.start_tune("run", "slkill.yaml")
+        self.wait_for(lambda: len(self.trials("slkill")) == 2 and all(
+            os.path.getsize(os.path.join(self.exp_dir("slkill"), t["trial_name"], "result.json"))
+            > 0 for t in self.trials("slkill")), what="both trials reporting")
+        jobs_before = {t["trial_name"]: self.job_of("slkill", t) for t in self.trials("slkill")}
+        p.kill()
+        p.communicate()
+        # The jobs run on without a driver.
+        self.assertEqual(sorted(j for j, s in jobs_named("tune-slkill-") if s == "RUNNING"),
+                         sorted(j for j, _ in jobs_before.values()))
+        time.sleep(2)
+        self.tune("run", "slkill.yaml", "--resume=auto", check=0, timeout=120)
+        self.check_complete("slkill", 40)
+        log = self.log("slkill")
+        for t in self.trials("slkill"):
+            self.assertEqual(t["attempt"], 1, "restarted rather than re-attached")
+            job, _ = jobs_before[t["trial_name"]]
+            self.assertIn("re-attached to slurm job " + job, log)
+            self.assertEqual({r["job"] for r in self.results("slkill", t)}, {job})
+
+    def test_bad_partition_is_a_config_error(self):
+        self.experiment("slbad", 2, 3, 0.1, partition="nosuch")
+        p = self.tune("run", "slbad.yaml")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("invalid partition", p.stderr.lower())
+        self.assertEqual(p.stderr.lower().count("invalid partition"), 1, p.stderr)
+        self.assertEqual(jobs_named("tune-slbad-"), [])
+
+    def test_missing_sbatch_is_a_config_error(self):
+        self.experiment("slnone", 2, 3, 0.1)
+        env = dict(self.env, PATH=os.path.join(self.dir, "empty"))
+        p = self.tune("run", "slnone.yaml", env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("sbatch: not found on PATH", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+
+    def test_failing_sbatch_is_logged_once_not_per_trial(self):
+        # sbatch answers --test-only but refuses every real submission.
+        shim = os.path.join(self.dir, "bin", "sbatch")
+        with open(shim, "w") as f:
+            f.write('#!/bin/sh\nfor a in "$@"; do [ "$a" = --test-only ] && exec /usr/bin/sbatch "$@"; '
+                    'done\necho "sbatch: error: Batch job submission failed: Slurm temporarily '
+                    'unable to accept job, sleeping and retrying" >&2\nexit 1\n')
+        os.chmod(shim, 0o755)
+        self.experiment("slfail", 4, 3, 0.1)
+        p = self.start_tune("run", "slfail.yaml")
+        self.wait_for(lambda: "temporarily unable" in self.log("slfail"), what="the message")
+        time.sleep(2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        self.assertEqual(self.log("slfail").count("temporarily unable"), 1, self.log("slfail"))
+        for t in self.trials("slfail"):
+            self.assertEqual(t["failures"], 0)
+
+    @unittest.skipUnless(os.environ.get("TUNE_SLURM_SLOW"), "slow: set TUNE_SLURM_SLOW=1")
+    def test_requeue_and_time_limit_count_no_failure(self):
+        # Both trials have a 1-minute limit with SIGTERM 30 s before it, so each attempt runs
+        # ~30 s and checkpoints on SIGTERM. Trial 0's first job is also requeued by hand after
+        # its first checkpoint: that same job runs its next attempt when Slurm restarts it.
+        self.experiment("slslow", 2, 50, 1.0, slurm_opts=", time_limit: '1', signal_grace_s: 30",
+                        extra="failure_config: {max_failures: 0}")
+        p = self.start_tune("run", "slslow.yaml")
+        self.wait_for(lambda: any(t["checkpoints"] for t in self.trials("slslow")
+                                  if t["trial_id"] == "00000"), timeout=60, what="a checkpoint")
+        t0 = [t for t in self.trials("slslow") if t["trial_id"] == "00000"][0]
+        job, _ = self.job_of("slslow", t0)
+        slurm("scontrol", "requeue", job)
+        out, err = p.communicate(timeout=600)
+        self.assertEqual(p.returncode, 0, err)
+        log = self.log("slslow")
+        # Its supervisor recorded Slurm's SIGTERM, or (killed first) squeue showed the requeue.
+        self.assertTrue("slurm job %s was requeued by Slurm" % job in log or
+                        "slurm job %s was signalled by Slurm" % job in log, log)
+        self.assertIn("runs when Slurm restarts its requeued job " + job, log)
+        # Slurm's rerun of that job (SLURM_RESTART_COUNT=1) claimed the attempt tune prepared.
+        self.assertTrue(os.path.exists(os.path.join(
+            self.exp_dir("slslow"), ".tune", "slurm", "%s.job%s.run1" % (t0["trial_name"], job))))
+        self.check_complete("slslow", 50)
+        for t in self.trials("slslow"):
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            self.assertGreaterEqual(t["attempt"], 2, t["trial_name"])
+        self.assertIn("signalled by Slurm", log)
+
+
+if __name__ == "__main__":
+    if not available():
+        print("test_slurm: skipped: needs root and slurm-wlm + munge (scripts/setup.sh --test)")
+        sys.exit(77)  # ctest's SKIP_RETURN_CODE: shown as skipped, never as passed
+    unittest.main()
