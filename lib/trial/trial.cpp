@@ -59,17 +59,26 @@ const char* cause_name(Cause c) {
       return "max_t";
     case Cause::kRung:
       return "rung";
+    case Cause::kTurn:
+      return "turn";
+    case Cause::kExploit:
+      return "exploit";
   }
   return "";
 }
 
 std::optional<Cause> parse_cause(std::string_view s) {
-  for (Cause c : {Cause::kNone, Cause::kCutoff, Cause::kMedian, Cause::kMaxT, Cause::kRung})
+  for (Cause c : {Cause::kNone, Cause::kCutoff, Cause::kMedian, Cause::kMaxT, Cause::kRung,
+                  Cause::kTurn, Cause::kExploit})
     if (s == cause_name(c)) return c;
   return std::nullopt;
 }
 
 std::string describe_decision(const Trial& t, std::string_view scheduler) {
+  // An exploit is shown from the decision on, while the trial waits and after it restarted.
+  if (t.cause == Cause::kExploit && t.reason != Reason::kStopped &&
+      t.reason != Reason::kInterrupted)
+    return "exploited " + t.exploited_from + " @ " + util::format_double(t.decided_at);
   if (t.reason != Reason::kStopped && t.reason != Reason::kPaused) return "";
   std::string at = util::format_double(t.decided_at);
   if (t.cause == Cause::kMaxT) return "reached max_t at " + at;
