@@ -518,10 +518,10 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
     spdlog::info("trial {} {}", t.name, trial::status_name(status));
   if (t.finished()) {
     if (!t.pending_exploit.is_null()) {  // ended before the exploit was carried out
-      spdlog::info("trial {}: its exploit of {} is dropped: it ended first", t.name,
-                   t.exploited_from);
+      std::string donor_id = t.pending_exploit.value("donor", "");
+      spdlog::info("trial {}: its exploit of {} is dropped: it ended first", t.name, donor_id);
       t.pending_exploit = nullptr;
-      if (auto d = index_.find(t.exploited_from); d != index_.end()) {
+      if (auto d = index_.find(donor_id); d != index_.end()) {
         trial::Trial& donor = state_.trials[d->second];
         apply_retention(donor, !donor.finished());
       }

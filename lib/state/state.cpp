@@ -41,6 +41,7 @@ json trial_to_json(const trial::Trial& t) {
           {"cause", trial::cause_name(t.cause)},
           {"decided_at", t.decided_at},
           {"exploited_from", t.exploited_from},
+          {"exploited_at", t.exploited_at},
           {"exploits", t.exploits},
           {"pending_exploit", t.pending_exploit},
           {"attempt", t.attempt},
@@ -231,10 +232,19 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     }
     if (tj.contains("exploits")) {  // (absent in states written before pbt existed)
       t.exploited_from = r.get<std::string>(tj, "exploited_from", ctx);
+      t.exploited_at = r.get<double>(tj, "exploited_at", ctx);
       t.exploits = r.get<int>(tj, "exploits", ctx);
       t.pending_exploit = r.get<json>(tj, "pending_exploit", ctx);
-      if (r.ok && !t.pending_exploit.is_null() && !t.pending_exploit.is_object())
-        return fail(where, ": ", ctx, ": 'pending_exploit' is not a mapping");
+      const json& pe = t.pending_exploit;
+      bool well_formed =
+          pe.is_null() ||
+          (pe.is_object() && pe.contains("donor") && pe["donor"].is_string() &&
+           pe.contains("donor_seq") && pe["donor_seq"].is_number_integer() && pe.contains("n") &&
+           pe["n"].is_number_integer() && pe.contains("at") && pe["at"].is_number() &&
+           pe.contains("new_config") && pe["new_config"].is_object());
+      if (r.ok && !well_formed)
+        return fail(where, ": ", ctx,
+                    ": 'pending_exploit' needs donor, donor_seq, n, at and new_config");
     }
     if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
     json metrics = r.get<json>(tj, "metrics", ctx);

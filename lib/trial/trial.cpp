@@ -75,10 +75,14 @@ std::optional<Cause> parse_cause(std::string_view s) {
 }
 
 std::string describe_decision(const Trial& t, std::string_view scheduler) {
-  // An exploit is shown from the decision on, while the trial waits and after it restarted.
-  if (t.cause == Cause::kExploit && t.reason != Reason::kStopped &&
-      t.reason != Reason::kInterrupted)
-    return "exploited " + t.exploited_from + " @ " + util::format_double(t.decided_at);
+  // pbt: an exploit decided, then the last one carried out (while the trial waits for its
+  // restart, after it, and once it ended by itself).
+  if (t.cause == Cause::kExploit && t.reason == Reason::kPaused && t.pending_exploit.is_object())
+    return "exploited " + t.pending_exploit.value("donor", "") + " @ " +
+           util::format_double(t.decided_at);
+  if (!t.exploited_from.empty() &&
+      (t.reason == Reason::kNone || (t.reason == Reason::kPaused && t.cause == Cause::kExploit)))
+    return "exploited " + t.exploited_from + " @ " + util::format_double(t.exploited_at);
   if (t.reason != Reason::kStopped && t.reason != Reason::kPaused) return "";
   std::string at = util::format_double(t.decided_at);
   if (t.cause == Cause::kMaxT) return "reached max_t at " + at;

@@ -94,9 +94,11 @@ struct Trial {
   // Failures in a row since its last recorded result (the retry back-off; not persisted).
   int fail_streak = 0;
   std::string last_failure;  // how its last attempt failed (to log a repeated failure once)
-  // PBT: the donor of its latest exploit (with cause kExploit), the exploits done so far, and
-  // the one decided but not carried out yet (null when none: see control/exploit.cpp).
+  // PBT: the donor of the last exploit carried out and the time_attr value it was decided at,
+  // the exploits done so far, and the one decided but not carried out yet (null when none:
+  // see control/exploit.cpp).
   std::string exploited_from;
+  double exploited_at = 0;
   int exploits = 0;
   json pending_exploit;
   // A pause found its latest checkpoint older than the decision (said once; not persisted).

@@ -88,9 +88,13 @@ class PbtTest(TuneTest):
         self.assertRegex(first["donor_checkpoint"], r"^trial_%s_[^/]+/checkpoint_\d{6}$" % first["donor"])
         self.assertTrue(0.05 <= first["new_config"]["q"] <= 2.0)
         exploited = [t for t in self.trials("straight") if t["exploits"] > 0]
-        # The last result says why, and tune status too.
+        # tune status shows each exploited trial's last exploit.
         status = self.tune("status", "straight", check=0).stdout
-        self.assertIn("exploited ", status)
+        for tid, (_, _, _, exploits) in trials.items():
+            if exploits:
+                last = [p for p in policy if p["trial"] == tid][-1]
+                row = [line for line in status.splitlines() if line.startswith("trial_" + tid)][0]
+                self.assertIn("exploited %s @ %d" % (last["donor"], last["at"]), row)
         # The rows past the donor's checkpoint were set aside, if there were any.
         for t in exploited:
             d = os.path.join(self.exp_dir("straight"), t["trial_name"])

@@ -133,12 +133,12 @@ TEST_CASE("pbt exploits in function mode: donor checkpoint, new config, rows set
       if ((*it)["trial"] == t.id) {
         CHECK(t.config == (*it)["new_config"]);
         CHECK(t.exploited_from == (*it)["donor"]);
+        CHECK(t.exploited_at == (*it)["at"]);
+        // tune status and the live table show its last exploit.
+        CHECK(trial::describe_decision(t, "pbt") ==
+              "exploited " + t.exploited_from + " @ " + util::format_double(t.exploited_at));
         break;
       }
-    // Shown until its next decision (a pause for another trial's turn, say).
-    if (t.cause == trial::Cause::kExploit)
-      CHECK(trial::describe_decision(t, "pbt") ==
-            "exploited " + t.exploited_from + " @ " + util::format_double(t.decided_at));
   }
   // 00001: restarted from its own copy of the donor's checkpoint; each iteration once in
   // result.json, its row 3 (past the donor's 2) set aside.
