@@ -269,10 +269,6 @@ void Controller::launch_ready() {
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
   while (running_.size() + restarts.size() < limit) {
     std::optional<size_t> ready = next_pending(ex_.now());
-    // A trial not created yet has advanced least of all (pbt ranks waiting trials so).
-    if (ready && state_.next_index < state_.total_trials && !stopping_ &&
-        sched_->priority(state_.trials[*ready].id) > 0)
-      ready.reset();
     if (!ready && state_.next_index >= state_.total_trials) break;
     auto placement = pool_.acquire(exp_.trial.resources);
     if (!placement) break;
@@ -358,6 +354,8 @@ std::optional<size_t> Controller::next_pending(double now) const {
     double p = sched_->priority(state_.trials[at].id);
     if (!best || p < best_p) best = at, best_p = p;
   }
+  // A trial not created yet has advanced least of all (pbt ranks waiting trials so).
+  if (best_p > 0 && state_.next_index < state_.total_trials && !stopping_) return std::nullopt;
   return best;
 }
 

@@ -129,7 +129,8 @@ class Controller : private sched::Population {
   void launch_ready();
   // Journals and starts a trial's first attempt; false if it could not be journaled.
   bool start_first_attempt(trial::Trial& t, const Placement& p);
-  // The oldest pending trial whose retry back-off has passed, by index.
+  // The pending trial to run next, among those whose retry back-off has passed: the lowest
+  // scheduler priority, then the oldest; none while a trial not created yet should go first.
   [[nodiscard]] std::optional<size_t> next_pending(double now) const;
   bool launch(trial::Trial& t, const Placement& p);
   // The host name a placement puts a trial on (as the state records it).
