@@ -1,7 +1,10 @@
 """A small real training problem with no download: scikit-learn's digits (8x8 images, 10
 classes) and an MLPClassifier trained one epoch at a time with partial_fit. Reports validation
 accuracy after every epoch and checkpoints the model with pickle, so schedulers can stop, pause
-and resume it (configs/asha_digits.yaml, configs/hyperband_digits.yaml).
+and resume it (configs/asha_digits.yaml, configs/hyperband_digits.yaml). Under PBT a trial may
+restore another trial's checkpoint with a changed config (configs/pbt_digits.yaml): the
+restored model then takes the config's alpha and learning rate (and batch size) from here on;
+its layer sizes are the checkpoint's.
 
 Needs Debian's python3-sklearn (scripts/setup.sh --examples installs it)."""
 import os
@@ -38,6 +41,13 @@ if ckpt:
     model, start, rng_state = state["model"], state["epoch"], state["rng"]
     rng = np.random.RandomState()
     rng.set_state(rng_state)
+    # The config may differ from the one the checkpoint was trained with (a PBT exploit): the
+    # regularization and the optimizer's learning rate follow this trial's config.
+    model.set_params(alpha=float(cfg["alpha"]), learning_rate_init=float(cfg["lr"]),
+                     batch_size=batch)
+    if getattr(model, "_optimizer", None) is not None:
+        model._optimizer.learning_rate_init = float(cfg["lr"])
+        model._optimizer.learning_rate = float(cfg["lr"])
 else:
     model = MLPClassifier(hidden_layer_sizes=(int(cfg["hidden"]),), alpha=float(cfg["alpha"]),
                           learning_rate_init=float(cfg["lr"]), batch_size=batch,

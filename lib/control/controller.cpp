@@ -52,6 +52,7 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
       search::make_searcher(exp_.search_alg, exp_.space, exp_.num_samples, exp_.seed.value_or(0));
   if (!searcher) throw Fatal(searcher.error(), kExitUsage);
   searcher_ = std::move(*searcher);
+  sched_->attach(this);
 }
 
 Controller::~Controller() = default;
@@ -286,6 +287,7 @@ void Controller::launch_ready() {
     next.host = host_of(*placement);
     next.attempt_started = ex_.wall_time();
     if (next.attempt > 0) {
+      if (!next.pending_exploit.is_null()) carry_out_exploit(next);
       prepare_restart(next);
       next.attempt += 1;
       next.status = Status::kRunning;
@@ -342,11 +344,19 @@ bool Controller::start_first_attempt(trial::Trial& next, const Placement& placem
 }
 
 std::optional<size_t> Controller::next_pending(double now) const {
+  // The lowest priority first (the scheduler's; 0 for most), then the oldest.
+  std::optional<size_t> best;
+  double best_p = 0;
   for (uint64_t at : pending_) {
     auto it = retry_at_.find(at);
-    if (it == retry_at_.end() || it->second <= now) return at;
+    if (it != retry_at_.end() && it->second > now) continue;
+    if (exploit_waits(state_.trials[at])) continue;  // pbt: its donor's save is on its way
+    double p = sched_->priority(state_.trials[at].id);
+    if (!best || p < best_p) best = at, best_p = p;
   }
-  return std::nullopt;
+  // A trial not created yet has advanced least of all (pbt ranks waiting trials so).
+  if (best_p > 0 && state_.next_index < state_.total_trials && !stopping_) return std::nullopt;
+  return best;
 }
 
 void Controller::resume_running(trial::Trial& t) {
@@ -505,6 +515,15 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
   else
     spdlog::info("trial {} {}", t.name, trial::status_name(status));
   if (t.finished()) {
+    if (!t.pending_exploit.is_null()) {  // ended before the exploit was carried out
+      std::string donor_id = t.pending_exploit.value("donor", "");
+      spdlog::info("trial {}: its exploit of {} is dropped: it ended first", t.name, donor_id);
+      t.pending_exploit = nullptr;
+      if (auto d = index_.find(donor_id); d != index_.end()) {
+        trial::Trial& donor = state_.trials[d->second];
+        apply_retention(donor, !donor.finished());
+      }
+    }
     apply_retention(t, false);
     searcher_->on_complete(t.id, t.config, status == Status::kError ? std::nullopt : value_of(t));
     scheduler_complete(t);
@@ -738,6 +757,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                     "' is inconsistent (trial indexes are not 0.." +
                     std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
     for (size_t i = 0; i < state_.trials.size(); ++i) index_[state_.trials[i].id] = i;
+    trim_policy_log();  // before any exploit is carried out again
     // Trials only the journal knows (created after the last full state write) join the
     // scheduler again, in creation order, as they did before the crash.
     for (const auto& t : state_.trials)
@@ -749,8 +769,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         resume_running(t);
       else if (t.status == Status::kPending)
         set_pending(t);
-      else if (t.status == Status::kPaused)
+      else if (t.status == Status::kPaused) {
+        if (!t.pending_exploit.is_null()) carry_out_exploit(t);
         (sched_->may_resume(t.id) ? pending_ : paused_).insert(t.index);
+      }
     }
     end_strays();
     for (auto& t : state_.trials)
@@ -834,6 +856,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   final_upload();
   draw(true);
   spdlog::info("longest loop stall: {:.0f} ms", longest_stall_ * 1000);
+  if (!fatal_.empty()) throw Fatal(fatal_, kExitTrialError);
   return exit_code();
 }
 

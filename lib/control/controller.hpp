@@ -53,7 +53,8 @@ struct ControllerOptions {
   std::optional<fs::path> warm_start;
 };
 
-class Controller {
+// The controller is also what schedulers ask about the trials (sched::Population, exploit.cpp).
+class Controller : private sched::Population {
  public:
   Controller(spec::Experiment exp, exec::Executor& executor, ControllerOptions opts,
              ui::LiveTable* table = nullptr);
@@ -128,7 +129,8 @@ class Controller {
   void launch_ready();
   // Journals and starts a trial's first attempt; false if it could not be journaled.
   bool start_first_attempt(trial::Trial& t, const Placement& p);
-  // The oldest pending trial whose retry back-off has passed, by index.
+  // The pending trial to run next, among those whose retry back-off has passed: the lowest
+  // scheduler priority, then the oldest; none while a trial not created yet should go first.
   [[nodiscard]] std::optional<size_t> next_pending(double now) const;
   bool launch(trial::Trial& t, const Placement& p);
   // The host name a placement puts a trial on (as the state records it).
@@ -206,6 +208,29 @@ class Controller {
   void maybe_no_more_trials();
   // Paused trials the scheduler never released while nothing else can run: resumed anyway.
   void release_stuck_paused();
+
+  // PBT's exploits (exploit.cpp). What the scheduler may ask about the trials:
+  [[nodiscard]] const nlohmann::json* config(const std::string& trial) const override;
+  [[nodiscard]] bool has_checkpoint(const std::string& trial) const override;
+  [[nodiscard]] bool trials_waiting() const override;
+  // The scheduler decided an exploit of t (rt.decision): recorded as t's pending exploit (the
+  // donor's latest checkpoint is pinned from now on); false if it cannot be carried out.
+  bool plan_exploit(trial::Trial& t, const sched::Decision& d);
+  // The scheduler skipped an exploit as `donor` has no checkpoint: logged; a function-mode
+  // experiment with no checkpoint at all stops with an error.
+  void exploit_skipped(const trial::Trial& t, const std::string& donor);
+  // t's attempt ended with an exploit pending: the donor's checkpoint becomes t's latest, its
+  // rows past it move aside, its config changes, and pbt_policy.jsonl gets a line. Idempotent
+  // after a crash at any instant (the state still names the exploit until it is done).
+  // (Not while the step-mode save it copies is still on its way: then t waits, pending.)
+  void carry_out_exploit(trial::Trial& t);
+  // Whether t's pending exploit waits for its donor's save to come in.
+  [[nodiscard]] bool exploit_waits(const trial::Trial& t) const;
+  // The checkpoints of `donor` that pending exploits will copy (retention keeps them).
+  [[nodiscard]] std::vector<int64_t> pinned_checkpoints(const trial::Trial& donor) const;
+  // Resume: pbt_policy.jsonl back to the length the state knows (lines of exploits the state
+  // does not record as done are written again when they are carried out).
+  void trim_policy_log();
 
   void request_stop(trial::Trial& t, Runtime& rt, StopWhy why);
   void stop_all(StopWhy why, bool now);
@@ -285,6 +310,7 @@ class Controller {
   bool lost_ = false;                           // ... was deleted or replaced under us
   double last_turn_ = 0;                        // monotonic time the last loop turn ended
 
+  std::string fatal_;      // a run-ending error (pbt without checkpoints), said at the end
   bool stopping_ = false;  // no more launches
   bool interrupted_ = false;
   int interrupts_ = 0;

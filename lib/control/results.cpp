@@ -252,6 +252,9 @@ json Controller::checkpoint_metrics(const json& result) {
 void Controller::apply_retention(trial::Trial& t, bool can_run) {
   // (a missing score was warned about once, when the checkpoint was registered)
   auto doomed = checkpoint::select_for_deletion(t.checkpoints, policy_, can_run);
+  // A checkpoint a pending exploit will copy stays until it is copied (pbt).
+  if (!doomed.empty() && exp_.scheduler.kind == spec::SchedulerKind::kPbt)
+    for (int64_t seq : pinned_checkpoints(t)) std::erase(doomed, seq);
   if (doomed.empty()) return;
   std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
     if (std::find(doomed.begin(), doomed.end(), c.seq) == doomed.end()) return false;
@@ -270,17 +273,20 @@ void Controller::step_next(trial::Trial& t, Runtime& rt, const json& result) {
   bool stop = done || should_stop(result);
   if (!stop && rt.decision.action != sched::Action::kContinue) {
     // The scheduler's stop or pause: saved first (a pause always, so no work is lost).
-    bool pause = rt.decision.action == sched::Action::kPause;
+    // An exploit (pbt) ends the attempt as a pause does; its own state is not needed any more.
+    bool exploit = rt.decision.action == sched::Action::kExploit;
+    bool pause = rt.decision.action == sched::Action::kPause || exploit;
     request_stop(t, rt, pause ? StopWhy::kPause : StopWhy::kScheduler);
     t.reason = pause ? trial::Reason::kPaused : trial::Reason::kStopped;  // saved with the state
-    rt.force_save = pause;
+    rt.force_save = pause && !exploit;
     step_save(t, rt, true);
     return;
   }
   bool wanted = result.contains("should_checkpoint") && result["should_checkpoint"].is_boolean() &&
                 result["should_checkpoint"].get<bool>();
   int freq = exp_.checkpoint.frequency;
-  bool due = wanted || (freq > 0 && t.iteration % freq == 0);
+  // (pbt asks a top trial to save at its check, so that others can exploit it)
+  bool due = wanted || rt.decision.save || (freq > 0 && t.iteration % freq == 0);
   if (stop) {
     request_stop(t, rt, done ? StopWhy::kDone : StopWhy::kCriterion);
     step_save(t, rt, true);

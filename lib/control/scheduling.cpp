@@ -37,6 +37,13 @@ void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
   if (!obs) return;
   rt.decision = sched_->on_result(*obs);
   mark_dirty();
+  if (rt.decision.action != sched::Action::kExploit && !rt.decision.donor.empty())
+    exploit_skipped(t, rt.decision.donor);
+  if (rt.decision.action == sched::Action::kExploit && !plan_exploit(t, rt.decision)) {
+    bool save = rt.decision.save;
+    rt.decision = sched::Decision::go();
+    rt.decision.save = save;
+  }
   if (rt.decision.action == sched::Action::kContinue) {
     apply_verdicts();
     return;
@@ -46,6 +53,7 @@ void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
   trial::Trial view = t;
   view.reason =
       rt.decision.action == sched::Action::kStop ? trial::Reason::kStopped : trial::Reason::kPaused;
+  // (an exploit is carried out as a pause: the trial's attempt ends, it restarts from the donor)
   std::string what = trial::describe_decision(view, spec::scheduler_name(exp_.scheduler.kind));
   result["decision"] = what;
   if (rt.decision.action == sched::Action::kStop) result["done"] = true;
@@ -57,7 +65,8 @@ void Controller::act_on_decision(trial::Trial& t, Runtime& rt) {
   if (rt.decision.action == sched::Action::kContinue) return;
   // Function mode: later results are ignored from now on; the signal goes after the next state
   // write, which records the decision (the reason, while the trial is still RUNNING).
-  bool pause = rt.decision.action == sched::Action::kPause;
+  bool pause =
+      rt.decision.action == sched::Action::kPause || rt.decision.action == sched::Action::kExploit;
   rt.stop_why = pause ? StopWhy::kPause : StopWhy::kScheduler;
   t.reason = pause ? trial::Reason::kPaused : trial::Reason::kStopped;
   decided_stops_.push_back(t.id);
@@ -87,9 +96,11 @@ void Controller::send_decided_stops() {
 void Controller::paused(trial::Trial& t) {
   t.status = Status::kPaused;
   t.reason = trial::Reason::kPaused;
+  bool exploit = !t.pending_exploit.is_null();
+  if (exploit) carry_out_exploit(t);  // it goes on from the donor's checkpoint (pbt)
   const trial::Checkpoint* c = t.latest_checkpoint();
   int64_t from = c ? c->iteration : 0;
-  if (from < t.iteration && !t.told_stale_checkpoint) {
+  if (!exploit && from < t.iteration && !t.told_stale_checkpoint) {
     t.told_stale_checkpoint = true;
     spdlog::warn(
         "trial {}: paused at iteration {}, but its latest checkpoint is {}: it resumes from "

@@ -4,6 +4,7 @@
 #include "sched/asha.hpp"
 #include "sched/hyperband.hpp"
 #include "sched/median_stopping.hpp"
+#include "sched/pbt.hpp"
 
 namespace tune::sched {
 
@@ -30,6 +31,8 @@ std::unique_ptr<TrialScheduler> make_scheduler(const spec::SchedulerSpec& spec, 
       return std::make_unique<HyperBand>(spec);
     case spec::SchedulerKind::kMedianStopping:
       return std::make_unique<MedianStopping>(spec);
+    case spec::SchedulerKind::kPbt:
+      return std::make_unique<Pbt>(spec, seed);
   }
   return std::make_unique<Fifo>();
 }

@@ -26,7 +26,8 @@ struct Observation {
   double score = std::nan("");  // the metric, oriented so that larger is better (NaN as given)
 };
 
-enum class Action { kContinue, kStop, kPause };
+// kExploit (pbt): the trial continues from `donor`'s latest checkpoint with `config`.
+enum class Action { kContinue, kStop, kPause, kExploit };
 
 // Why a scheduler stopped or paused a trial (kept with the trial in the state).
 using Why = trial::Cause;
@@ -35,8 +36,26 @@ struct Decision {
   Action action = Action::kContinue;
   Why why = Why::kNone;
   double at = 0;  // the time_attr value it was decided at
+  // pbt: the trial should checkpoint now (step mode saves; function mode has what it reported).
+  bool save = false;
+  std::string donor = {};        // kExploit: whose checkpoint; with kContinue: an exploit of
+                                 // this donor was skipped, as it has no checkpoint yet
+  json config = json::object();  // kExploit: the trial's new config
 
   static Decision go() { return {}; }
+};
+
+// What a scheduler may ask about the trials besides their results (pbt needs configs and
+// checkpoints). The controller answers from its state; tests answer from a script.
+class Population {
+ public:
+  virtual ~Population() = default;
+  // The trial's config (nullptr if unknown).
+  [[nodiscard]] virtual const json* config(const std::string& trial) const = 0;
+  // Whether the trial has a checkpoint another trial could start from.
+  [[nodiscard]] virtual bool has_checkpoint(const std::string& trial) const = 0;
+  // Whether trials wait for a slot (pending, paused ready to run, or not created yet).
+  [[nodiscard]] virtual bool trials_waiting() const = 0;
 };
 
 // A decision about a trial that is not the one reporting (a paused trial that a hyperband rung
@@ -66,6 +85,14 @@ class TrialScheduler {
     (void)trial;
     return true;
   }
+  // Which waiting trial runs first: the lowest value (ties: creation order). pbt: the one
+  // that has advanced least, so a population larger than the slots evolves evenly.
+  [[nodiscard]] virtual double priority(const std::string& trial) const {
+    (void)trial;
+    return 0;
+  }
+  // The trials' configs and checkpoints, for schedulers that need them (kept, not owned).
+  virtual void attach(const Population* population) { (void)population; }
   // Its state, saved with the experiment state so that a resumed run decides as an
   // uninterrupted one; restore() refuses a state that is not its own, naming the field.
   [[nodiscard]] virtual json save() const = 0;

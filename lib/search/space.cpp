@@ -50,6 +50,8 @@ int64_t quantize_int(int64_t v, int64_t lo, int64_t hi, int64_t q) {
   return r;
 }
 
+}  // namespace
+
 json sample(const Domain& d, Rng& rng) {
   using K = Domain::Kind;
   const auto& a = d.args;
@@ -93,7 +95,6 @@ json sample(const Domain& d, Rng& rng) {
   }
   return nullptr;
 }
-}  // namespace
 
 std::optional<uint64_t> checked_trial_count(const Space& space, uint64_t num_samples) {
   auto grid = checked_grid_size(space);

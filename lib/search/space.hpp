@@ -66,6 +66,10 @@ struct TrialConfig {
 // this project's own distribution code, so results are identical on every platform.
 [[nodiscard]] TrialConfig generate(const Space& space, uint64_t seed, uint64_t index);
 
+class Rng;
+// One draw from a (non-grid) domain, with this project's distribution code.
+[[nodiscard]] json sample(const Domain& d, Rng& rng);
+
 // Name of a config value as it appears in trial names and placeholders ("0.001", "adam").
 [[nodiscard]] std::string value_text(const json& v);
 

@@ -78,7 +78,7 @@ struct HostSpec {
 };
 
 // scheduler: which trials go on, stop or pause by their results (docs/SCHEDULERS.md).
-enum class SchedulerKind { kFifo, kAsha, kHyperBand, kMedianStopping };
+enum class SchedulerKind { kFifo, kAsha, kHyperBand, kMedianStopping, kPbt };
 
 struct SchedulerSpec {
   SchedulerKind kind = SchedulerKind::kFifo;
@@ -90,6 +90,14 @@ struct SchedulerSpec {
   double reduction_factor = 4;                   // asha 4, hyperband 3
   int brackets = 1;                              // asha
   int min_samples_required = 3;                  // median_stopping
+  // pbt (Ray's defaults): a check every perturbation_interval of time_attr, after burn_in_period.
+  double perturbation_interval = 60;
+  double burn_in_period = 0;
+  double quantile_fraction = 0.25;  // in (0, 0.5]
+  double resample_probability = 0.25;
+  std::vector<double> perturbation_factors = {1.2, 0.8};
+  // What an exploit may change: a numeric domain, or a list (kChoice: moves one place).
+  std::vector<search::Param> mutations;
 };
 
 // The name a scheduler has in YAML and in messages ("asha").

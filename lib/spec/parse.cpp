@@ -60,9 +60,21 @@ constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "id
 constexpr std::string_view kSlurmHostKeys[] = {
     "partition", "account",  "time_limit",  "cpus",           "gpus",
     "mem",       "max_jobs", "sbatch_args", "signal_grace_s", "use_allocation"};
-constexpr std::string_view kSchedulerKeys[] = {
-    "type",         "metric",           "mode",     "time_attr",           "max_t",
-    "grace_period", "reduction_factor", "brackets", "min_samples_required"};
+constexpr std::string_view kSchedulerKeys[] = {"type",
+                                               "metric",
+                                               "mode",
+                                               "time_attr",
+                                               "max_t",
+                                               "grace_period",
+                                               "reduction_factor",
+                                               "brackets",
+                                               "min_samples_required",
+                                               "perturbation_interval",
+                                               "quantile_fraction",
+                                               "resample_probability",
+                                               "hyperparam_mutations",
+                                               "perturbation_factors",
+                                               "burn_in_period"};
 constexpr std::string_view kSearchKeys[] = {
     "type",          "n_startup_trials",  "n_ei_candidates",     "gamma",
     "gamma_cap",     "prior_weight",      "consider_magic_clip", "consider_endpoints",
@@ -112,6 +124,10 @@ class Parser {
   void parse_slurm_host(const YAML::Node& body, HostSpec& hs) const;
   void check_slurm(const YAML::Node& root, const Experiment& e) const;
   void parse_scheduler(const YAML::Node& n, Experiment& e) const;
+  // pbt's own keys (after the common ones were read).
+  void parse_pbt(const YAML::Node& n, Experiment& e) const;
+  void parse_mutations(const YAML::Node& n, std::vector<std::string>& path,
+                       std::vector<search::Param>& out) const;
   void parse_search(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
@@ -655,20 +671,20 @@ void Parser::parse_scheduler(const YAML::Node& n, Experiment& e) const {
         {"async_hyperband", SchedulerKind::kAsha},
         {"hyperband", SchedulerKind::kHyperBand},
         {"median_stopping", SchedulerKind::kMedianStopping},
-        {"median_stopping_rule", SchedulerKind::kMedianStopping}};
+        {"median_stopping_rule", SchedulerKind::kMedianStopping},
+        {"pbt", SchedulerKind::kPbt},
+        {"population_based_training", SchedulerKind::kPbt}};
     auto it = kKinds.find(type);
     if (it == kKinds.end()) {
-      constexpr std::string_view kNames[] = {"fifo", "asha", "hyperband", "median_stopping"};
+      constexpr std::string_view kNames[] = {"fifo", "asha", "hyperband", "median_stopping", "pbt"};
       std::string msg = "unknown scheduler '" + util::printable(type, 40) + "'";
-      if (type == "pbt")
-        msg = "scheduler 'pbt' is not available in this version";
-      else if (auto sug = util::suggest(type, kNames))
-        msg += " (did you mean '" + *sug + "'?)";
-      error(t, msg + " (available: fifo, asha, hyperband, median_stopping)");
+      if (auto sug = util::suggest(type, kNames)) msg += " (did you mean '" + *sug + "'?)";
+      error(t, msg + " (available: fifo, asha, hyperband, median_stopping, pbt)");
     }
     s.kind = it->second;
   } else {
-    error(n, "scheduler: missing required key 'type' (fifo, asha, hyperband, median_stopping)");
+    error(n,
+          "scheduler: missing required key 'type' (fifo, asha, hyperband, median_stopping, pbt)");
   }
   const char* name = scheduler_name(s.kind);
   auto key = [&](const char* k) { return std::string("scheduler.") + k; };
@@ -718,7 +734,10 @@ void Parser::parse_scheduler(const YAML::Node& n, Experiment& e) const {
       {SchedulerKind::kFifo, {}},
       {SchedulerKind::kAsha, {"max_t", "grace_period", "reduction_factor", "brackets"}},
       {SchedulerKind::kHyperBand, {"max_t", "reduction_factor"}},
-      {SchedulerKind::kMedianStopping, {"grace_period", "min_samples_required"}}};
+      {SchedulerKind::kMedianStopping, {"grace_period", "min_samples_required"}},
+      {SchedulerKind::kPbt,
+       {"perturbation_interval", "quantile_fraction", "resample_probability",
+        "hyperparam_mutations", "perturbation_factors", "burn_in_period"}}};
   for (const auto& kv : n) {
     std::string k = kv.first.Scalar();
     if (k == "type" || k == "metric" || k == "mode" || k == "time_attr") continue;
@@ -729,6 +748,102 @@ void Parser::parse_scheduler(const YAML::Node& n, Experiment& e) const {
     error(n["grace_period"] ? n["grace_period"] : n,
           "scheduler.grace_period (" + util::format_double(s.grace_period) +
               ") must not exceed max_t (" + util::format_double(s.max_t) + ")");
+  if (s.kind == SchedulerKind::kPbt) parse_pbt(n, e);
+}
+
+namespace {
+std::string dotted_path(const std::vector<std::string>& path) {
+  std::string out;
+  for (const auto& k : path) out += (out.empty() ? "" : ".") + k;
+  return out;
+}
+}  // namespace
+
+void Parser::parse_pbt(const YAML::Node& n, Experiment& e) const {
+  auto& s = e.scheduler;
+  if (auto m = n["perturbation_interval"]) {
+    s.perturbation_interval = number(m, "scheduler.perturbation_interval");
+    if (!(s.perturbation_interval > 0) || std::isinf(s.perturbation_interval))
+      error(m, "scheduler.perturbation_interval must be a positive number, got " +
+                   util::format_double(s.perturbation_interval));
+  }
+  if (auto m = n["burn_in_period"]) {
+    s.burn_in_period = number(m, "scheduler.burn_in_period");
+    if (!(s.burn_in_period >= 0) || std::isinf(s.burn_in_period))
+      error(m, "scheduler.burn_in_period must be 0 or a positive number");
+  }
+  if (auto m = n["quantile_fraction"]) {
+    s.quantile_fraction = number(m, "scheduler.quantile_fraction");
+    if (!(s.quantile_fraction > 0 && s.quantile_fraction <= 0.5))
+      error(m, "scheduler.quantile_fraction must be in (0, 0.5], got " +
+                   util::format_double(s.quantile_fraction));
+  }
+  if (auto m = n["resample_probability"]) {
+    s.resample_probability = number(m, "scheduler.resample_probability");
+    if (!(s.resample_probability >= 0 && s.resample_probability <= 1))
+      error(m, "scheduler.resample_probability must be in [0, 1], got " +
+                   util::format_double(s.resample_probability));
+  }
+  if (auto m = n["perturbation_factors"]) {
+    if (!m.IsSequence() || m.size() == 0)
+      error(m, "scheduler.perturbation_factors must be a non-empty list of numbers");
+    s.perturbation_factors.clear();
+    for (const auto& f : m) {
+      double v = number(f, "scheduler.perturbation_factors");
+      if (!std::isfinite(v) || v <= 0)
+        error(f, "scheduler.perturbation_factors: each factor must be a positive number");
+      s.perturbation_factors.push_back(v);
+    }
+  }
+  auto muts = n["hyperparam_mutations"];
+  if (!muts || !muts.IsMap() || muts.size() == 0)
+    error(muts ? muts : n,
+          "scheduler 'pbt' needs 'hyperparam_mutations': a mapping of the config keys an exploit "
+          "may change to a distribution ({loguniform: [1e-4, 1e-1]}) or a list of values");
+  std::vector<std::string> path;
+  parse_mutations(muts, path, s.mutations);
+  // A key absent from param_space is sampled from its mutation, for every trial (as Ray).
+  for (const auto& m : s.mutations) {
+    std::string dotted = dotted_path(m.path);
+    bool known = search::lookup(e.space.base, dotted) != nullptr ||
+                 std::any_of(e.space.params.begin(), e.space.params.end(),
+                             [&](const search::Param& p) { return p.path == m.path; });
+    if (!known) e.space.params.push_back(m);
+  }
+}
+
+void Parser::parse_mutations(const YAML::Node& n, std::vector<std::string>& path,
+                             std::vector<search::Param>& out) const {
+  check_duplicates(n);
+  for (const auto& kv : n) {
+    std::string key = kv.first.Scalar();
+    path.push_back(key);
+    std::string where = "scheduler.hyperparam_mutations." + dotted_path(path);
+    const YAML::Node& v = kv.second;
+    if (key.empty() || key.find('.') != std::string::npos)
+      error(kv.first, where + ": a key must be non-empty and contain no '.'");
+    if (v.IsSequence()) {
+      if (v.size() == 0) error(v, where + ": an empty list gives nothing to choose from");
+      Domain d;
+      d.kind = Kind::kChoice;
+      d.values = yaml_to_json(v);
+      out.push_back({path, d});
+    } else if (v.IsMap() && v.size() == 1 &&
+               std::find(std::begin(kDomainKeys), std::end(kDomainKeys),
+                         v.begin()->first.Scalar()) != std::end(kDomainKeys)) {
+      std::string dk = v.begin()->first.Scalar();
+      if (dk == "grid_search")
+        error(v.begin()->first, where + ": grid_search cannot be sampled (use a list)");
+      out.push_back({path, parse_domain(dk, v.begin()->second)});
+    } else if (v.IsMap() && v.size() > 0) {
+      parse_mutations(v, path, out);  // nested config keys
+    } else {
+      error(v, where +
+                   ": cannot be sampled: give a distribution ({uniform: [lo, hi]}) or a "
+                   "list of values");
+    }
+    path.pop_back();
+  }
 }
 
 void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
@@ -1087,6 +1202,8 @@ const char* scheduler_name(SchedulerKind k) {
       return "hyperband";
     case SchedulerKind::kMedianStopping:
       return "median_stopping";
+    case SchedulerKind::kPbt:
+      return "pbt";
   }
   return "?";
 }

@@ -40,6 +40,10 @@ json trial_to_json(const trial::Trial& t) {
           {"reason", trial::reason_name(t.reason)},
           {"cause", trial::cause_name(t.cause)},
           {"decided_at", t.decided_at},
+          {"exploited_from", t.exploited_from},
+          {"exploited_at", t.exploited_at},
+          {"exploits", t.exploits},
+          {"pending_exploit", t.pending_exploit},
           {"attempt", t.attempt},
           {"failures", t.failures},
           {"host", t.host},
@@ -145,6 +149,7 @@ json header_json(const ExperimentState& s) {
           {"mode", s.mode},
           {"hosts", s.hosts},
           {"scheduler", s.scheduler},
+          {"pbt_policy_bytes", s.pbt_policy_bytes},
           {"search_alg", s.search_alg}};
 }
 }  // namespace
@@ -185,6 +190,8 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
       if (it->is_string()) s.hosts[it.key()] = it->get<std::string>();
   if (j.contains("scheduler")) s.scheduler = j["scheduler"];     // checked by the scheduler
   if (j.contains("search_alg")) s.search_alg = j["search_alg"];  // checked by the searcher
+  if (j.contains("pbt_policy_bytes"))  // (absent in states written before pbt existed)
+    s.pbt_policy_bytes = r.get<uint64_t>(j, "pbt_policy_bytes", "experiment");
   json trials = r.get<json>(j, "trials", "experiment");
   if (!r.ok) return std::unexpected(r.err);
   if (!trials.is_array()) return fail(where, ": 'trials' is not a list");
@@ -222,6 +229,22 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
       if (r.ok && !cause) return fail(where, ": ", ctx, ": unknown cause");
       t.cause = cause.value_or(trial::Cause::kNone);
       t.decided_at = r.get<double>(tj, "decided_at", ctx);
+    }
+    if (tj.contains("exploits")) {  // (absent in states written before pbt existed)
+      t.exploited_from = r.get<std::string>(tj, "exploited_from", ctx);
+      t.exploited_at = r.get<double>(tj, "exploited_at", ctx);
+      t.exploits = r.get<int>(tj, "exploits", ctx);
+      t.pending_exploit = r.get<json>(tj, "pending_exploit", ctx);
+      const json& pe = t.pending_exploit;
+      bool well_formed =
+          pe.is_null() ||
+          (pe.is_object() && pe.contains("donor") && pe["donor"].is_string() &&
+           pe.contains("donor_seq") && pe["donor_seq"].is_number_integer() && pe.contains("n") &&
+           pe["n"].is_number_integer() && pe.contains("at") && pe["at"].is_number() &&
+           pe.contains("new_config") && pe["new_config"].is_object());
+      if (r.ok && !well_formed)
+        return fail(where, ": ", ctx,
+                    ": 'pending_exploit' needs donor, donor_seq, n, at and new_config");
     }
     if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
     json metrics = r.get<json>(tj, "metrics", ctx);
@@ -286,7 +309,9 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
             t.host,
             t.error,
             static_cast<int>(t.cause),
-            t.decided_at};
+            t.decided_at,
+            t.exploits,
+            !t.pending_exploit.is_null()};
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);

@@ -31,6 +31,7 @@ struct ExperimentState {
   std::map<std::string, std::string> hosts;  // host -> "up" | "unreachable" (as last seen)
   nlohmann::json scheduler;                  // the trial scheduler's own state (null for fifo)
   nlohmann::json search_alg;                 // the searcher's own state (null for random)
+  uint64_t pbt_policy_bytes = 0;  // pbt_policy.jsonl's length as of this state (control/exploit)
   std::vector<trial::Trial> trials;
 };
 
@@ -82,6 +83,8 @@ class StateWriter {
     std::string host, error;
     int cause = 0;
     double decided_at = 0;
+    int exploits = 0;
+    bool exploit_pending = false;
     bool operator==(const Key&) const = default;
   };
   struct Entry {

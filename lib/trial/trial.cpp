@@ -59,17 +59,30 @@ const char* cause_name(Cause c) {
       return "max_t";
     case Cause::kRung:
       return "rung";
+    case Cause::kTurn:
+      return "turn";
+    case Cause::kExploit:
+      return "exploit";
   }
   return "";
 }
 
 std::optional<Cause> parse_cause(std::string_view s) {
-  for (Cause c : {Cause::kNone, Cause::kCutoff, Cause::kMedian, Cause::kMaxT, Cause::kRung})
+  for (Cause c : {Cause::kNone, Cause::kCutoff, Cause::kMedian, Cause::kMaxT, Cause::kRung,
+                  Cause::kTurn, Cause::kExploit})
     if (s == cause_name(c)) return c;
   return std::nullopt;
 }
 
 std::string describe_decision(const Trial& t, std::string_view scheduler) {
+  // pbt: an exploit decided, then the last one carried out (while the trial waits for its
+  // restart, after it, and once it ended by itself).
+  if (t.cause == Cause::kExploit && t.reason == Reason::kPaused && t.pending_exploit.is_object())
+    return "exploited " + t.pending_exploit.value("donor", "") + " @ " +
+           util::format_double(t.decided_at);
+  if (!t.exploited_from.empty() &&
+      (t.reason == Reason::kNone || (t.reason == Reason::kPaused && t.cause == Cause::kExploit)))
+    return "exploited " + t.exploited_from + " @ " + util::format_double(t.exploited_at);
   if (t.reason != Reason::kStopped && t.reason != Reason::kPaused) return "";
   std::string at = util::format_double(t.decided_at);
   if (t.cause == Cause::kMaxT) return "reached max_t at " + at;

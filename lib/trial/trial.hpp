@@ -34,10 +34,12 @@ enum class Reason {
 // Why a scheduler stopped or paused a trial.
 enum class Cause {
   kNone,
-  kCutoff,  // below its rung's cutoff (asha), or not among the best at its rung (hyperband)
-  kMedian,  // its best is below the median of the others' running means (median_stopping)
-  kMaxT,    // reached the scheduler's max_t
-  kRung,    // paused at its rung until the rest of its bracket reaches it (hyperband)
+  kCutoff,   // below its rung's cutoff (asha), or not among the best at its rung (hyperband)
+  kMedian,   // its best is below the median of the others' running means (median_stopping)
+  kMaxT,     // reached the scheduler's max_t
+  kRung,     // paused at its rung until the rest of its bracket reaches it (hyperband)
+  kTurn,     // paused at its check so that trials waiting for a slot get their turn (pbt)
+  kExploit,  // restarts from another trial's checkpoint with a changed config (pbt)
 };
 
 [[nodiscard]] const char* cause_name(Cause c);
@@ -92,6 +94,13 @@ struct Trial {
   // Failures in a row since its last recorded result (the retry back-off; not persisted).
   int fail_streak = 0;
   std::string last_failure;  // how its last attempt failed (to log a repeated failure once)
+  // PBT: the donor of the last exploit carried out and the time_attr value it was decided at,
+  // the exploits done so far, and the one decided but not carried out yet (null when none:
+  // see control/exploit.cpp).
+  std::string exploited_from;
+  double exploited_at = 0;
+  int exploits = 0;
+  json pending_exploit;
   // A pause found its latest checkpoint older than the decision (said once; not persisted).
   bool told_stale_checkpoint = false;
 
@@ -107,7 +116,8 @@ struct Trial {
 };
 
 // Directory names: trial_<id>_<varying params>, filesystem-safe, at most 200 bytes.
-// "stopped by asha at 9", "paused by hyperband at 3", "reached max_t at 81": a scheduler's
+// "stopped by asha at 9", "paused by hyperband at 3", "reached max_t at 81", "exploited 00003
+// @ 12": a scheduler's
 // decision about `t` (empty when it has none).
 [[nodiscard]] std::string describe_decision(const Trial& t, std::string_view scheduler);
 

@@ -413,3 +413,82 @@ TEST_CASE("schedulers: their options parsed, bad ones refused with the place", "
   CHECK(error_of(mm + "scheduler: {type: asha, max_t: -3}\n") ==
         "exp.yaml:5:32: scheduler.max_t must be a positive number");
 }
+
+TEST_CASE("pbt: its options parsed; a mutation absent from param_space joins it", "[spec][pbt]") {
+  auto e = ok(kMin +
+              "metric: acc\nmode: max\n"
+              "scheduler:\n"
+              "  type: pbt\n"
+              "  perturbation_interval: 4\n"
+              "  quantile_fraction: 0.5\n"
+              "  resample_probability: 0.1\n"
+              "  burn_in_period: 2\n"
+              "  perturbation_factors: [1.5, 0.5]\n"
+              "  hyperparam_mutations:\n"
+              "    lr: {loguniform: [1.0e-4, 1.0e-1]}\n"
+              "    bs: [16, 32, 64]\n"
+              "    opt: {momentum: {uniform: [0.8, 0.99]}}\n");
+  const auto& s = e.scheduler;
+  CHECK(s.kind == spec::SchedulerKind::kPbt);
+  CHECK(s.perturbation_interval == 4);
+  CHECK(s.quantile_fraction == 0.5);
+  CHECK(s.resample_probability == 0.1);
+  CHECK(s.burn_in_period == 2);
+  CHECK(s.perturbation_factors == std::vector<double>{1.5, 0.5});
+  REQUIRE(s.mutations.size() == 3);
+  CHECK(s.mutations[0].path == std::vector<std::string>{"lr"});
+  CHECK(s.mutations[0].domain.kind == search::Domain::Kind::kLogUniform);
+  CHECK(s.mutations[1].domain.kind == search::Domain::Kind::kChoice);
+  CHECK(s.mutations[1].domain.values == nlohmann::json::array({16, 32, 64}));
+  CHECK(s.mutations[2].path == std::vector<std::string>{"opt", "momentum"});
+  // lr is a constant of param_space (kept); bs and opt.momentum were absent: sampled.
+  REQUIRE(e.space.params.size() == 2);
+  CHECK(e.space.params[0].path == std::vector<std::string>{"bs"});
+  CHECK(e.space.params[1].path == std::vector<std::string>{"opt", "momentum"});
+  auto d = ok(kMin +
+              "metric: acc\nmode: max\n"
+              "scheduler: {type: pbt, hyperparam_mutations: {lr: [0.1, 0.2]}}\n");
+  CHECK(d.scheduler.perturbation_interval == 60);  // Ray's defaults
+  CHECK(d.scheduler.quantile_fraction == 0.25);
+  CHECK(d.scheduler.resample_probability == 0.25);
+  CHECK(d.scheduler.perturbation_factors == std::vector<double>{1.2, 0.8});
+}
+
+TEST_CASE("pbt: bad options refused with the key and place", "[spec][pbt]") {
+  const std::string mm = kMin + "metric: acc\nmode: max\n";
+  const std::string lr = "hyperparam_mutations: {lr: [0.1, 0.2]}";
+  CHECK(error_of(mm + "scheduler: {type: pbt, quantile_fraction: 0.6, " + lr + "}\n") ==
+        "exp.yaml:5:43: scheduler.quantile_fraction must be in (0, 0.5], got 0.6");
+  CHECK(error_of(mm + "scheduler: {type: pbt, quantile_fraction: 0, " + lr + "}\n") ==
+        "exp.yaml:5:43: scheduler.quantile_fraction must be in (0, 0.5], got 0");
+  CHECK(error_of(mm + "scheduler: {type: pbt, perturbation_interval: 0, " + lr + "}\n") ==
+        "exp.yaml:5:47: scheduler.perturbation_interval must be a positive number, got 0");
+  CHECK(error_of(mm + "scheduler: {type: pbt, resample_probability: 2, " + lr + "}\n") ==
+        "exp.yaml:5:46: scheduler.resample_probability must be in [0, 1], got 2");
+  CHECK(error_of(mm + "scheduler: {type: pbt, burn_in_period: -1, " + lr + "}\n") ==
+        "exp.yaml:5:40: scheduler.burn_in_period must be 0 or a positive number");
+  CHECK(error_of(mm + "scheduler: {type: pbt, perturbation_factors: [], " + lr + "}\n") ==
+        "exp.yaml:5:46: scheduler.perturbation_factors must be a non-empty list of numbers");
+  CHECK(error_of(mm + "scheduler: {type: pbt, perturbation_factors: [1.2, -1], " + lr + "}\n") ==
+        "exp.yaml:5:52: scheduler.perturbation_factors: each factor must be a positive number");
+  CHECK(error_of(mm + "scheduler: {type: pbt}\n")
+            .starts_with("exp.yaml:5:12: scheduler 'pbt' needs 'hyperparam_mutations'"));
+  CHECK(error_of(mm + "scheduler: {type: pbt, hyperparam_mutations: {lr: 0.1}}\n") ==
+        "exp.yaml:5:51: scheduler.hyperparam_mutations.lr: cannot be sampled: give a "
+        "distribution ({uniform: [lo, hi]}) or a list of values");
+  CHECK(error_of(mm + "scheduler: {type: pbt, hyperparam_mutations: {lr: []}}\n") ==
+        "exp.yaml:5:51: scheduler.hyperparam_mutations.lr: an empty list gives nothing to "
+        "choose from");
+  CHECK(error_of(mm + "scheduler: {type: pbt, hyperparam_mutations: {lr: {grid_search: [1, "
+                      "2]}}}\n") ==
+        "exp.yaml:5:52: scheduler.hyperparam_mutations.lr: grid_search cannot be sampled (use "
+        "a list)");
+  CHECK(error_of(mm + "scheduler: {type: pbt, hyperparam_mutations: {lr: {uniform: [2, 1]}}}\n")
+            .find("uniform: lo > hi") != std::string::npos);
+  CHECK(error_of(kMin + "scheduler: {type: pbt, " + lr + "}\n")
+            .find("scheduler 'pbt' needs a metric") != std::string::npos);
+  CHECK(error_of(mm + "scheduler: {type: pbt, max_t: 3, " + lr + "}\n") ==
+        "exp.yaml:5:24: scheduler 'pbt' has no option 'max_t'");
+  CHECK(error_of(mm + "scheduler: {type: asha, perturbation_interval: 3}\n") ==
+        "exp.yaml:5:25: scheduler 'asha' has no option 'perturbation_interval'");
+}

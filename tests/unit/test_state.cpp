@@ -154,3 +154,38 @@ TEST_CASE("a state written with null for NaN metrics (before NaN was kept) still
   CHECK(std::isnan(s->trials[0].metrics.at("loss").last));
   CHECK(s->trials[0].metrics.at("loss").min == 0.1);
 }
+
+TEST_CASE("pbt fields round-trip; a malformed pending exploit is refused", "[state][pbt]") {
+  using json = nlohmann::json;
+  auto s = sample();
+  s.pbt_policy_bytes = 321;
+  s.trials[0].exploited_from = "00001";
+  s.trials[0].exploited_at = 6;
+  s.trials[0].exploits = 2;
+  s.trials[0].pending_exploit = {{"n", 3},
+                                 {"time", 1.5e9},
+                                 {"at", 9},
+                                 {"donor", "00001"},
+                                 {"donor_seq", 4},
+                                 {"donor_iteration", 8},
+                                 {"old_config", {{"lr", 0.1}}},
+                                 {"new_config", {{"lr", 0.2}}}};
+  auto back = state::from_json(state::to_json(s), "f");
+  REQUIRE(back);
+  CHECK(back->pbt_policy_bytes == 321);
+  CHECK(back->trials[0].exploited_from == "00001");
+  CHECK(back->trials[0].exploited_at == 6);
+  CHECK(back->trials[0].exploits == 2);
+  CHECK(back->trials[0].pending_exploit == s.trials[0].pending_exploit);
+  CHECK(back->trials[1].pending_exploit.is_null());
+  for (json bad : {json(7), json{{"donor", 1}}, json{{"donor", "00001"}, {"donor_seq", "x"}}}) {
+    auto j = state::to_json(s);
+    j["trials"][0]["pending_exploit"] = bad;
+    auto r = state::from_json(j, "f");
+    INFO(bad.dump());
+    REQUIRE(!r);
+    CHECK(
+        r.error().message.find("'pending_exploit' needs donor, donor_seq, n, at and new_config") !=
+        std::string::npos);
+  }
+}
