@@ -48,19 +48,32 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
       policy_(checkpoint::Policy::from(exp_.checkpoint)),
       sched_(sched::make_scheduler(exp_.scheduler, exp_.seed.value_or(0))) {
   host_name_ = ex_.host_name();
-  auto searcher =
-      search::make_searcher(exp_.search_alg, exp_.space, exp_.num_samples, exp_.seed.value_or(0));
+  search::SearcherContext sc;
+  sc.experiment_dir = exp_.dir();
+  sc.cwd = exp_.trial.workdir;
+  if (!opts_.python_helpers_dir.empty()) {
+    const char* pp = std::getenv("PYTHONPATH");
+    sc.env["PYTHONPATH"] = opts_.python_helpers_dir + (pp && *pp ? ":" + std::string(pp) : "");
+  }
+  sc.metric = exp_.metric;
+  sc.mode = exp_.mode == spec::Order::kMax ? "max" : "min";
+  auto searcher = search::make_searcher(exp_.search_alg, exp_.space, exp_.num_samples,
+                                        exp_.seed.value_or(0), sc);
   if (!searcher) throw Fatal(searcher.error(), kExitUsage);
   searcher_ = std::move(*searcher);
 }
 
 Controller::~Controller() = default;
 
-trial::Trial& Controller::new_trial() {
+trial::Trial* Controller::new_trial() {
   auto cfg = searcher_->suggest(state_.next_index);
-  if (cfg.kind != search::Suggestion::Kind::kConfig)
-    throw Fatal("internal error: the searcher gave no config for trial " +
-                std::to_string(state_.next_index));
+  if (cfg.kind == search::Suggestion::Kind::kFinished) {
+    spdlog::info("the searcher has no more configs: {} trial(s) in all", state_.next_index);
+    state_.total_trials = state_.next_index;
+    mark_dirty();
+    return nullptr;
+  }
+  if (cfg.kind == search::Suggestion::Kind::kWait) return nullptr;
   trial::Trial t;
   t.index = state_.next_index++;
   char id[32];
@@ -71,7 +84,31 @@ trial::Trial& Controller::new_trial() {
   index_[t.id] = state_.trials.size();
   state_.trials.push_back(std::move(t));
   sched_->on_trial_add(state_.trials.back().id, state_.trials.back().index);
-  return state_.trials.back();
+  return &state_.trials.back();
+}
+
+void Controller::start_searcher() {
+  std::vector<search::KnownTrial> known;
+  for (const auto& t : state_.trials) {
+    search::KnownTrial k{t.id, t.config, t.finished(), {}};
+    if (k.finished)
+      k.completion = {t.id, t.config, t.status == Status::kError ? std::nullopt : value_of(t),
+                      t.last_result, t.status == Status::kError};
+    known.push_back(std::move(k));
+  }
+  if (auto r = searcher_->start(known); !r) throw Fatal(r.error(), kExitTrialError);
+}
+
+void Controller::poll_searcher() {
+  if (searcher_->poll()) mark_dirty();
+  if (searcher_failed_) return;
+  searcher_failed_ = searcher_->failure();
+  if (!searcher_failed_) return;
+  // Ends the run like a Ctrl-C (trials resume later), then exits 1 with this error.
+  spdlog::debug("{}", *searcher_failed_);
+  stopping_ = true;
+  stop_all(StopWhy::kUser, false);
+  mark_dirty();
 }
 
 std::vector<std::string> Controller::trial_argv(const trial::Trial& t) const {
@@ -277,7 +314,12 @@ void Controller::launch_ready() {
       pending_.erase(at);
       retry_at_.erase(at);
     } else {
-      at = new_trial().index;
+      trial::Trial* t = new_trial();
+      if (!t) {
+        pool_.release(*placement);
+        break;
+      }
+      at = t->index;
     }
     trial::Trial& next = state_.trials[at];
     next.gpu_ids = placement->gpu_ids;
@@ -506,7 +548,8 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
     spdlog::info("trial {} {}", t.name, trial::status_name(status));
   if (t.finished()) {
     apply_retention(t, false);
-    searcher_->on_complete(t.id, t.config, status == Status::kError ? std::nullopt : value_of(t));
+    searcher_->on_complete({t.id, t.config, status == Status::kError ? std::nullopt : value_of(t),
+                            t.last_result, status == Status::kError});
     scheduler_complete(t);
   }
   mark_dirty();
@@ -629,6 +672,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   if (!force && (!state_dirty_ || now < next_state_write_)) return true;
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
   state_.scheduler = sched_->save();
+  searcher_->prepare_save();  // a snapshot for a later write: this one names the last acked
   state_.search_alg = searcher_->save();
   // Checkpoints are deleted right after this write: it must survive a power loss too, or an
   // older state could name them.
@@ -651,6 +695,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   if (last_write_failed_) spdlog::warn("experiment state saved again");
   state_dirty_ = false;
   last_write_failed_ = false;
+  searcher_->state_written();
   if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);
   // At most ~5% of wall time goes to state writes, unless a fixed period is set.
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
@@ -764,6 +809,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (!maybe_save_state(true, true))
     throw Fatal("cannot write the experiment state in '" + exp_.dir().string() +
                 "': nothing was started");
+  start_searcher();
 
   if (resuming && opts_.process_started > 0)
     spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",
@@ -791,6 +837,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     woke = ex_.now();
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
     for (auto& ev : events) dispatch(ev);
+    poll_searcher();
     on_file_jobs_done();
     send_decided_stops();
     now = ex_.now();
@@ -819,13 +866,19 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     rt.log.close();
     interrupt(trial(id));
   }
-  state_.phase = interrupted_ ? "interrupted" : "finished";
+  state_.phase = interrupted_ || searcher_failed_ ? "interrupted" : "finished";
   finish_file_work();
+  if (!searcher_failed_ && interrupts_ < 2) {
+    searcher_->finish();  // its last snapshot, for the final state
+    poll_searcher();
+  }
   maybe_save_state(true, true);
   finish_file_work();  // the deletions that write allowed
   final_upload();
   draw(true);
   spdlog::info("longest loop stall: {:.0f} ms", longest_stall_ * 1000);
+  if (searcher_failed_)
+    throw Fatal(*searcher_failed_ + " (state saved; --resume continues)", kExitTrialError);
   return exit_code();
 }
 
@@ -841,6 +894,7 @@ double Controller::wait_timeout(double now) const {
   if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
   for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
   if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies
+  if (searcher_->busy()) timeout = std::min(timeout, 0.02);          // collect its answer
   return timeout;
 }
 

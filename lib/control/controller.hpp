@@ -155,7 +155,12 @@ class Controller {
   // Resume: asks every host which attempts run there, and ends those no trial expects (an
   // attempt re-queued elsewhere while its host was unreachable, say), before anything starts.
   void end_strays();
-  trial::Trial& new_trial();
+  // A new trial with the searcher's config; nullptr if the searcher has none yet (or no more).
+  trial::Trial* new_trial();
+  // The searcher side of a loop turn: answers collected, a failure turned into a stop.
+  void poll_searcher();
+  // Starts the searcher (after a resume's restore, with the trials the state holds).
+  void start_searcher();
 
   void on_output(const exec::OutputEvent& ev);
   // When the line that ends at rt.line_end arrived, on the trial host's clocks, if known.
@@ -256,6 +261,7 @@ class Controller {
   std::set<uint64_t> paused_;   // PAUSED trials the scheduler holds back
   std::unique_ptr<sched::TrialScheduler> sched_;
   std::unique_ptr<search::Searcher> searcher_;
+  std::optional<std::string> searcher_failed_;  // the error that ends the run (exit 1)
   bool told_no_more_ = false;
   std::vector<std::string> decided_stops_;  // trials to signal once the state records why
   std::map<uint64_t, double> retry_at_;     // pending trials backing off: index -> monotonic time

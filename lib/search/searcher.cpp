@@ -3,6 +3,8 @@
 #include <cmath>
 #include <map>
 
+#include "search/external.hpp"
+
 namespace tune::search {
 
 namespace {
@@ -17,7 +19,7 @@ class BasicVariant final : public Searcher {
     auto c = generate(space_, seed_, index);
     return {Suggestion::Kind::kConfig, std::move(c.config), std::move(c.varying)};
   }
-  void on_complete(const std::string&, const json&, std::optional<double>) override {}
+  void on_complete(const Completion&) override {}
   json save() const override { return nullptr; }
   Result<void> restore(const json&) override { return {}; }
 
@@ -59,10 +61,9 @@ class TpeSearcher final : public Searcher {
     pending_[id] = config;
     return s;
   }
-  void on_complete(const std::string& trial, const json& config,
-                   std::optional<double> value) override {
-    pending_.erase(trial);
-    if (value) done_.push_back({config, *value});
+  void on_complete(const Completion& c) override {
+    pending_.erase(c.trial);
+    if (c.value) done_.push_back({c.config, *c.value});
   }
   json save() const override {
     json done = json::array();
@@ -104,13 +105,23 @@ class TpeSearcher final : public Searcher {
 }  // namespace
 
 const char* searcher_name(SearcherKind k) {
-  return k == SearcherKind::kTpe ? "tpe" : "random";
+  switch (k) {
+    case SearcherKind::kTpe:
+      return "tpe";
+    case SearcherKind::kExternal:
+      return "external";
+    default:
+      return "random";
+  }
 }
 
 Result<std::unique_ptr<Searcher>> make_searcher(const SearcherSpec& spec, const Space& space,
-                                                uint64_t num_samples, uint64_t seed) {
+                                                uint64_t num_samples, uint64_t seed,
+                                                const SearcherContext& ctx) {
   if (spec.kind == SearcherKind::kRandom)
     return std::make_unique<BasicVariant>(space, trial_count(space, num_samples), seed);
+  if (spec.kind == SearcherKind::kExternal)
+    return make_external_searcher(spec.external, space, num_samples, seed, ctx);
   auto tpe = Tpe::create(space, spec.tpe, seed);
   if (!tpe) return std::unexpected(tpe.error());
   auto s = std::make_unique<TpeSearcher>(std::move(*tpe), space, num_samples);

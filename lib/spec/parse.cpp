@@ -60,10 +60,18 @@ constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "id
 constexpr std::string_view kSchedulerKeys[] = {
     "type",         "metric",           "mode",     "time_attr",           "max_t",
     "grace_period", "reduction_factor", "brackets", "min_samples_required"};
-constexpr std::string_view kSearchKeys[] = {
-    "type",          "n_startup_trials",  "n_ei_candidates",     "gamma",
-    "gamma_cap",     "prior_weight",      "consider_magic_clip", "consider_endpoints",
-    "constant_liar", "bandwidth_weighted"};
+constexpr std::string_view kSearchKeys[] = {"type",
+                                            "n_startup_trials",
+                                            "n_ei_candidates",
+                                            "gamma",
+                                            "gamma_cap",
+                                            "prior_weight",
+                                            "consider_magic_clip",
+                                            "consider_endpoints",
+                                            "constant_liar",
+                                            "bandwidth_weighted",
+                                            "command",
+                                            "timeout_s"};
 constexpr std::string_view kDomainKeys[] = {
     "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
     "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
@@ -108,6 +116,8 @@ class Parser {
   void parse_hosts(const YAML::Node& n, Experiment& e) const;
   void parse_scheduler(const YAML::Node& n, Experiment& e) const;
   void parse_search(const YAML::Node& n, Experiment& e) const;
+  void parse_tpe(const YAML::Node& n, Experiment& e) const;
+  void parse_external(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
   fs::path file_;
@@ -712,7 +722,7 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
   check_map(n, "search_alg");
   check_keys(n, kSearchKeys, "search_alg");
   auto t = n["type"];
-  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe)");
+  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe, external)");
   std::string type = string(t, "search_alg.type");
   if (type == "random" || type == "basic_variant") {
     e.search_alg.kind = search::SearcherKind::kRandom;
@@ -721,18 +731,64 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
         error(kv.first, "search_alg 'random' has no option '" + kv.first.Scalar() + "'");
     return;
   }
-  if (type != "tpe") {
+  if (type != "tpe" && type != "external") {
     std::string msg = "unknown search_alg '" + util::printable(type, 40) + "'";
-    if (type == "bohb" || type == "external")
-      msg = "search_alg '" + type + "' is not available in this version";
-    error(t, msg + " (available: random, tpe)");
+    if (type == "bohb") msg = "search_alg '" + type + "' is not available in this version";
+    error(t, msg + " (available: random, tpe, external)");
   }
-  e.search_alg.kind = search::SearcherKind::kTpe;
+  e.search_alg.kind = type == "tpe" ? search::SearcherKind::kTpe : search::SearcherKind::kExternal;
   if (!e.metric)
-    error(n, "search_alg 'tpe' needs a metric to model: set 'metric' and 'mode' in the experiment");
+    error(n, "search_alg '" + type +
+                 "' needs a metric to model: set 'metric' and 'mode' in the experiment");
   if (!e.mode_given)
-    error(n, "search_alg 'tpe' needs 'mode: min' or 'mode: max' for metric '" +
+    error(n, "search_alg '" + type + "' needs 'mode: min' or 'mode: max' for metric '" +
                  util::printable(*e.metric, 40) + "'");
+  for (const auto& kv : n) {
+    std::string k = kv.first.Scalar();
+    bool external_key = k == "command" || k == "timeout_s";
+    if (k != "type" && external_key != (type == "external"))
+      error(kv.first, "search_alg '" + type + "' has no option '" + k + "'");
+  }
+  if (type == "tpe")
+    parse_tpe(n, e);
+  else
+    parse_external(n, e);
+  for (const auto& p : e.space.params)
+    if (p.domain.kind == search::Domain::Kind::kGrid) {
+      std::string path;
+      for (const auto& c : p.path) path += (path.empty() ? "" : ".") + c;
+      error(t, "search_alg '" + type + "' cannot model grid_search parameter '" + path +
+                   "': use choice instead (the searcher picks among the values), or "
+                   "search_alg: random");
+    }
+}
+
+void Parser::parse_external(const YAML::Node& n, Experiment& e) const {
+  auto& o = e.search_alg.external;
+  auto cmd = n["command"];
+  if (!cmd) error(n, "search_alg 'external' needs 'command': the searcher's argv");
+  if (cmd.IsSequence()) {
+    for (const auto& w : cmd) {
+      if (!w.IsScalar()) error(w, "search_alg.command: each argument must be a scalar");
+      o.command.push_back(w.Scalar());
+    }
+  } else if (cmd.IsScalar()) {
+    auto words = util::shell_split(cmd.Scalar());
+    if (!words) error(cmd, "search_alg.command: " + words.error().message);
+    o.command = std::move(*words);
+  } else {
+    error(cmd, "search_alg.command must be a list of arguments or a string");
+  }
+  if (o.command.empty() || o.command[0].empty())
+    error(cmd, "search_alg.command is empty: name the searcher program to run");
+  if (auto m = n["timeout_s"]) {
+    o.timeout_s = number(m, "search_alg.timeout_s");
+    if (!(o.timeout_s > 0) || o.timeout_s > 86400)
+      error(m, "search_alg.timeout_s must be a number of seconds in (0, 86400]");
+  }
+}
+
+void Parser::parse_tpe(const YAML::Node& n, Experiment& e) const {
   auto& o = e.search_alg.tpe;
   auto count = [&](const char* k, int64_t& out, int64_t lo) {
     if (auto m = n[k]) {
@@ -760,13 +816,6 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
         {"constant_liar", &o.constant_liar},
         {"bandwidth_weighted", &o.bandwidth_weighted}})
     if (auto m = n[k]) *out = boolean(m, std::string("search_alg.") + k);
-  for (const auto& p : e.space.params)
-    if (p.domain.kind == search::Domain::Kind::kGrid) {
-      std::string path;
-      for (const auto& c : p.path) path += (path.empty() ? "" : ".") + c;
-      error(t, "search_alg 'tpe' cannot model grid_search parameter '" + path +
-                   "': use choice instead (tpe picks among the values), or search_alg: random");
-    }
 }
 
 void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {
