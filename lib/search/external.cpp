@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "search/line_child.hpp"
+#include "search/op_journal.hpp"
 #include "search/space_json.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -37,6 +38,8 @@ std::string compact(const json& j) {
 // What the child has been given: the trials it suggested, and those it was told ended.
 struct Known {
   std::set<std::string> suggested, completed;
+  std::map<std::string, int64_t> told_iteration;  // the last result each trial was told
+  uint64_t ops = 0;                               // ops in the journal
 };
 
 // A request for the worker thread.
@@ -46,9 +49,10 @@ struct Request {
   Request(Kind k, json m, uint64_t i = 0) : kind(k), msg(std::move(m)), index(i) {}
   Kind kind = Kind::kNotify;
   json msg;
-  uint64_t index = 0;  // kSuggest, kReplay
-  json expected;       // kReplay: the config the trial has
-  std::string slot;    // kSave
+  uint64_t index = 0;   // kSuggest, kReplay
+  json expected;        // kReplay: the config the trial has
+  std::string slot;     // kSave
+  bool replay = false;  // an op of the journal, sent again (not journaled again)
 };
 
 // What the worker hands back to the controller.
@@ -64,7 +68,8 @@ json descriptor(const std::optional<std::string>& slot, const Known& k) {
   return {{"type", "external"},
           {"dir", slot ? json(std::string(kSearcherStateDir) + "/" + *slot) : json(nullptr)},
           {"suggested", k.suggested},
-          {"completed", k.completed}};
+          {"completed", k.completed},
+          {"ops", k.ops}};
 }
 
 class ExternalSearcher final : public Searcher {
@@ -115,6 +120,9 @@ class ExternalSearcher final : public Searcher {
         (key[0] == 's' ? k.suggested : k.completed).insert(id.get<std::string>());
       }
     }
+    const json& ops = state.value("ops", json(0));
+    if (!ops.is_number_unsigned()) return bad("'ops' is not a count");
+    k.ops = ops.get<uint64_t>();
     std::optional<std::string> slot;
     if (!dir.is_null()) {
       std::string want_a = std::string(kSearcherStateDir) + "/a";
@@ -165,6 +173,14 @@ class ExternalSearcher final : public Searcher {
   Result<std::optional<Answer>> handle(Request& r);
   Result<json> ask(const std::string& what, const json& msg);
   Result<std::optional<Answer>> handle_suggest(Request& r, const json& answer);
+  Result<std::optional<Answer>> handle_notify(Request& r);
+  // The op is in the child's history now: the journal position a snapshot records moves on.
+  void advance(const Request& r) {
+    std::lock_guard lock(mu_);
+    known_.ops = r.replay ? known_.ops + 1 : journal_.count();
+  }
+  // Queues the journal's ops after the snapshot, then what neither told the child.
+  void queue_replay(const std::vector<json>& ops, const std::vector<KnownTrial>& known);
   void shut_down();
 
   ExternalOptions opts_;
@@ -172,7 +188,8 @@ class ExternalSearcher final : public Searcher {
   uint64_t seed_;
   SearcherContext ctx_;
   std::string command_text_;
-  LineChild child_;  // used by the worker thread only (after start)
+  LineChild child_;    // used by the worker thread only (after start)
+  OpJournal journal_;  // likewise
   std::thread worker_;
 
   mutable std::mutex mu_;  // guards what both threads touch: the queue, answers, failure, known_
@@ -211,19 +228,56 @@ Result<void> ExternalSearcher::start(const std::vector<KnownTrial>& known) {
                {"seed", seed_},
                {"state", state}};
   queue_.push_back({Request::Kind::kInit, std::move(init)});
-  // What the snapshot missed, in trial order (see external.hpp).
-  for (const auto& t : known) {
-    if (!known_.suggested.count(t.id)) {
-      Request r{Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", t.id}}};
-      r.expected = t.config;
-      queue_.push_back(std::move(r));
-    }
-    if (t.finished && !known_.completed.count(t.id))
-      queue_.push_back({Request::Kind::kNotify, complete_msg(t.completion)});
-  }
+  fs::create_directories(ctx_.experiment_dir / kSearcherStateDir, ec);
+  auto ops = journal_.open(ctx_.experiment_dir / kSearcherStateDir / "ops.jsonl");
+  if (!ops) return fail("search_alg: ", ops.error().message);
+  queue_replay(*ops, known);
   ops_since_save_ = queue_.size() > 1 ? 1 : 0;
   worker_ = std::thread([this] { work(); });
   return {};
+}
+
+void ExternalSearcher::queue_replay(const std::vector<json>& ops,
+                                    const std::vector<KnownTrial>& known) {
+  std::map<std::string, json> config_of;
+  for (const auto& t : known) config_of[t.id] = t.config;
+  Known seen = known_;  // what the child will have been told once the replay is done
+  uint64_t from = known_.ops;
+  if (ops.size() < from) {
+    spdlog::warn(
+        "external searcher: its op journal holds {} ops, its snapshot names {}: "
+        "nothing is replayed from it",
+        ops.size(), from);
+    from = ops.size();
+  }
+  for (uint64_t i = from; i < ops.size(); ++i) {
+    const json& op = ops[i];
+    const json& id = op.value("trial_id", json());
+    if (!id.is_string()) continue;
+    std::string tid = id.get<std::string>();
+    if (op["op"] == "suggest") {
+      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", tid}});
+      if (auto it = config_of.find(tid); it != config_of.end()) r.expected = it->second;
+      r.replay = true;
+      queue_.push_back(std::move(r));
+      seen.suggested.insert(tid);
+    } else if (op["op"] == "result" || op["op"] == "complete") {
+      Request r(Request::Kind::kNotify, op);
+      r.replay = true;
+      queue_.push_back(std::move(r));
+      if (op["op"] == "complete") seen.completed.insert(tid);
+    }
+  }
+  // Trials the journal lost (queued, never written, when the driver died): in trial order.
+  for (const auto& t : known) {
+    if (!seen.suggested.count(t.id)) {
+      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", t.id}});
+      r.expected = t.config;
+      queue_.push_back(std::move(r));
+    }
+    if (t.finished && !seen.completed.count(t.id))
+      queue_.push_back({Request::Kind::kNotify, complete_msg(t.completion)});
+  }
 }
 
 bool ExternalSearcher::poll() {
@@ -358,15 +412,8 @@ Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
                     "' to init (expected {\"ok\": true})");
       return std::nullopt;
     }
-    case K::kNotify: {
-      if (auto s = child_.send(compact(r.msg), opts_.timeout_s); !s)
-        return fail(s.error().message, " (sending ", r.msg.value("op", ""), ")");
-      if (r.msg["op"] == "complete") {
-        std::lock_guard lock(mu_);
-        known_.completed.insert(r.msg["trial_id"].get<std::string>());
-      }
-      return std::nullopt;
-    }
+    case K::kNotify:
+      return handle_notify(r);
     case K::kSave: {
       fs::path dir = ctx_.experiment_dir / kSearcherStateDir / r.slot;
       std::error_code ec;
@@ -386,11 +433,45 @@ Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
     }
     default: {
       std::string what = "suggest (trial " + r.msg["trial_id"].get<std::string>() + ")";
+      if (!r.replay) {
+        if (auto a = journal_.append(r.msg); !a) return std::unexpected(a.error());
+      }
+      advance(r);
       auto j = ask(what, r.msg);
       if (!j) return std::unexpected(j.error());
       return handle_suggest(r, *j);
     }
   }
+}
+
+Result<std::optional<Answer>> ExternalSearcher::handle_notify(Request& r) {
+  std::string id = r.msg["trial_id"].get<std::string>();
+  bool complete = r.msg["op"] == "complete";
+  bool told = false;  // already (a replay, or results read again after a resume)
+  {
+    std::lock_guard lock(mu_);
+    told = known_.completed.count(id) > 0;
+    const json& res = r.msg["result"];
+    if (!told && !complete && res.is_object()) {
+      const json& it = res.value("training_iteration", json());
+      if (it.is_number_integer()) {
+        auto [at, fresh] = known_.told_iteration.emplace(id, it.get<int64_t>());
+        told = !fresh && at->second >= it.get<int64_t>();
+        at->second = std::max(at->second, it.get<int64_t>());
+      }
+    }
+  }
+  if (told && !r.replay) return std::nullopt;  // not even journaled
+  if (!r.replay) {
+    if (auto j = journal_.append(r.msg); !j) return std::unexpected(j.error());
+  }
+  advance(r);
+  if (told) return std::nullopt;
+  if (auto s = child_.send(compact(r.msg), opts_.timeout_s); !s)
+    return fail(s.error().message, " (sending ", r.msg.value("op", ""), ")");
+  std::lock_guard lock(mu_);
+  if (complete) known_.completed.insert(id);
+  return std::nullopt;
 }
 
 Result<std::optional<Answer>> ExternalSearcher::handle_suggest(Request& r, const json& j) {
@@ -416,7 +497,7 @@ Result<std::optional<Answer>> ExternalSearcher::handle_suggest(Request& r, const
   }
   if (r.kind != Request::Kind::kReplay) return a;
   // A replayed suggestion only brings the child up to date; the trial keeps its config.
-  if (a.kind == Suggestion::Kind::kConfig && a.config.config != r.expected)
+  if (a.kind == Suggestion::Kind::kConfig && !r.expected.is_null() && a.config.config != r.expected)
     spdlog::warn(
         "external searcher: trial {} replayed after the resume got another config ({}) "
         "than it has ({}); it keeps its own",
