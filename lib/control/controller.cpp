@@ -298,6 +298,8 @@ void Controller::launch_ready() {
   if (last_write_failed_ && ex_.now() < next_state_write_) return;
   size_t limit =
       exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
+  if (exp_.search_alg.max_concurrent)  // the searcher's own limit (Ray's ConcurrencyLimiter)
+    limit = std::min(limit, static_cast<size_t>(*exp_.search_alg.max_concurrent));
   // Restarts (retries, resumed trials) are prepared first and started after one full state
   // write: their truncated results and restore point must be on disk before they run. They are
   // held by index: new_trial() below may grow state_.trials and move every Trial.

@@ -158,7 +158,8 @@ class ExternalSearcher final : public Searcher {
     return {{"op", "complete"},
             {"trial_id", c.trial},
             {"result", c.result.is_object() ? c.result : json(nullptr)},
-            {"status", c.error ? "ERROR" : "TERMINATED"}};
+            {"status", c.error ? "ERROR" : "TERMINATED"},
+            {"config", c.config}};
   }
   void enqueue(Request r) {
     {
@@ -270,7 +271,7 @@ void ExternalSearcher::queue_replay(const std::vector<json>& ops,
   }
   // Trials the journal lost (queued, never written, when the driver died): in trial order.
   for (const auto& t : known) {
-    if (!seen.suggested.count(t.id)) {
+    if (t.suggested && !seen.suggested.count(t.id)) {
       Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", t.id}});
       r.expected = t.config;
       queue_.push_back(std::move(r));

@@ -31,6 +31,10 @@ struct SearcherSpec {
   SearcherKind kind = SearcherKind::kRandom;
   TpeOptions tpe;
   ExternalOptions external;
+  // Configs to run first, in order (Ray's points_to_evaluate); parameters a point leaves out
+  // are drawn as random search draws them. Every searcher is told their results.
+  std::vector<json> points_to_evaluate;
+  std::optional<int64_t> max_concurrent;  // running trials at most (Ray's ConcurrencyLimiter)
 };
 
 // Where and for what an external searcher runs (filled in by the controller).
@@ -58,6 +62,7 @@ struct KnownTrial {
   json config;
   bool finished = false;
   Completion completion;  // when finished
+  bool suggested = true;  // false: a point_to_evaluate, not the searcher's
 };
 
 // What a searcher answers when asked for a new trial's config.

@@ -79,6 +79,12 @@ Result<void> check_extra(const json& answer, const json& base, const std::set<st
   return {};
 }
 
+// The point's value for a parameter: nested ({"a": {"b": 1}}) or dotted ({"a.b": 1}).
+const json* point_value(const json& point, const std::string& key) {
+  if (auto it = point.find(key); it != point.end()) return &*it;
+  return lookup(point, key);
+}
+
 }  // namespace
 
 const char* domain_name(Domain::Kind k) {
@@ -116,6 +122,46 @@ Result<TrialConfig> config_from_answer(const Space& space, const json& answer) {
     tc.varying.emplace_back(key, *v);
   }
   if (auto r = check_extra(answer, space.base, params, ""); !r) return std::unexpected(r.error());
+  return tc;
+}
+
+Result<void> check_point(const Space& space, const json& point) {
+  if (!point.is_object()) return fail("a point is a mapping of parameters to values");
+  std::set<std::string> params;
+  for (const auto& p : space.params) {
+    std::string key = dotted(p.path);
+    params.insert(key);
+    const json* v = point_value(point, key);
+    if (!v) continue;
+    if (auto why = outside(p.domain, *v); !why.empty())
+      return fail("parameter '", util::printable(key, 80), "' = ",
+                  util::printable(v->dump(-1, ' ', false, json::error_handler_t::replace), 60), " ",
+                  why, " (", domain_name(p.domain.kind), ")");
+  }
+  json nested = json::object();  // dotted keys as nested, for the check of what is extra
+  for (const auto& [k, v] : point.items()) {
+    std::vector<std::string> path;
+    for (size_t at = 0;;) {
+      size_t dot = k.find('.', at);
+      path.push_back(k.substr(at, dot == std::string::npos ? std::string::npos : dot - at));
+      if (dot == std::string::npos) break;
+      at = dot + 1;
+    }
+    set_at(nested, path, v);
+  }
+  return check_extra(nested, space.base, params, "");
+}
+
+TrialConfig fill_point(const Space& space, const json& point, uint64_t seed, uint64_t index) {
+  TrialConfig tc = generate(space, seed, index);
+  tc.varying.clear();
+  for (const auto& p : space.params) {
+    std::string key = dotted(p.path);
+    const json* v = point_value(point, key);
+    json value = v ? *v : *lookup(tc.config, key);
+    set_at(tc.config, p.path, value);
+    tc.varying.emplace_back(key, std::move(value));
+  }
   return tc;
 }
 

@@ -21,4 +21,11 @@ namespace tune::search {
 // Fails with one line naming the first offending key.
 [[nodiscard]] Result<TrialConfig> config_from_answer(const Space& space, const json& answer);
 
+// A point_to_evaluate: like an answer, but parameters may be left out (nested or dotted keys).
+[[nodiscard]] Result<void> check_point(const Space& space, const json& point);
+// Trial `index`'s config from a checked point: what random search draws for that trial, with
+// the point's values in place of the drawn ones.
+[[nodiscard]] TrialConfig fill_point(const Space& space, const json& point, uint64_t seed,
+                                     uint64_t index);
+
 }  // namespace tune::search

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "search/space_json.hpp"
 #include "spec/ray_compat.hpp"
 #include "spec/yaml_guard.hpp"
 #include "spec/yaml_json.hpp"
@@ -71,7 +72,9 @@ constexpr std::string_view kSearchKeys[] = {"type",
                                             "constant_liar",
                                             "bandwidth_weighted",
                                             "command",
-                                            "timeout_s"};
+                                            "timeout_s",
+                                            "points_to_evaluate",
+                                            "max_concurrent"};
 constexpr std::string_view kDomainKeys[] = {
     "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
     "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
@@ -117,6 +120,9 @@ class Parser {
   void parse_scheduler(const YAML::Node& n, Experiment& e) const;
   void parse_search(const YAML::Node& n, Experiment& e) const;
   void parse_tpe(const YAML::Node& n, Experiment& e) const;
+  // Keys every searcher takes: points_to_evaluate, max_concurrent.
+  [[nodiscard]] static bool is_common_search_key(const std::string& k);
+  void parse_search_common(const YAML::Node& n, Experiment& e) const;
   void parse_external(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
@@ -724,10 +730,11 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
   auto t = n["type"];
   if (!t) error(n, "search_alg: missing required key 'type' (random, tpe, external)");
   std::string type = string(t, "search_alg.type");
+  parse_search_common(n, e);
   if (type == "random" || type == "basic_variant") {
     e.search_alg.kind = search::SearcherKind::kRandom;
     for (const auto& kv : n)
-      if (kv.first.Scalar() != "type")
+      if (!is_common_search_key(kv.first.Scalar()) && kv.first.Scalar() != "type")
         error(kv.first, "search_alg 'random' has no option '" + kv.first.Scalar() + "'");
     return;
   }
@@ -746,7 +753,7 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
   for (const auto& kv : n) {
     std::string k = kv.first.Scalar();
     bool external_key = k == "command" || k == "timeout_s";
-    if (k != "type" && external_key != (type == "external"))
+    if (k != "type" && !is_common_search_key(k) && external_key != (type == "external"))
       error(kv.first, "search_alg '" + type + "' has no option '" + k + "'");
   }
   if (type == "tpe")
@@ -761,6 +768,36 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
                    "': use choice instead (the searcher picks among the values), or "
                    "search_alg: random");
     }
+}
+
+bool Parser::is_common_search_key(const std::string& k) {
+  return k == "points_to_evaluate" || k == "max_concurrent";
+}
+
+void Parser::parse_search_common(const YAML::Node& n, Experiment& e) const {
+  if (auto m = n["max_concurrent"]) {
+    int64_t v = integer(m, "search_alg.max_concurrent");
+    if (v < 1 || v > 1'000'000) error(m, "search_alg.max_concurrent must be between 1 and 1000000");
+    e.search_alg.max_concurrent = v;
+  }
+  auto pts = n["points_to_evaluate"];
+  if (!pts || pts.IsNull()) return;
+  if (!pts.IsSequence())
+    error(pts, "search_alg.points_to_evaluate must be a list of configs ({param: value, ...})");
+  size_t i = 0;
+  for (const auto& p : pts) {
+    std::string where = "search_alg.points_to_evaluate[" + std::to_string(i++) + "]";
+    if (!p.IsMap()) error(p, where + " must be a mapping of parameters to values");
+    nlohmann::json point = yaml_to_json(p);
+    if (auto r = search::check_point(e.space, point); !r)
+      error(p, where + ": " + r.error().message);
+    e.search_alg.points_to_evaluate.push_back(std::move(point));
+  }
+  if (e.search_alg.points_to_evaluate.size() > e.num_samples)
+    error(pts, "search_alg.points_to_evaluate has " +
+                   std::to_string(e.search_alg.points_to_evaluate.size()) +
+                   " configs, more than num_samples (" + std::to_string(e.num_samples) +
+                   "): they count among the trials");
 }
 
 void Parser::parse_external(const YAML::Node& n, Experiment& e) const {

@@ -96,6 +96,21 @@ class ExternalSearchTest(TuneTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(len(self.configs("dies")), 4)
 
+    def test_validate_says_which_configs_are_known_in_advance(self):
+        self.experiment("tpe", "{type: tpe, n_startup_trials: 3, points_to_evaluate: [{x: 0.5}]}")
+        out = self.tune("validate", "tpe.yaml", check=0).stdout
+        self.assertIn("tpe: the first 3 trial(s) are known in advance", out)
+        self.assertIn("the other 7 are chosen from the results", out)
+        listed = [l for l in out.splitlines() if l.startswith("0000")]
+        self.assertEqual(len(listed), 3)
+        self.assertIn('{"x":0.5}', listed[0])
+        self.experiment("ext", f'{{type: external, command: ["{SYSTEM_PY}", "{TOY}"]}}')
+        out = self.tune("validate", "ext.yaml", check=0).stdout
+        self.assertIn("10 trial(s) are chosen by the searcher process during the run", out)
+        self.assertFalse([l for l in out.splitlines() if l.startswith("0000")])
+        js = json.loads(self.tune("validate", "ext.yaml", "--format", "json", check=0).stdout)
+        self.assertEqual((js["search_alg"], js["trials"]), ("external", []))
+
     @unittest.skipUnless(have_optuna(), "needs Debian's python3-optuna (scripts/setup.sh --test)")
     def test_tune_optuna_runs_an_experiment_and_resumes_its_study(self):
         search = (f'{{type: external, command: ["{SYSTEM_PY}", "-m", "tune_optuna", "--sampler", '
@@ -161,6 +176,24 @@ class ExternalSearchTest(TuneTest):
                 self.assertEqual(c["qlri"] % 4, 0)
                 self.assertIn(c["nested"]["c"], ["a", [1, 2], {"k": 1}])
                 self.assertEqual(c["nested"]["const"], 9)
+        # A trial it did not suggest (a point_to_evaluate) joins the study from its config.
+        save = os.path.join(self.dir, "snap")
+        os.makedirs(save)
+        init = {"op": "init", "space": {"x": {"uniform": [0, 1]}, "c": {"choice": [[1], [2]]}},
+                "metric": "loss", "mode": "min", "seed": 1, "state": None}
+        lines = [init, {"op": "complete", "trial_id": "00000", "result": {"loss": 0.5},
+                        "status": "TERMINATED", "config": {"x": 0.25, "c": [2]}},
+                 {"op": "save", "path": save}]
+        p = subprocess.run([SYSTEM_PY, "-m", "tune_optuna"], env=env, text=True, timeout=120,
+                           input="".join(json.dumps(l) + "\n" for l in lines),
+                           capture_output=True)
+        self.assertEqual(p.stdout.splitlines()[-1], json.dumps({"saved": save}), p.stderr)
+        probe = subprocess.run(
+            [SYSTEM_PY, "-c", "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))"
+             "['study'].trials; print([(x.params, x.value, x.state.name) for x in t])",
+             os.path.join(save, "study.pkl")], capture_output=True, text=True, env=env)
+        self.assertEqual(probe.stdout.strip(), "[({'x': 0.25, 'c': 1}, 0.5, 'COMPLETE')]",
+                         probe.stderr)
         refused = session("TPESampler", {"x": {"randn": [0, 1]}}, 1)
         self.assertEqual(refused[0]["ok"], False)
         self.assertIn("randn parameter 'x'", refused[0]["error"])

@@ -272,3 +272,90 @@ TEST_CASE("configs an external searcher answers are checked against the space", 
         "constant 'opt.wd' was changed");
   CHECK(why(R"([1])") == "the config is not an object");
 }
+
+TEST_CASE("points_to_evaluate run first, in order, and every searcher is told their results",
+          "[controller][search]") {
+  for (const char* alg : {"{type: random", "{type: tpe, n_startup_trials: 3",
+                          "{type: external, command: "
+                          "[/usr/bin/python3, " TUNE_TEST_TOY_SEARCHER ", --log, LOG]"}) {
+    CAPTURE(alg);
+    ScratchDir d;
+    std::string a = alg;
+    if (auto at = a.find("LOG"); at != std::string::npos)
+      a.replace(at, 3, (d.path / "ops.jsonl").string());
+    auto e = make_exp(d,
+                      "name: exp\ntrial: {command: [train]}\n"
+                      "param_space: {x: {uniform: [-5, 5]}, k: {choice: [a, b]}}\n"
+                      "num_samples: 6\nseed: 4\nmetric: loss\nmode: min\n"
+                      "max_concurrent_trials: 1\nsearch_alg: " +
+                          a + ", points_to_evaluate: [{x: 0.3, k: b}, {x: -2}]}\n");
+    REQUIRE(run(e).empty());
+    auto s = state::load(e.dir());
+    REQUIRE(s);
+    REQUIRE(s->trials.size() == 6);
+    CHECK(s->trials[0].config == json{{"x", 0.3}, {"k", "b"}});
+    CHECK(s->trials[1].config["x"] == -2);
+    CHECK((s->trials[1].config["k"] == "a" || s->trials[1].config["k"] == "b"));
+    CHECK(s->trials[0].name == "trial_00000_x=0.3,k=b");
+    if (a.find("tpe") != std::string::npos) CHECK(s->search_alg["done"].size() == 6);
+    if (a.find("external") != std::string::npos) {
+      int completes = 0, suggests = 0;
+      for (const auto& o : log_lines(d.path / "ops.jsonl")) {
+        suggests += o["op"] == "suggest";
+        if (o["op"] == "complete" && o["trial_id"] == "00000") {
+          ++completes;
+          CHECK(o["config"] == json{{"x", 0.3}, {"k", "b"}});
+        }
+      }
+      CHECK(completes == 1);
+      CHECK(suggests == 4);  // not asked for the points
+    }
+  }
+}
+
+TEST_CASE("search_alg.max_concurrent limits the running trials", "[controller][search]") {
+  ScratchDir d;
+  auto e = make_exp(d,
+                    "name: exp\ntrial: {command: [train]}\nparam_space: {x: {uniform: [0, 1]}}\n"
+                    "num_samples: 7\nsearch_alg: {type: random, max_concurrent: 2}\n");
+  int alive = 0, most = 0;
+  struct Counted : FakeProcess {
+    int &alive, &most, ticks = 0;
+    Counted(int& a, int& m) : alive(a), most(m) { most = std::max(most, ++alive); }
+    void on_tick(FakeContext& c, double) override {
+      if (++ticks < 3) return c.print(json{{"loss", 1.0}}.dump());
+      --alive;
+      c.exit(0);
+    }
+  };
+  FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Counted>(alive, most); });
+  control::Controller c(e, ex, opts(8));
+  REQUIRE(c.run() == kExitOk);
+  CHECK(ex.launches.size() == 7);
+  CHECK(most == 2);
+}
+
+TEST_CASE("points_to_evaluate and max_concurrent are checked", "[spec][search]") {
+  ScratchDir d;
+  spec::Overrides ov;
+  auto parse = [&](const std::string& search) {
+    auto r = spec::parse_experiment(
+        "trial: {command: [t]}\nparam_space: {x: {uniform: [0, 1]}, "
+        "o: {lr: {loguniform: [0.001, 0.1]}}}\nnum_samples: 2\n"
+        "search_alg: {type: random, " +
+            search + "}\n",
+        d.path / "exp.yaml", ov);
+    return r ? std::string() : r.error().message;
+  };
+  CHECK(parse("points_to_evaluate: [{x: 0.5, o.lr: 0.01}, {o: {lr: 0.002}}]").empty());
+  CHECK(parse("points_to_evaluate: [{x: 2}]").find("exp.yaml:4:") != std::string::npos);
+  CHECK(parse("points_to_evaluate: [{x: 2}]")
+            .find("search_alg.points_to_evaluate[0]: parameter 'x' = 2 is out of its range") !=
+        std::string::npos);
+  CHECK(parse("points_to_evaluate: [{x: 0.1}, {y: 1}]")
+            .find("points_to_evaluate[1]: key 'y' is not in param_space") != std::string::npos);
+  CHECK(parse("points_to_evaluate: [{x: 0.1}, {x: 0.2}, {x: 0.3}]")
+            .find("more than num_samples (2)") != std::string::npos);
+  CHECK(parse("points_to_evaluate: {x: 1}").find("must be a list") != std::string::npos);
+  CHECK(parse("max_concurrent: 0").find("max_concurrent must be between 1") != std::string::npos);
+}

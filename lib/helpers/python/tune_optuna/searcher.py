@@ -35,7 +35,7 @@ KINDS = {"uniform", "loguniform", "quniform", "qloguniform", "randint", "randn",
 
 
 def distribution(optuna, path, kind, args):
-    """(Optuna distribution, function mapping its value to the config value)."""
+    """(Optuna distribution, its value -> the config value[, the config value -> its value])."""
     d = optuna.distributions
     same = lambda v: v  # noqa: E731
 
@@ -64,7 +64,7 @@ def distribution(optuna, path, kind, args):
     if kind == "choice":
         if all(isinstance(v, SCALARS) for v in args):
             return d.CategoricalDistribution(list(args)), same
-        return d.CategoricalDistribution(list(range(len(args)))), lambda i: args[i]
+        return d.CategoricalDistribution(list(range(len(args)))), lambda i: args[i], args.index
     raise SpaceError(f"tune_optuna cannot model {kind} parameter '{path}' "
                      "(unbounded or a grid): use a bounded distribution or choice")
 
@@ -111,8 +111,8 @@ class Searcher:
         self.metric = msg.get("metric")
         self.params = []
         for path, kind, args in flatten_space(msg["space"]):
-            dist, to_value = distribution(self.optuna, path, kind, args)
-            self.params.append((path, dist, to_value))
+            dist, to_value, *back = distribution(self.optuna, path, kind, args)
+            self.params.append((path, dist, to_value, back[0] if back else None))
         self.base = strip_params(msg["space"])
         if msg.get("state"):
             with open(os.path.join(msg["state"], "study.pkl"), "rb") as f:
@@ -127,9 +127,9 @@ class Searcher:
     def suggest(self, trial_id):
         if trial_id in self.pending:  # asked again (a resumed driver): the same config
             return self.pending[trial_id][1]
-        trial = self.study.ask({path: dist for path, dist, _ in self.params})
+        trial = self.study.ask({p[0]: p[1] for p in self.params})
         cfg = json.loads(json.dumps(self.base))
-        for path, _, to_value in self.params:
+        for path, _, to_value, _ in self.params:
             set_path(cfg, path, to_value(trial.params[path]))
         self.pending[trial_id] = (trial.number, cfg)
         return cfg
@@ -146,16 +146,37 @@ class Searcher:
         except Exception:  # noqa: BLE001
             pass
 
-    def complete(self, trial_id, result, status):
+    def complete(self, trial_id, result, status, config=None):
         entry = self.pending.pop(trial_id, None)
-        if entry is None:
-            return
         value = lookup(result, self.metric) if self.metric else None
-        fail = self.optuna.trial.TrialState.FAIL
-        if status != "TERMINATED" or value is None or not math.isfinite(value):
-            self.study.tell(entry[0], state=fail)
-        else:
+        ok = status == "TERMINATED" and value is not None and math.isfinite(value)
+        if entry is None:  # a trial it did not suggest (points_to_evaluate): added as is
+            if isinstance(config, dict):
+                self.add_trial(config, value if ok else None)
+            return
+        if ok:
             self.study.tell(entry[0], value)
+        else:
+            self.study.tell(entry[0], state=self.optuna.trial.TrialState.FAIL)
+
+    def add_trial(self, config, value):
+        params, dists = {}, {}
+        for path, dist, _, from_value in self.params:
+            v = config
+            for k in path.split("."):
+                v = v.get(k) if isinstance(v, dict) else None
+            try:
+                params[path] = from_value(v) if from_value else v
+            except ValueError:
+                return
+            dists[path] = dist
+        state = self.optuna.trial.TrialState
+        try:
+            self.study.add_trial(self.optuna.trial.create_trial(
+                params=params, distributions=dists, value=value,
+                state=state.COMPLETE if value is not None else state.FAIL))
+        except (ValueError, TypeError) as e:  # a value outside what Optuna models: left out
+            print(f"tune_optuna: a finished trial not added to the study: {e}", file=sys.stderr)
 
     def save(self, path):
         tmp = os.path.join(path, "study.pkl.tmp")
@@ -213,7 +234,7 @@ def main(argv):
         elif op == "result":
             s.result(msg["trial_id"], msg.get("result"))
         elif op == "complete":
-            s.complete(msg["trial_id"], msg.get("result"), msg.get("status"))
+            s.complete(msg["trial_id"], msg.get("result"), msg.get("status"), msg.get("config"))
         elif op == "save":
             s.save(msg["path"])
             say({"saved": msg["path"]})
