@@ -11,6 +11,7 @@
 
 #include "report/refresher.hpp"
 #include "search/space.hpp"
+#include "search/space_json.hpp"
 #include "sync/upload.hpp"
 #include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
@@ -61,6 +62,7 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
                                         exp_.seed.value_or(0), sc);
   if (!searcher) throw Fatal(searcher.error(), kExitUsage);
   searcher_ = std::move(*searcher);
+  load_warm_start();
 }
 
 Controller::~Controller() = default;
@@ -97,6 +99,41 @@ void Controller::start_searcher() {
     known.push_back(std::move(k));
   }
   if (auto r = searcher_->start(known); !r) throw Fatal(r.error(), kExitTrialError);
+}
+
+void Controller::load_warm_start() {
+  if (!exp_.search_alg.restore_from) return;
+  const fs::path& from = *exp_.search_alg.restore_from;
+  auto earlier = state::load(from);
+  if (!earlier) throw Fatal("search_alg.restore_from: " + earlier.error().message, kExitUsage);
+  size_t skipped = 0;
+  for (const auto& t : earlier->trials) {
+    if (!t.finished()) continue;
+    // Its config must fit this space: the searcher models this space only.
+    auto fits = search::config_from_answer(exp_.space, t.config);
+    if (!fits) {
+      ++skipped;
+      continue;
+    }
+    bool error = t.status == Status::kError;
+    warm_.push_back({"restored-" + t.id, fits->config, error ? std::nullopt : value_of(t),
+                     t.last_result, error});
+  }
+  if (skipped)
+    spdlog::warn(
+        "search_alg.restore_from: {} finished trial(s) of {} left out: their configs "
+        "do not fit this param_space",
+        skipped, from.string());
+}
+
+void Controller::warm_searcher() {
+  for (const auto& c : warm_) searcher_->on_complete(c);
+  if (!warm_.empty()) {
+    spdlog::info("search_alg.restore_from: the searcher was told {} finished trial(s) of {}",
+                 warm_.size(), exp_.search_alg.restore_from->string());
+    mark_dirty();
+  }
+  warm_.clear();
 }
 
 void Controller::poll_searcher() {
@@ -812,6 +849,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     throw Fatal("cannot write the experiment state in '" + exp_.dir().string() +
                 "': nothing was started");
   start_searcher();
+  if (!resuming) warm_searcher();
 
   if (resuming && opts_.process_started > 0)
     spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",

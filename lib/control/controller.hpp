@@ -161,6 +161,11 @@ class Controller {
   void poll_searcher();
   // Starts the searcher (after a resume's restore, with the trials the state holds).
   void start_searcher();
+  // search_alg.restore_from: that experiment's finished trials, read before anything starts
+  // (as untrusted input; a bad dir is a Fatal naming it) ...
+  void load_warm_start();
+  // ... and told to the searcher at the start of a fresh run.
+  void warm_searcher();
 
   void on_output(const exec::OutputEvent& ev);
   // When the line that ends at rt.line_end arrived, on the trial host's clocks, if known.
@@ -262,6 +267,7 @@ class Controller {
   std::unique_ptr<sched::TrialScheduler> sched_;
   std::unique_ptr<search::Searcher> searcher_;
   std::optional<std::string> searcher_failed_;  // the error that ends the run (exit 1)
+  std::vector<search::Completion> warm_;        // search_alg.restore_from's finished trials
   bool told_no_more_ = false;
   std::vector<std::string> decided_stops_;  // trials to signal once the state records why
   std::map<uint64_t, double> retry_at_;     // pending trials backing off: index -> monotonic time

@@ -35,6 +35,8 @@ struct SearcherSpec {
   // are drawn as random search draws them. Every searcher is told their results.
   std::vector<json> points_to_evaluate;
   std::optional<int64_t> max_concurrent;  // running trials at most (Ray's ConcurrencyLimiter)
+  // An earlier experiment whose finished trials warm the searcher (absolute).
+  std::optional<std::filesystem::path> restore_from;
 };
 
 // Where and for what an external searcher runs (filled in by the controller).

@@ -74,7 +74,8 @@ constexpr std::string_view kSearchKeys[] = {"type",
                                             "command",
                                             "timeout_s",
                                             "points_to_evaluate",
-                                            "max_concurrent"};
+                                            "max_concurrent",
+                                            "restore_from"};
 constexpr std::string_view kDomainKeys[] = {
     "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
     "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
@@ -771,7 +772,7 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
 }
 
 bool Parser::is_common_search_key(const std::string& k) {
-  return k == "points_to_evaluate" || k == "max_concurrent";
+  return k == "points_to_evaluate" || k == "max_concurrent" || k == "restore_from";
 }
 
 void Parser::parse_search_common(const YAML::Node& n, Experiment& e) const {
@@ -779,6 +780,12 @@ void Parser::parse_search_common(const YAML::Node& n, Experiment& e) const {
     int64_t v = integer(m, "search_alg.max_concurrent");
     if (v < 1 || v > 1'000'000) error(m, "search_alg.max_concurrent must be between 1 and 1000000");
     e.search_alg.max_concurrent = v;
+  }
+  if (auto m = n["restore_from"]) {
+    fs::path r = string(m, "search_alg.restore_from");
+    if (r.empty()) error(m, "search_alg.restore_from is empty: name an experiment dir");
+    fs::path yaml_dir = e.source_file.parent_path();
+    e.search_alg.restore_from = (r.is_absolute() ? r : yaml_dir / r).lexically_normal();
   }
   auto pts = n["points_to_evaluate"];
   if (!pts || pts.IsNull()) return;

@@ -359,3 +359,57 @@ TEST_CASE("points_to_evaluate and max_concurrent are checked", "[spec][search]")
   CHECK(parse("points_to_evaluate: {x: 1}").find("must be a list") != std::string::npos);
   CHECK(parse("max_concurrent: 0").find("max_concurrent must be between 1") != std::string::npos);
 }
+
+TEST_CASE("search_alg.restore_from warms the searcher with an earlier experiment's trials",
+          "[controller][search]") {
+  ScratchDir d;
+  auto earlier = make_exp(d,
+                          "name: earlier\ntrial: {command: [train]}\n"
+                          "param_space: {x: {uniform: [-5, 5]}}\nnum_samples: 5\nseed: 1\n"
+                          "metric: loss\nmode: min\n");
+  REQUIRE(run(earlier).empty());
+  // tpe: the 5 count as observations (its random start is over before the first suggestion).
+  auto tpe = make_exp(d,
+                      "name: later\ntrial: {command: [train]}\n"
+                      "param_space: {x: {uniform: [-5, 5]}}\nnum_samples: 3\nseed: 1\n"
+                      "metric: loss\nmode: min\nmax_concurrent_trials: 1\n"
+                      "search_alg: {type: tpe, n_startup_trials: 5, restore_from: " +
+                          earlier.dir().string() + "}\n");
+  REQUIRE(run(tpe).empty());
+  auto s = state::load(tpe.dir());
+  REQUIRE(s);
+  CHECK(s->search_alg["done"].size() == 5 + 3);
+  CHECK(s->trials[0].config != search::generate(tpe.space, 1, 0).config);
+  // external: complete ops for the earlier trials, with their configs, before any suggest.
+  fs::path log = d.path / "ops.jsonl";
+  auto ext = make_exp(d,
+                      "name: ext\ntrial: {command: [train]}\n"
+                      "param_space: {x: {uniform: [-5, 5]}}\nnum_samples: 2\nseed: 1\n"
+                      "metric: loss\nmode: min\nsearch_alg: {type: external, command: "
+                      "[/usr/bin/python3, " TUNE_TEST_TOY_SEARCHER ", --log, " +
+                          log.string() + "], restore_from: " + earlier.dir().string() + "}\n");
+  REQUIRE(run(ext).empty());
+  auto ops = log_lines(log);
+  REQUIRE(ops.size() > 6);
+  auto first = state::load(earlier.dir());
+  for (int i = 0; i < 5; ++i) {
+    CHECK(ops[1 + i]["op"] == "complete");
+    CHECK(ops[1 + i]["trial_id"] == "restored-0000" + std::to_string(i));
+    CHECK(ops[1 + i]["config"] == first->trials[i].config);
+  }
+  // A dir that holds no experiment: one line, before anything starts.
+  auto bad = make_exp(d,
+                      "name: bad\ntrial: {command: [train]}\n"
+                      "param_space: {x: {uniform: [-5, 5]}}\nmetric: loss\nmode: min\n"
+                      "search_alg: {type: tpe, restore_from: " +
+                          (d.path / "nowhere").string() + "}\n");
+  FakeExecutor ex(quadratic);
+  try {
+    control::Controller c(bad, ex, opts());
+    FAIL("no error");
+  } catch (const Fatal& f) {
+    CHECK(std::string(f.what()).rfind("search_alg.restore_from: ", 0) == 0);
+    CHECK(std::string(f.what()).find('\n') == std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(bad.dir()));
+}
