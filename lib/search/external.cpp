@@ -367,7 +367,12 @@ void ExternalSearcher::work() {
       queue_.pop_front();
       working_ = true;
     }
-    auto a = handle(r);
+    Result<std::optional<Answer>> a = std::nullopt;
+    try {  // nothing the child or the journal says may end the driver: it ends this searcher
+      a = handle(r);
+    } catch (const std::exception& e) {
+      a = fail("internal error handling its answer: ", e.what());
+    }
     std::lock_guard lock(mu_);
     working_ = false;
     if (!a) {
