@@ -24,7 +24,7 @@ class ExternalSearchTest(TuneTest):
         self.write("trial.py", """
             import json, os, time
             x = json.loads(os.environ["TUNE_CONFIG"])["x"]
-            time.sleep(0.15)
+            time.sleep(0.3)
             print(json.dumps({"loss": (x - 0.3) ** 2, "done": True}), flush=True)
             """)
         return self.write(name + ".yaml", f"""
@@ -68,7 +68,7 @@ class ExternalSearchTest(TuneTest):
         whole = self.configs("whole")
         self.assertEqual(len(whole), 10)
         self.experiment("crashed", search_alg)
-        self.kill_and_resume("crashed", seed, 4)
+        self.kill_and_resume("crashed", seed, 3)
         self.assertEqual(self.configs("crashed"), whole)
 
     def test_sigkilled_external_search_suggests_what_an_uninterrupted_one_does(self):

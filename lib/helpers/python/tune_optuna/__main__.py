@@ -4,4 +4,7 @@ import sys
 from tune_optuna.searcher import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ConnectionResetError:  # stdin is a socket: a killed driver resets it (end of input)
+        sys.exit(0)
