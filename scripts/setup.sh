@@ -2,7 +2,7 @@
 # Installs what is missing (Debian packages), then configures and builds tune in build/.
 # Idempotent and quick when everything is already there.
 #   scripts/setup.sh            build dependencies + build
-#   scripts/setup.sh --test     also what the test suite needs
+#   scripts/setup.sh --test     also what the test suite needs (Optuna for tune_optuna)
 #   scripts/setup.sh --bench    also what bench/peers.py and bench/schedulers compare against
 #                               (GNU parallel, Optuna; scikit-learn through --test)
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
@@ -32,6 +32,8 @@ if [ "$want_tests" = 1 ]; then
   packages+=(chromium python3-protobuf)
   # A real one-machine Slurm cluster for integration.slurm (scripts/test-slurm.sh).
   packages+=(slurm-wlm munge)
+  # tune_optuna, the shipped external searcher, runs Optuna's samplers (integration.extsearch).
+  packages+=(python3-optuna)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "$want_examples" = 1 ]; then

@@ -17,6 +17,7 @@
 #include "exec/multi_executor.hpp"
 #include "report/refresher.hpp"
 #include "search/space.hpp"
+#include "search/space_json.hpp"
 #include "spec/parse.hpp"
 #include "sync/upload.hpp"
 #include "sync/workdir.hpp"
@@ -395,42 +396,80 @@ void ValidateCommand::add_options(CLI::App& app) {
   app.add_option("--format", format_, "table | json")->check(CLI::IsMember({"table", "json"}));
 }
 
+namespace {
+
+// The configs known before the run: points_to_evaluate, then random search's draws; tpe's first
+// n_startup_trials are those draws too, the rest depend on results; an external searcher's on
+// nothing known in advance. `note` says which.
+std::vector<search::TrialConfig> known_configs(const spec::Experiment& exp, uint64_t total,
+                                               uint64_t listed, std::string& note) {
+  uint64_t seed = exp.seed.value_or(0);
+  const auto& sa = exp.search_alg;
+  uint64_t points = sa.points_to_evaluate.size();
+  uint64_t known = total;
+  if (sa.kind == search::SearcherKind::kTpe) {
+    known = std::min<uint64_t>(total, std::max<uint64_t>(points, sa.tpe.n_startup_trials));
+    note = "tpe: the first " + std::to_string(known) +
+           " trial(s) are known in advance (points_to_evaluate, then random draws until " +
+           std::to_string(sa.tpe.n_startup_trials) + " trials have finished); the other " +
+           std::to_string(total - known) + " are chosen from the results during the run";
+  } else if (sa.kind == search::SearcherKind::kExternal) {
+    known = points;
+    note = "external searcher: " + std::to_string(total - known) +
+           " trial(s) are chosen by the searcher process during the run; nothing is known about "
+           "them in advance" +
+           (points ? " (the " + std::to_string(points) + " points_to_evaluate run first)" : "");
+  }
+  std::vector<search::TrialConfig> out;
+  for (uint64_t i = 0; i < known && i < listed; ++i)
+    out.push_back(i < points ? search::fill_point(exp.space, sa.points_to_evaluate[i], seed, i)
+                             : search::generate(exp.space, seed, i));
+  return out;
+}
+
+std::string trial_id_of(uint64_t i) {
+  char id[32];
+  std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
+  return id;
+}
+
+}  // namespace
+
 int ValidateCommand::execute() {
   spec::Overrides ov{sets_, name_, storage_, std::nullopt};
   spec::Experiment exp = load_or_throw(file_, ov);
   uint64_t total = search::trial_count(exp.space, exp.num_samples);
-  uint64_t seed = exp.seed.value_or(0);
   constexpr uint64_t kMaxListed = 10000;
+  std::string note;
+  auto configs = known_configs(exp, total, kMaxListed, note);
   if (format_ == "json") {
     nlohmann::json out = {{"name", exp.name},
                           {"dir", exp.dir().string()},
                           {"total_trials", total},
                           {"seeded", exp.seed.has_value()},
+                          {"search_alg", search::searcher_name(exp.search_alg.kind)},
                           {"trials", nlohmann::json::array()}};
-    for (uint64_t i = 0; i < total && i < kMaxListed; ++i) {
-      auto t = search::generate(exp.space, seed, i);
-      char id[32];
-      std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
-      out["trials"].push_back({{"trial_id", id},
-                               {"trial_name", trial::make_trial_name(id, t.varying)},
-                               {"config", t.config}});
-    }
+    if (!note.empty()) out["note"] = note;
+    for (uint64_t i = 0; i < configs.size(); ++i)
+      out["trials"].push_back(
+          {{"trial_id", trial_id_of(i)},
+           {"trial_name", trial::make_trial_name(trial_id_of(i), configs[i].varying)},
+           {"config", configs[i].config}});
     std::cout << out.dump(2) << "\n";
     return kExitOk;
   }
   std::cout << "experiment '" << exp.name << "' is valid: " << total << " trial(s) ("
             << exp.num_samples << " sample(s) x " << total / exp.num_samples
             << " grid point(s)) -> " << exp.dir().string() << "\n";
-  if (!exp.seed)
+  if (!note.empty()) std::cout << note << "\n";
+  if (!exp.seed && !configs.empty())
     std::cout << "no seed: sampled values will differ on each run (shown with seed 0)\n";
-  for (uint64_t i = 0; i < total && i < kMaxListed; ++i) {
-    auto t = search::generate(exp.space, seed, i);
-    char id[32];
-    std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(i));
-    std::cout << id << "  " << trial::make_trial_name(id, t.varying) << "  " << t.config.dump()
-              << "\n";
-  }
-  if (total > kMaxListed) std::cout << "... " << total - kMaxListed << " more\n";
+  for (uint64_t i = 0; i < configs.size(); ++i)
+    std::cout << trial_id_of(i) << "  "
+              << trial::make_trial_name(trial_id_of(i), configs[i].varying) << "  "
+              << configs[i].config.dump() << "\n";
+  if (configs.size() == kMaxListed && total > kMaxListed)
+    std::cout << "... " << total - kMaxListed << " more\n";
   return kExitOk;
 }
 

@@ -11,6 +11,7 @@
 
 #include "report/refresher.hpp"
 #include "search/space.hpp"
+#include "search/space_json.hpp"
 #include "sync/upload.hpp"
 #include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
@@ -48,20 +49,34 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
       policy_(checkpoint::Policy::from(exp_.checkpoint)),
       sched_(sched::make_scheduler(exp_.scheduler, exp_.seed.value_or(0))) {
   host_name_ = ex_.host_name();
-  auto searcher =
-      search::make_searcher(exp_.search_alg, exp_.space, exp_.num_samples, exp_.seed.value_or(0));
+  search::SearcherContext sc;
+  sc.experiment_dir = exp_.dir();
+  sc.cwd = exp_.trial.workdir;
+  if (!opts_.python_helpers_dir.empty()) {
+    const char* pp = std::getenv("PYTHONPATH");
+    sc.env["PYTHONPATH"] = opts_.python_helpers_dir + (pp && *pp ? ":" + std::string(pp) : "");
+  }
+  sc.metric = exp_.metric;
+  sc.mode = exp_.mode == spec::Order::kMax ? "max" : "min";
+  auto searcher = search::make_searcher(exp_.search_alg, exp_.space, exp_.num_samples,
+                                        exp_.seed.value_or(0), sc);
   if (!searcher) throw Fatal(searcher.error(), kExitUsage);
   searcher_ = std::move(*searcher);
   sched_->attach(this);
+  load_warm_start();
 }
 
 Controller::~Controller() = default;
 
-trial::Trial& Controller::new_trial() {
+trial::Trial* Controller::new_trial() {
   auto cfg = searcher_->suggest(state_.next_index);
-  if (cfg.kind != search::Suggestion::Kind::kConfig)
-    throw Fatal("internal error: the searcher gave no config for trial " +
-                std::to_string(state_.next_index));
+  if (cfg.kind == search::Suggestion::Kind::kFinished) {
+    spdlog::info("the searcher has no more configs: {} trial(s) in all", state_.next_index);
+    state_.total_trials = state_.next_index;
+    mark_dirty();
+    return nullptr;
+  }
+  if (cfg.kind == search::Suggestion::Kind::kWait) return nullptr;
   trial::Trial t;
   t.index = state_.next_index++;
   char id[32];
@@ -72,7 +87,66 @@ trial::Trial& Controller::new_trial() {
   index_[t.id] = state_.trials.size();
   state_.trials.push_back(std::move(t));
   sched_->on_trial_add(state_.trials.back().id, state_.trials.back().index);
-  return state_.trials.back();
+  return &state_.trials.back();
+}
+
+void Controller::start_searcher() {
+  std::vector<search::KnownTrial> known;
+  for (const auto& t : state_.trials) {
+    search::KnownTrial k{t.id, t.config, t.finished(), {}};
+    if (k.finished)
+      k.completion = {t.id, t.config, t.status == Status::kError ? std::nullopt : value_of(t),
+                      t.last_result, t.status == Status::kError};
+    known.push_back(std::move(k));
+  }
+  if (auto r = searcher_->start(known); !r) throw Fatal(r.error(), kExitTrialError);
+}
+
+void Controller::load_warm_start() {
+  if (!exp_.search_alg.restore_from) return;
+  const fs::path& from = *exp_.search_alg.restore_from;
+  auto earlier = state::load(from);
+  if (!earlier) throw Fatal("search_alg.restore_from: " + earlier.error().message, kExitUsage);
+  size_t skipped = 0;
+  for (const auto& t : earlier->trials) {
+    if (!t.finished()) continue;
+    // Its config must fit this space: the searcher models this space only.
+    auto fits = search::config_from_answer(exp_.space, t.config);
+    if (!fits) {
+      ++skipped;
+      continue;
+    }
+    bool error = t.status == Status::kError;
+    warm_.push_back({"restored-" + t.id, fits->config, error ? std::nullopt : value_of(t),
+                     t.last_result, error});
+  }
+  if (skipped)
+    spdlog::warn(
+        "search_alg.restore_from: {} finished trial(s) of {} left out: their configs "
+        "do not fit this param_space",
+        skipped, from.string());
+}
+
+void Controller::warm_searcher() {
+  for (const auto& c : warm_) searcher_->on_complete(c);
+  if (!warm_.empty()) {
+    spdlog::info("search_alg.restore_from: the searcher was told {} finished trial(s) of {}",
+                 warm_.size(), exp_.search_alg.restore_from->string());
+    mark_dirty();
+  }
+  warm_.clear();
+}
+
+void Controller::poll_searcher() {
+  if (searcher_->poll()) mark_dirty();
+  if (searcher_failed_) return;
+  searcher_failed_ = searcher_->failure();
+  if (!searcher_failed_) return;
+  // Ends the run like a Ctrl-C (trials resume later), then exits 1 with this error.
+  spdlog::debug("{}", *searcher_failed_);
+  stopping_ = true;
+  stop_all(StopWhy::kUser, false);
+  mark_dirty();
 }
 
 std::vector<std::string> Controller::trial_argv(const trial::Trial& t) const {
@@ -262,6 +336,8 @@ void Controller::launch_ready() {
   if (last_write_failed_ && ex_.now() < next_state_write_) return;
   size_t limit =
       exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
+  if (exp_.search_alg.max_concurrent)  // the searcher's own limit (Ray's ConcurrencyLimiter)
+    limit = std::min(limit, static_cast<size_t>(*exp_.search_alg.max_concurrent));
   // Restarts (retries, resumed trials) are prepared first and started after one full state
   // write: their truncated results and restore point must be on disk before they run. They are
   // held by index: new_trial() below may grow state_.trials and move every Trial.
@@ -278,7 +354,12 @@ void Controller::launch_ready() {
       pending_.erase(at);
       retry_at_.erase(at);
     } else {
-      at = new_trial().index;
+      trial::Trial* t = new_trial();
+      if (!t) {
+        pool_.release(*placement);
+        break;
+      }
+      at = t->index;
     }
     trial::Trial& next = state_.trials[at];
     next.gpu_ids = placement->gpu_ids;
@@ -525,7 +606,8 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
       }
     }
     apply_retention(t, false);
-    searcher_->on_complete(t.id, t.config, status == Status::kError ? std::nullopt : value_of(t));
+    searcher_->on_complete({t.id, t.config, status == Status::kError ? std::nullopt : value_of(t),
+                            t.last_result, status == Status::kError});
     scheduler_complete(t);
   }
   mark_dirty();
@@ -661,6 +743,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   flush_result_logs(now);
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
   state_.scheduler = sched_->save();
+  searcher_->prepare_save();  // a snapshot for a later write: this one names the last acked
   state_.search_alg = searcher_->save();
   // Checkpoints are deleted right after this write: it must survive a power loss too, or an
   // older state could name them.
@@ -684,6 +767,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   if (last_write_failed_) spdlog::warn("experiment state saved again");
   state_dirty_ = false;
   last_write_failed_ = false;
+  searcher_->state_written();
   if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);
   // At most ~5% of wall time goes to state writes, unless a fixed period is set.
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
@@ -800,6 +884,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   if (!maybe_save_state(true, true))
     throw Fatal("cannot write the experiment state in '" + exp_.dir().string() +
                 "': nothing was started");
+  start_searcher();
+  if (!resuming) warm_searcher();
 
   if (resuming && opts_.process_started > 0)
     spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",
@@ -827,6 +913,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     woke = ex_.now();
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
     for (auto& ev : events) dispatch(ev);
+    poll_searcher();
     on_file_jobs_done();
     send_decided_stops();
     now = ex_.now();
@@ -849,14 +936,20 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     rt.log.close();
     interrupt(trial(id));
   }
-  state_.phase = interrupted_ ? "interrupted" : "finished";
+  state_.phase = interrupted_ || searcher_failed_ ? "interrupted" : "finished";
   finish_file_work();
+  if (!searcher_failed_ && interrupts_ < 2) {
+    searcher_->finish();  // its last snapshot, for the final state
+    poll_searcher();
+  }
   maybe_save_state(true, true);
   finish_file_work();  // the deletions that write allowed
   final_upload();
   draw(true);
   spdlog::info("longest loop stall: {:.0f} ms", longest_stall_ * 1000);
   if (!fatal_.empty()) throw Fatal(fatal_, kExitTrialError);
+  if (searcher_failed_)
+    throw Fatal(*searcher_failed_ + " (state saved; --resume continues)", kExitTrialError);
   return exit_code();
 }
 
@@ -874,6 +967,7 @@ double Controller::wait_timeout(double now) const {
   if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
   for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
   if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies
+  if (searcher_->busy()) timeout = std::min(timeout, 0.02);          // collect its answer
   return timeout;
 }
 

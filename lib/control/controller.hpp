@@ -157,7 +157,17 @@ class Controller : private sched::Population {
   // Resume: asks every host which attempts run there, and ends those no trial expects (an
   // attempt re-queued elsewhere while its host was unreachable, say), before anything starts.
   void end_strays();
-  trial::Trial& new_trial();
+  // A new trial with the searcher's config; nullptr if the searcher has none yet (or no more).
+  trial::Trial* new_trial();
+  // The searcher side of a loop turn: answers collected, a failure turned into a stop.
+  void poll_searcher();
+  // Starts the searcher (after a resume's restore, with the trials the state holds).
+  void start_searcher();
+  // search_alg.restore_from: that experiment's finished trials, read before anything starts
+  // (as untrusted input; a bad dir is a Fatal naming it) ...
+  void load_warm_start();
+  // ... and told to the searcher at the start of a fresh run.
+  void warm_searcher();
 
   void on_output(const exec::OutputEvent& ev);
   // When the line that ends at rt.line_end arrived, on the trial host's clocks, if known.
@@ -284,6 +294,8 @@ class Controller : private sched::Population {
   std::set<uint64_t> paused_;   // PAUSED trials the scheduler holds back
   std::unique_ptr<sched::TrialScheduler> sched_;
   std::unique_ptr<search::Searcher> searcher_;
+  std::optional<std::string> searcher_failed_;  // the error that ends the run (exit 1)
+  std::vector<search::Completion> warm_;        // search_alg.restore_from's finished trials
   bool told_no_more_ = false;
   std::vector<std::string> decided_stops_;  // trials to signal once the state records why
   // Decisions are written in batches: at most ~5% of wall time goes to their state writes

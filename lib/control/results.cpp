@@ -197,6 +197,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   rt.log.append(result);
   t.track_metrics(flat);
   t.last_result = std::move(flat);
+  searcher_->on_result(t.id, t.last_result);
   mark_dirty();
   if (exp_.trial.mode == spec::TrialMode::kFunction) {
     if (criterion)

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <map>
 
+#include "search/external.hpp"
+#include "search/space_json.hpp"
+
 namespace tune::search {
 
 namespace {
@@ -17,7 +20,7 @@ class BasicVariant final : public Searcher {
     auto c = generate(space_, seed_, index);
     return {Suggestion::Kind::kConfig, std::move(c.config), std::move(c.varying)};
   }
-  void on_complete(const std::string&, const json&, std::optional<double>) override {}
+  void on_complete(const Completion&) override {}
   json save() const override { return nullptr; }
   Result<void> restore(const json&) override { return {}; }
 
@@ -59,10 +62,9 @@ class TpeSearcher final : public Searcher {
     pending_[id] = config;
     return s;
   }
-  void on_complete(const std::string& trial, const json& config,
-                   std::optional<double> value) override {
-    pending_.erase(trial);
-    if (value) done_.push_back({config, *value});
+  void on_complete(const Completion& c) override {
+    pending_.erase(c.trial);
+    if (c.value) done_.push_back({c.config, *c.value});
   }
   json save() const override {
     json done = json::array();
@@ -101,21 +103,86 @@ class TpeSearcher final : public Searcher {
   std::map<std::string, json> pending_;  // trial -> config, while it runs
 };
 
-}  // namespace
+// points_to_evaluate first, in order, then the searcher it wraps; which is told every result.
+class PointsFirst final : public Searcher {
+ public:
+  PointsFirst(std::unique_ptr<Searcher> inner, Space space, std::vector<json> points, uint64_t seed)
+      : inner_(std::move(inner)),
+        space_(std::move(space)),
+        points_(std::move(points)),
+        seed_(seed) {}
+  Suggestion suggest(uint64_t index) override {
+    if (index >= points_.size()) return inner_->suggest(index);
+    auto c = fill_point(space_, points_[index], seed_, index);
+    return {Suggestion::Kind::kConfig, std::move(c.config), std::move(c.varying)};
+  }
+  void on_result(const std::string& trial, const json& result) override {
+    inner_->on_result(trial, result);
+  }
+  void on_complete(const Completion& c) override { inner_->on_complete(c); }
+  json save() const override { return inner_->save(); }
+  Result<void> restore(const json& state) override { return inner_->restore(state); }
+  Result<void> start(const std::vector<KnownTrial>& known) override {
+    std::vector<KnownTrial> k = known;
+    for (auto& t : k)
+      if (t.id < first_searched_id()) t.suggested = false;
+    return inner_->start(k);
+  }
+  bool poll() override { return inner_->poll(); }
+  bool busy() const override { return inner_->busy(); }
+  std::optional<std::string> failure() const override { return inner_->failure(); }
+  void prepare_save() override { inner_->prepare_save(); }
+  void state_written() override { inner_->state_written(); }
+  void finish() override { inner_->finish(); }
 
-const char* searcher_name(SearcherKind k) {
-  return k == SearcherKind::kTpe ? "tpe" : "random";
-}
+ private:
+  std::string first_searched_id() const {
+    char id[32];
+    std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(points_.size()));
+    return id;
+  }
+  std::unique_ptr<Searcher> inner_;
+  Space space_;
+  std::vector<json> points_;
+  uint64_t seed_;
+};
 
-Result<std::unique_ptr<Searcher>> make_searcher(const SearcherSpec& spec, const Space& space,
-                                                uint64_t num_samples, uint64_t seed) {
+Result<std::unique_ptr<Searcher>> make_inner(const SearcherSpec& spec, const Space& space,
+                                             uint64_t num_samples, uint64_t seed,
+                                             const SearcherContext& ctx) {
   if (spec.kind == SearcherKind::kRandom)
     return std::make_unique<BasicVariant>(space, trial_count(space, num_samples), seed);
+  if (spec.kind == SearcherKind::kExternal)
+    return make_external_searcher(spec.external, space, num_samples, seed, ctx);
   auto tpe = Tpe::create(space, spec.tpe, seed);
   if (!tpe) return std::unexpected(tpe.error());
   auto s = std::make_unique<TpeSearcher>(std::move(*tpe), space, num_samples);
   s->set_options(spec.tpe);
   return s;
+}
+
+}  // namespace
+
+const char* searcher_name(SearcherKind k) {
+  switch (k) {
+    case SearcherKind::kTpe:
+      return "tpe";
+    case SearcherKind::kExternal:
+      return "external";
+    default:
+      return "random";
+  }
+}
+
+Result<std::unique_ptr<Searcher>> make_searcher(const SearcherSpec& spec, const Space& space,
+                                                uint64_t num_samples, uint64_t seed,
+                                                const SearcherContext& ctx) {
+  auto inner = make_inner(spec, space, num_samples, seed, ctx);
+  if (!inner || spec.points_to_evaluate.empty()) return inner;
+  for (size_t i = 0; i < spec.points_to_evaluate.size(); ++i)
+    if (auto r = check_point(space, spec.points_to_evaluate[i]); !r)
+      return fail("search_alg.points_to_evaluate[", std::to_string(i), "]: ", r.error().message);
+  return std::make_unique<PointsFirst>(std::move(*inner), space, spec.points_to_evaluate, seed);
 }
 
 }  // namespace tune::search

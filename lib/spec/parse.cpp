@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "search/space_json.hpp"
 #include "spec/ray_compat.hpp"
 #include "spec/yaml_guard.hpp"
 #include "spec/yaml_json.hpp"
@@ -75,10 +76,21 @@ constexpr std::string_view kSchedulerKeys[] = {"type",
                                                "hyperparam_mutations",
                                                "perturbation_factors",
                                                "burn_in_period"};
-constexpr std::string_view kSearchKeys[] = {
-    "type",          "n_startup_trials",  "n_ei_candidates",     "gamma",
-    "gamma_cap",     "prior_weight",      "consider_magic_clip", "consider_endpoints",
-    "constant_liar", "bandwidth_weighted"};
+constexpr std::string_view kSearchKeys[] = {"type",
+                                            "n_startup_trials",
+                                            "n_ei_candidates",
+                                            "gamma",
+                                            "gamma_cap",
+                                            "prior_weight",
+                                            "consider_magic_clip",
+                                            "consider_endpoints",
+                                            "constant_liar",
+                                            "bandwidth_weighted",
+                                            "command",
+                                            "timeout_s",
+                                            "points_to_evaluate",
+                                            "max_concurrent",
+                                            "restore_from"};
 constexpr std::string_view kDomainKeys[] = {
     "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
     "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
@@ -129,6 +141,11 @@ class Parser {
   void parse_mutations(const YAML::Node& n, std::vector<std::string>& path,
                        std::vector<search::Param>& out) const;
   void parse_search(const YAML::Node& n, Experiment& e) const;
+  void parse_tpe(const YAML::Node& n, Experiment& e) const;
+  // Keys every searcher takes: points_to_evaluate, max_concurrent.
+  [[nodiscard]] static bool is_common_search_key(const std::string& k);
+  void parse_search_common(const YAML::Node& n, Experiment& e) const;
+  void parse_external(const YAML::Node& n, Experiment& e) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
   fs::path file_;
@@ -851,27 +868,110 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
   check_map(n, "search_alg");
   check_keys(n, kSearchKeys, "search_alg");
   auto t = n["type"];
-  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe)");
+  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe, external)");
   std::string type = string(t, "search_alg.type");
+  parse_search_common(n, e);
   if (type == "random" || type == "basic_variant") {
     e.search_alg.kind = search::SearcherKind::kRandom;
     for (const auto& kv : n)
-      if (kv.first.Scalar() != "type")
+      if (!is_common_search_key(kv.first.Scalar()) && kv.first.Scalar() != "type")
         error(kv.first, "search_alg 'random' has no option '" + kv.first.Scalar() + "'");
     return;
   }
-  if (type != "tpe") {
+  if (type != "tpe" && type != "external") {
     std::string msg = "unknown search_alg '" + util::printable(type, 40) + "'";
-    if (type == "bohb" || type == "external")
-      msg = "search_alg '" + type + "' is not available in this version";
-    error(t, msg + " (available: random, tpe)");
+    if (type == "bohb") msg = "search_alg '" + type + "' is not available in this version";
+    error(t, msg + " (available: random, tpe, external)");
   }
-  e.search_alg.kind = search::SearcherKind::kTpe;
+  e.search_alg.kind = type == "tpe" ? search::SearcherKind::kTpe : search::SearcherKind::kExternal;
   if (!e.metric)
-    error(n, "search_alg 'tpe' needs a metric to model: set 'metric' and 'mode' in the experiment");
+    error(n, "search_alg '" + type +
+                 "' needs a metric to model: set 'metric' and 'mode' in the experiment");
   if (!e.mode_given)
-    error(n, "search_alg 'tpe' needs 'mode: min' or 'mode: max' for metric '" +
+    error(n, "search_alg '" + type + "' needs 'mode: min' or 'mode: max' for metric '" +
                  util::printable(*e.metric, 40) + "'");
+  for (const auto& kv : n) {
+    std::string k = kv.first.Scalar();
+    bool external_key = k == "command" || k == "timeout_s";
+    if (k != "type" && !is_common_search_key(k) && external_key != (type == "external"))
+      error(kv.first, "search_alg '" + type + "' has no option '" + k + "'");
+  }
+  if (type == "tpe")
+    parse_tpe(n, e);
+  else
+    parse_external(n, e);
+  for (const auto& p : e.space.params)
+    if (p.domain.kind == search::Domain::Kind::kGrid) {
+      std::string path;
+      for (const auto& c : p.path) path += (path.empty() ? "" : ".") + c;
+      error(t, "search_alg '" + type + "' cannot model grid_search parameter '" + path +
+                   "': use choice instead (the searcher picks among the values), or "
+                   "search_alg: random");
+    }
+}
+
+bool Parser::is_common_search_key(const std::string& k) {
+  return k == "points_to_evaluate" || k == "max_concurrent" || k == "restore_from";
+}
+
+void Parser::parse_search_common(const YAML::Node& n, Experiment& e) const {
+  if (auto m = n["max_concurrent"]) {
+    int64_t v = integer(m, "search_alg.max_concurrent");
+    if (v < 1 || v > 1'000'000) error(m, "search_alg.max_concurrent must be between 1 and 1000000");
+    e.search_alg.max_concurrent = v;
+  }
+  if (auto m = n["restore_from"]) {
+    fs::path r = string(m, "search_alg.restore_from");
+    if (r.empty()) error(m, "search_alg.restore_from is empty: name an experiment dir");
+    fs::path yaml_dir = e.source_file.parent_path();
+    e.search_alg.restore_from = (r.is_absolute() ? r : yaml_dir / r).lexically_normal();
+  }
+  auto pts = n["points_to_evaluate"];
+  if (!pts || pts.IsNull()) return;
+  if (!pts.IsSequence())
+    error(pts, "search_alg.points_to_evaluate must be a list of configs ({param: value, ...})");
+  size_t i = 0;
+  for (const auto& p : pts) {
+    std::string where = "search_alg.points_to_evaluate[" + std::to_string(i++) + "]";
+    if (!p.IsMap()) error(p, where + " must be a mapping of parameters to values");
+    nlohmann::json point = yaml_to_json(p);
+    if (auto r = search::check_point(e.space, point); !r)
+      error(p, where + ": " + r.error().message);
+    e.search_alg.points_to_evaluate.push_back(std::move(point));
+  }
+  if (e.search_alg.points_to_evaluate.size() > e.num_samples)
+    error(pts, "search_alg.points_to_evaluate has " +
+                   std::to_string(e.search_alg.points_to_evaluate.size()) +
+                   " configs, more than num_samples (" + std::to_string(e.num_samples) +
+                   "): they count among the trials");
+}
+
+void Parser::parse_external(const YAML::Node& n, Experiment& e) const {
+  auto& o = e.search_alg.external;
+  auto cmd = n["command"];
+  if (!cmd) error(n, "search_alg 'external' needs 'command': the searcher's argv");
+  if (cmd.IsSequence()) {
+    for (const auto& w : cmd) {
+      if (!w.IsScalar()) error(w, "search_alg.command: each argument must be a scalar");
+      o.command.push_back(w.Scalar());
+    }
+  } else if (cmd.IsScalar()) {
+    auto words = util::shell_split(cmd.Scalar());
+    if (!words) error(cmd, "search_alg.command: " + words.error().message);
+    o.command = std::move(*words);
+  } else {
+    error(cmd, "search_alg.command must be a list of arguments or a string");
+  }
+  if (o.command.empty() || o.command[0].empty())
+    error(cmd, "search_alg.command is empty: name the searcher program to run");
+  if (auto m = n["timeout_s"]) {
+    o.timeout_s = number(m, "search_alg.timeout_s");
+    if (!(o.timeout_s > 0) || o.timeout_s > 86400)
+      error(m, "search_alg.timeout_s must be a number of seconds in (0, 86400]");
+  }
+}
+
+void Parser::parse_tpe(const YAML::Node& n, Experiment& e) const {
   auto& o = e.search_alg.tpe;
   auto count = [&](const char* k, int64_t& out, int64_t lo) {
     if (auto m = n[k]) {
@@ -899,13 +999,6 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
         {"constant_liar", &o.constant_liar},
         {"bandwidth_weighted", &o.bandwidth_weighted}})
     if (auto m = n[k]) *out = boolean(m, std::string("search_alg.") + k);
-  for (const auto& p : e.space.params)
-    if (p.domain.kind == search::Domain::Kind::kGrid) {
-      std::string path;
-      for (const auto& c : p.path) path += (path.empty() ? "" : ".") + c;
-      error(t, "search_alg 'tpe' cannot model grid_search parameter '" + path +
-                   "': use choice instead (tpe picks among the values), or search_alg: random");
-    }
 }
 
 void Parser::parse_hosts(const YAML::Node& n, Experiment& e) const {

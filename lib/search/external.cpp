@@ -1,0 +1,526 @@
+#include "search/external.hpp"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "search/line_child.hpp"
+#include "search/op_journal.hpp"
+#include "search/space_json.hpp"
+#include "util/process.hpp"
+#include "util/strings.hpp"
+
+namespace tune::search {
+
+namespace {
+
+double mono() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+std::string trial_id(uint64_t index) {
+  char id[32];
+  std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(index));
+  return id;
+}
+
+std::string compact(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// What the child has been given: the trials it suggested, and those it was told ended.
+struct Known {
+  std::set<std::string> suggested, completed;
+  std::map<std::string, int64_t> told_iteration;  // the last result each trial was told
+  uint64_t ops = 0;                               // ops in the journal
+};
+
+// A request for the worker thread.
+struct Request {
+  enum class Kind { kInit, kSuggest, kReplay, kNotify, kSave };
+  Request() = default;
+  Request(Kind k, json m, uint64_t i = 0) : kind(k), msg(std::move(m)), index(i) {}
+  Kind kind = Kind::kNotify;
+  json msg;
+  uint64_t index = 0;   // kSuggest, kReplay
+  json expected;        // kReplay: the config the trial has
+  std::string slot;     // kSave
+  bool replay = false;  // an op of the journal, sent again (not journaled again)
+};
+
+// What the worker hands back to the controller.
+struct Answer {
+  Suggestion::Kind kind = Suggestion::Kind::kWait;  // kSuggest answers
+  bool saved = false;                               // a kSave answer
+  uint64_t index = 0;
+  TrialConfig config;
+  json snapshot;  // kSave: the descriptor save() returns from now on
+};
+
+json descriptor(const std::optional<std::string>& slot, const Known& k) {
+  return {{"type", "external"},
+          {"dir", slot ? json(std::string(kSearcherStateDir) + "/" + *slot) : json(nullptr)},
+          {"suggested", k.suggested},
+          {"completed", k.completed},
+          {"ops", k.ops}};
+}
+
+class ExternalSearcher final : public Searcher {
+ public:
+  ExternalSearcher(ExternalOptions o, Space space, uint64_t seed, SearcherContext ctx)
+      : opts_(std::move(o)), space_(std::move(space)), seed_(seed), ctx_(std::move(ctx)) {
+    for (const auto& a : opts_.command) command_text_ += (command_text_.empty() ? "" : " ") + a;
+    acked_ = on_disk_ = descriptor(std::nullopt, {});
+  }
+  ~ExternalSearcher() override { shut_down(); }
+
+  Suggestion suggest(uint64_t index) override {
+    if (failed() || finished_) return {finished_ ? Suggestion::Kind::kFinished : kWait, {}, {}};
+    if (ready_ && ready_->index == index) {
+      Answer a = std::move(*ready_);
+      ready_.reset();
+      return {Suggestion::Kind::kConfig, std::move(a.config.config), std::move(a.config.varying)};
+    }
+    if (asked_ || (mono() < wait_until_ && !woken_)) return {kWait, {}, {}};
+    Request r{Request::Kind::kSuggest, {{"op", "suggest"}, {"trial_id", trial_id(index)}}, index};
+    enqueue(std::move(r));
+    asked_ = true;
+    return {kWait, {}, {}};
+  }
+
+  void on_result(const std::string& trial, const json& result) override {
+    enqueue({Request::Kind::kNotify, {{"op", "result"}, {"trial_id", trial}, {"result", result}}});
+  }
+
+  void on_complete(const Completion& c) override {
+    woken_ = true;  // a searcher that said "wait" is asked again now
+    enqueue({Request::Kind::kNotify, complete_msg(c)});
+  }
+
+  json save() const override { return acked_; }
+
+  Result<void> restore(const json& state) override {
+    auto bad = [](const std::string& what) { return fail("searcher state (external): ", what); };
+    if (!state.is_object() || state.value("type", "") != "external")
+      return bad("not an external searcher's state");
+    const json& dir = state.value("dir", json());
+    Known k;
+    for (const char* key : {"suggested", "completed"}) {
+      const json& ids = state.value(key, json::array());
+      if (!ids.is_array()) return bad(std::string("'") + key + "' is not a list");
+      for (const auto& id : ids) {
+        if (!id.is_string()) return bad(std::string("'") + key + "' holds a non-string");
+        (key[0] == 's' ? k.suggested : k.completed).insert(id.get<std::string>());
+      }
+    }
+    const json& ops = state.value("ops", json(0));
+    if (!ops.is_number_unsigned()) return bad("'ops' is not a count");
+    k.ops = ops.get<uint64_t>();
+    std::optional<std::string> slot;
+    if (!dir.is_null()) {
+      std::string want_a = std::string(kSearcherStateDir) + "/a";
+      std::string want_b = std::string(kSearcherStateDir) + "/b";
+      if (!dir.is_string() || (dir != want_a && dir != want_b))
+        return bad("'dir' is not " + want_a + " or " + want_b);
+      slot = dir.get<std::string>().substr(dir.get<std::string>().size() - 1);
+    }
+    known_ = std::move(k);
+    acked_ = on_disk_ = descriptor(slot, known_);
+    restored_slot_ = slot;
+    return {};
+  }
+
+  Result<void> start(const std::vector<KnownTrial>& known) override;
+  bool poll() override;
+  [[nodiscard]] bool busy() const override {
+    std::lock_guard lock(mu_);
+    return asked_ || save_in_flight_ || !queue_.empty() || working_;
+  }
+  [[nodiscard]] std::optional<std::string> failure() const override {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+  void prepare_save() override;
+  void state_written() override { on_disk_ = acked_; }
+  void finish() override;
+
+ private:
+  static constexpr auto kWait = Suggestion::Kind::kWait;
+  bool failed() const { return failure().has_value(); }
+  json complete_msg(const Completion& c) const {
+    return {{"op", "complete"},
+            {"trial_id", c.trial},
+            {"result", c.result.is_object() ? c.result : json(nullptr)},
+            {"status", c.error ? "ERROR" : "TERMINATED"},
+            {"config", c.config}};
+  }
+  void enqueue(Request r) {
+    {
+      std::lock_guard lock(mu_);
+      if (failure_ || stop_) return;
+      queue_.push_back(std::move(r));
+      ++ops_since_save_;
+    }
+    cv_.notify_one();
+  }
+  void work();
+  Result<std::optional<Answer>> handle(Request& r);
+  Result<json> ask(const std::string& what, const json& msg);
+  Result<std::optional<Answer>> handle_suggest(Request& r, const json& answer);
+  Result<std::optional<Answer>> handle_notify(Request& r);
+  // The op is in the child's history now: the journal position a snapshot records moves on.
+  void advance(const Request& r) {
+    std::lock_guard lock(mu_);
+    known_.ops = r.replay ? known_.ops + 1 : journal_.count();
+  }
+  // Queues the journal's ops after the snapshot, then what neither told the child.
+  void queue_replay(const std::vector<json>& ops, const std::vector<KnownTrial>& known);
+  void shut_down();
+
+  ExternalOptions opts_;
+  Space space_;
+  uint64_t seed_;
+  SearcherContext ctx_;
+  std::string command_text_;
+  LineChild child_;    // used by the worker thread only (after start)
+  OpJournal journal_;  // likewise
+  std::thread worker_;
+
+  mutable std::mutex mu_;  // guards what both threads touch: the queue, answers, failure, known_
+  std::condition_variable cv_;
+  std::deque<Request> queue_;
+  std::deque<Answer> answers_;
+  std::optional<std::string> failure_;
+  bool stop_ = false, working_ = false;
+  Known known_;  // what the child has been given (the worker's view)
+  uint64_t ops_since_save_ = 0;
+
+  // The controller thread's side.
+  std::optional<Answer> ready_;  // a config for the trial about to be created
+  bool asked_ = false;           // a suggest is in flight
+  bool finished_ = false;        // it said {"finished": true}
+  double wait_until_ = 0;        // after {"wait": true}: ask again then ...
+  bool woken_ = false;           // ... or once a trial completes
+  bool save_in_flight_ = false;
+  json acked_, on_disk_;  // descriptors: the latest acknowledged, the one on disk
+  std::optional<std::string> restored_slot_;
+};
+
+Result<void> ExternalSearcher::start(const std::vector<KnownTrial>& known) {
+  std::error_code ec;
+  fs::create_directories(ctx_.experiment_dir, ec);
+  std::map<std::string, std::string> env = ctx_.env;
+  if (auto r = child_.start(opts_.command, ctx_.cwd, env, ctx_.experiment_dir / kSearcherLog); !r)
+    return fail("search_alg.command: ", r.error().message);
+  json state = restored_slot_
+                   ? json((ctx_.experiment_dir / kSearcherStateDir / *restored_slot_).string())
+                   : json(nullptr);
+  json init = {{"op", "init"},
+               {"space", space_to_json(space_)},
+               {"metric", ctx_.metric ? json(*ctx_.metric) : json(nullptr)},
+               {"mode", ctx_.mode},
+               {"seed", seed_},
+               {"state", state}};
+  queue_.push_back({Request::Kind::kInit, std::move(init)});
+  fs::create_directories(ctx_.experiment_dir / kSearcherStateDir, ec);
+  auto ops = journal_.open(ctx_.experiment_dir / kSearcherStateDir / "ops.jsonl");
+  if (!ops) return fail("search_alg: ", ops.error().message);
+  queue_replay(*ops, known);
+  ops_since_save_ = queue_.size() > 1 ? 1 : 0;
+  worker_ = std::thread([this] { work(); });
+  return {};
+}
+
+void ExternalSearcher::queue_replay(const std::vector<json>& ops,
+                                    const std::vector<KnownTrial>& known) {
+  std::map<std::string, json> config_of;
+  for (const auto& t : known) config_of[t.id] = t.config;
+  Known seen = known_;  // what the child will have been told once the replay is done
+  uint64_t from = known_.ops;
+  if (ops.size() < from) {
+    spdlog::warn(
+        "external searcher: its op journal holds {} ops, its snapshot names {}: "
+        "nothing is replayed from it",
+        ops.size(), from);
+    from = ops.size();
+  }
+  for (uint64_t i = from; i < ops.size(); ++i) {
+    const json& op = ops[i];
+    const json& id = op.value("trial_id", json());
+    if (!id.is_string()) continue;
+    std::string tid = id.get<std::string>();
+    if (op["op"] == "suggest") {
+      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", tid}});
+      if (auto it = config_of.find(tid); it != config_of.end()) r.expected = it->second;
+      r.replay = true;
+      queue_.push_back(std::move(r));
+      seen.suggested.insert(tid);
+    } else if (op["op"] == "result" || op["op"] == "complete") {
+      Request r(Request::Kind::kNotify, op);
+      r.replay = true;
+      queue_.push_back(std::move(r));
+      if (op["op"] == "complete") seen.completed.insert(tid);
+    }
+  }
+  // Trials the journal lost (queued, never written, when the driver died): in trial order.
+  for (const auto& t : known) {
+    if (t.suggested && !seen.suggested.count(t.id)) {
+      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", t.id}});
+      r.expected = t.config;
+      queue_.push_back(std::move(r));
+    }
+    if (t.finished && !seen.completed.count(t.id))
+      queue_.push_back({Request::Kind::kNotify, complete_msg(t.completion)});
+  }
+}
+
+bool ExternalSearcher::poll() {
+  std::deque<Answer> got;
+  {
+    std::lock_guard lock(mu_);
+    got.swap(answers_);
+  }
+  bool changed = false;
+  for (auto& a : got) {
+    if (a.saved) {
+      acked_ = std::move(a.snapshot);
+      save_in_flight_ = false;
+      changed = true;
+      continue;
+    }
+    asked_ = false;
+    if (a.kind == Suggestion::Kind::kConfig) {
+      ready_ = std::move(a);
+    } else if (a.kind == Suggestion::Kind::kFinished) {
+      finished_ = true;
+    } else {
+      wait_until_ = mono() + 1.0;
+      woken_ = false;
+    }
+  }
+  return changed;
+}
+
+void ExternalSearcher::prepare_save() {
+  if (save_in_flight_ || failed()) return;
+  std::string slot;
+  {
+    std::lock_guard lock(mu_);
+    if (ops_since_save_ == 0 || stop_) return;
+    ops_since_save_ = 0;
+    // Never the directory the state on disk names; and save() stops naming the one written.
+    const json& d = on_disk_["dir"];
+    slot = d.is_string() && d.get<std::string>().back() == 'a' ? "b" : "a";
+    Request r(Request::Kind::kSave, nullptr);
+    r.slot = slot;
+    queue_.push_back(std::move(r));
+  }
+  if (acked_["dir"] != on_disk_["dir"]) acked_ = on_disk_;
+  save_in_flight_ = true;
+  cv_.notify_one();
+}
+
+void ExternalSearcher::finish() {
+  // A last snapshot, so the final state names everything the child was told.
+  double deadline = mono() + opts_.timeout_s + 1;
+  auto settle = [&] {
+    while (!failed() && save_in_flight_ && mono() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      poll();
+    }
+  };
+  settle();
+  prepare_save();
+  settle();
+}
+
+void ExternalSearcher::shut_down() {
+  if (!worker_.joinable()) return;
+  bool busy;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    queue_.clear();
+    busy = working_;
+  }
+  // A request in flight may wait up to timeout_s: end it now.
+  if (busy && child_.pid() > 0) ::kill(-child_.pid(), SIGKILL);
+  cv_.notify_one();
+  worker_.join();
+}
+
+void ExternalSearcher::work() {
+  while (true) {
+    Request r;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_ || failure_) break;
+      r = std::move(queue_.front());
+      queue_.pop_front();
+      working_ = true;
+    }
+    Result<std::optional<Answer>> a = std::nullopt;
+    try {  // nothing the child or the journal says may end the driver: it ends this searcher
+      a = handle(r);
+    } catch (const std::exception& e) {
+      a = fail("internal error handling its answer: ", e.what());
+    }
+    std::lock_guard lock(mu_);
+    working_ = false;
+    if (!a) {
+      if (!stop_)
+        failure_ =
+            "external searcher '" + util::printable(command_text_, 80) + "': " + a.error().message;
+      queue_.clear();
+      break;
+    }
+    if (*a) answers_.push_back(std::move(**a));
+  }
+  bool failed_now;
+  {
+    std::lock_guard lock(mu_);
+    failed_now = failure_.has_value();
+  }
+  child_.stop(failed_now ? 0.2 : 2.0);
+}
+
+Result<json> ExternalSearcher::ask(const std::string& what, const json& msg) {
+  auto said = [&](const std::string& why) {
+    std::string tail = util::last_line(ctx_.experiment_dir / kSearcherLog);
+    return fail(why, " while answering ", what,
+                tail.empty() ? "" : "; its stderr ends: " + util::printable(tail, 160));
+  };
+  if (auto s = child_.send(compact(msg), opts_.timeout_s); !s) return said(s.error().message);
+  auto line = child_.read_line(opts_.timeout_s, kMaxSearcherLine);
+  if (!line) return said(line.error().message);
+  json j = json::parse(*line, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return fail("answered '", util::printable(*line, 120), "' to ", what, ": not a JSON object");
+  return j;
+}
+
+Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
+  using K = Request::Kind;
+  switch (r.kind) {
+    case K::kInit: {
+      auto j = ask("init", r.msg);
+      if (!j) return std::unexpected(j.error());
+      if (j->value("ok", json()) != true)
+        return fail("answered '", util::printable(compact(*j), 120),
+                    "' to init (expected {\"ok\": true})");
+      return std::nullopt;
+    }
+    case K::kNotify:
+      return handle_notify(r);
+    case K::kSave: {
+      fs::path dir = ctx_.experiment_dir / kSearcherStateDir / r.slot;
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      fs::create_directories(dir, ec);
+      if (ec) return fail("cannot make '", dir.string(), "': ", ec.message());
+      auto j = ask("save", {{"op", "save"}, {"path", dir.string()}});
+      if (!j) return std::unexpected(j.error());
+      if (j->value("saved", json()) != dir.string())
+        return fail("answered '", util::printable(compact(*j), 120),
+                    "' to save (expected {\"saved\": \"", dir.string(), "\"})");
+      Answer a;
+      a.saved = true;
+      std::lock_guard lock(mu_);
+      a.snapshot = descriptor(r.slot, known_);
+      return a;
+    }
+    default: {
+      std::string what = "suggest (trial " + r.msg["trial_id"].get<std::string>() + ")";
+      if (!r.replay) {
+        if (auto a = journal_.append(r.msg); !a) return std::unexpected(a.error());
+      }
+      advance(r);
+      auto j = ask(what, r.msg);
+      if (!j) return std::unexpected(j.error());
+      return handle_suggest(r, *j);
+    }
+  }
+}
+
+Result<std::optional<Answer>> ExternalSearcher::handle_notify(Request& r) {
+  std::string id = r.msg["trial_id"].get<std::string>();
+  bool complete = r.msg["op"] == "complete";
+  bool told = false;  // already (a replay, or results read again after a resume)
+  {
+    std::lock_guard lock(mu_);
+    told = known_.completed.count(id) > 0;
+    const json& res = r.msg["result"];
+    if (!told && !complete && res.is_object()) {
+      const json& it = res.value("training_iteration", json());
+      if (it.is_number_integer()) {
+        auto [at, fresh] = known_.told_iteration.emplace(id, it.get<int64_t>());
+        told = !fresh && at->second >= it.get<int64_t>();
+        at->second = std::max(at->second, it.get<int64_t>());
+      }
+    }
+  }
+  if (told && !r.replay) return std::nullopt;  // not even journaled
+  if (!r.replay) {
+    if (auto j = journal_.append(r.msg); !j) return std::unexpected(j.error());
+  }
+  advance(r);
+  if (told) return std::nullopt;
+  if (auto s = child_.send(compact(r.msg), opts_.timeout_s); !s)
+    return fail(s.error().message, " (sending ", r.msg.value("op", ""), ")");
+  std::lock_guard lock(mu_);
+  if (complete) known_.completed.insert(id);
+  return std::nullopt;
+}
+
+Result<std::optional<Answer>> ExternalSearcher::handle_suggest(Request& r, const json& j) {
+  std::string id = r.msg["trial_id"].get<std::string>();
+  Answer a;
+  a.index = r.index;
+  if (j.contains("config")) {
+    auto c = config_from_answer(space_, j["config"]);
+    if (!c)
+      return fail("answered '", util::printable(compact(j), 120), "' to suggest (trial ", id,
+                  "): ", c.error().message);
+    a.kind = Suggestion::Kind::kConfig;
+    a.config = std::move(*c);
+    std::lock_guard lock(mu_);
+    known_.suggested.insert(id);
+  } else if (j.value("wait", json()) == true) {
+    a.kind = Suggestion::Kind::kWait;
+  } else if (j.value("finished", json()) == true) {
+    a.kind = Suggestion::Kind::kFinished;
+  } else {
+    return fail("answered '", util::printable(compact(j), 120), "' to suggest (trial ", id,
+                "): expected {\"config\": {...}}, {\"wait\": true} or {\"finished\": true}");
+  }
+  if (r.kind != Request::Kind::kReplay) return a;
+  // A replayed suggestion only brings the child up to date; the trial keeps its config.
+  if (a.kind == Suggestion::Kind::kConfig && !r.expected.is_null() && a.config.config != r.expected)
+    spdlog::warn(
+        "external searcher: trial {} replayed after the resume got another config ({}) "
+        "than it has ({}); it keeps its own",
+        id, util::printable(compact(a.config.config), 120),
+        util::printable(compact(r.expected), 120));
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Searcher>> make_external_searcher(const ExternalOptions& o,
+                                                         const Space& space, uint64_t,
+                                                         uint64_t seed,
+                                                         const SearcherContext& ctx) {
+  if (auto p = resolve_command(o.command, ctx.cwd, "search_alg.command"); !p)
+    return std::unexpected(p.error());
+  return std::make_unique<ExternalSearcher>(o, space, seed, ctx);
+}
+
+}  // namespace tune::search
