@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/retention.hpp"
+#include "control/events.hpp"
 #include "control/resources.hpp"
 #include "exec/executor.hpp"
 #include "sched/scheduler.hpp"
@@ -24,9 +25,6 @@
 #include "trial/result_log.hpp"
 #include "util/file_worker.hpp"
 
-namespace tune::ui {
-class LiveTable;
-}
 namespace tune::sync {
 class Uploader;
 }
@@ -56,7 +54,7 @@ struct ControllerOptions {
 class Controller {
  public:
   Controller(spec::Experiment exp, exec::Executor& executor, ControllerOptions opts,
-             ui::LiveTable* table = nullptr);
+             RunObserver* observer = nullptr);
   ~Controller();
 
   // Runs until every trial has ended, the budget is spent, or the user interrupts.
@@ -244,7 +242,7 @@ class Controller {
   spec::Experiment exp_;
   exec::Executor& ex_;
   ControllerOptions opts_;
-  ui::LiveTable* table_;
+  RunObserver* observer_;
   ResourcePool pool_;
   checkpoint::Policy policy_;
   state::ExperimentState state_;
