@@ -57,6 +57,7 @@ std::string metric_text(const trial::Trial& t, const std::string& m, bool best, 
 std::string param_text(const trial::Trial& t, const std::string& path) {
   const auto* v = search::lookup(t.config, path);
   if (!v) return "";
+  if (v->is_number_float()) return util::format_short(v->get<double>(), 5);
   return v->is_string() ? v->get<std::string>() : search::value_text(*v);
 }
 
