@@ -9,6 +9,7 @@
 #include "fake_executor.hpp"
 #include "ui/layout.hpp"
 #include "ui/live_table.hpp"
+#include "ui/progress_bar.hpp"
 #include "ui/text.hpp"
 
 using namespace tune;
@@ -411,4 +412,32 @@ TEST_CASE("the controller tells its observer of progress and of the run's end",
   CHECK(rec.ends == 1);
   CHECK(rec.last_trials == 2);
   CHECK(rec.ended_after_progress);
+}
+
+TEST_CASE("a progress bar fits its width and draws only on a terminal", "[ui]") {
+  std::string out;
+  {
+    ui::ProgressBar bar("reading trials", 1000, false, 80, &out);
+    bar.show_at_once();
+    bar.update(500);
+  }
+  CHECK(out.empty());  // not a terminal: nothing
+  ui::ProgressBar bar("reading trials", 1000, true, 60, &out);
+  CHECK(bar.render(450, 60) ==
+        "reading trials [" + std::string(12, '#') + std::string(16, '.') + "]  45%  450/1000");
+  CHECK(ui::display_width(bar.render(450, 60)) <= 60);
+  CHECK(ui::display_width(bar.render(450, 20)) <= 20);
+  CHECK(bar.render(5000, 200).find("100%  1000/1000") != std::string::npos);
+  bar.update(10);  // within its first moment: quick work prints nothing
+  CHECK(out.empty());
+  bar.show_at_once();
+  bar.update(10);
+  CHECK(out.starts_with("\rreading trials ["));
+  CHECK(out.ends_with("\x1b[K"));
+  out.clear();
+  bar.finish();
+  CHECK(out == "\r\x1b[K");
+  out.clear();
+  bar.finish();
+  CHECK(out.empty());
 }
