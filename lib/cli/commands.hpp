@@ -32,6 +32,7 @@ class RunCommand {
   std::optional<std::string> restore_from_;  // --restore-from DIR|URI
   std::vector<std::string> sets_;
   std::optional<int> max_concurrent_;
+  std::optional<std::string> columns_;  // --columns loss,acc,config/lr
   bool quiet_ = false, verbose_ = false;
 };
 

@@ -3,11 +3,16 @@
 #include <cmath>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "checkpoint/retention.hpp"
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "spec/parse.hpp"
-#include "ui/live_table.hpp"
+#include "ui/layout.hpp"
+#include "ui/summary.hpp"
+#include "ui/terminal.hpp"
+#include "ui/text.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
 
@@ -245,19 +250,28 @@ int CheckpointsLsCommand::execute() {
                              (rank.order == spec::Order::kMin ? "min" : "max") + ")"
                        : " (most recent first)")
             << ":\n";
-  std::cout
-      << "rank  trial                           checkpoint          iter    score       head  "
-         "config\n";
+  std::vector<ui::Column> cols(8);
+  cols[0] = ui::column("rank", 0, 0, true);
+  cols[1] = ui::column("trial", 12, 0, false, 24);
+  cols[2] = ui::column("checkpoint", 10, 2);
+  cols[3] = ui::column("iter", 0, 0, true);
+  cols[4] = ui::column("score", 0, 0, true);
+  cols[5] = ui::column("head", 0, 3);
+  cols[6] = ui::column("path", 16, 1, false, 40);
+  cols[7] = ui::column("config", 12, 4, false, 24);
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    char line[512];
-    std::snprintf(line, sizeof line, "%-4zu  %-30.30s  %-18s  %-6lld  %-10s  %-4s  ", i + 1,
-                  r.trial->name.c_str(), r.ckpt->dir_name().c_str(),
-                  static_cast<long long>(r.ckpt->iteration),
-                  r.score ? util::format_short(*r.score, 5).c_str() : "-",
-                  on_head(r) ? "yes" : "no");
-    std::cout << line << util::printable(r.trial->config.dump(), 80) << "\n";
+    cols[0].cells.push_back(std::to_string(i + 1));
+    cols[1].cells.push_back(r.trial->name);
+    cols[2].cells.push_back(r.ckpt->dir_name());
+    cols[3].cells.push_back(std::to_string(r.ckpt->iteration));
+    cols[4].cells.push_back(r.score ? util::format_short(*r.score, 5) : "-");
+    cols[5].cells.push_back(on_head(r) ? "yes" : "no");
+    cols[6].cells.push_back(path_of(r));
+    cols[7].cells.push_back(
+        r.trial->config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
+  std::cout << ui::layout_table(std::move(cols), ui::output_width(STDOUT_FILENO));
   std::cout << "best: " << path_of(rows.front())
             << (on_head(rows.front()) ? ""
                                       : "  (not on the head: on " + rows.front().trial->host + ")")

@@ -1,9 +1,13 @@
 // `tune report`: the experiment's self-contained HTML page, from its dir alone.
 #include <iostream>
+#include <optional>
+
+#include <unistd.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "report/html.hpp"
+#include "ui/progress_bar.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
 
@@ -18,7 +22,13 @@ void ReportCommand::add_options(CLI::App& app) {
 int ReportCommand::execute() {
   fs::path dir = resolve_experiment(experiment_, storage_);
   fs::path out = output_ ? fs::absolute(util::expand_user(*output_)) : dir / "report.html";
-  auto r = report::write_report(dir, out);
+  // A bar on a terminal while the trials' results are read (a big experiment takes seconds).
+  std::optional<ui::ProgressBar> bar;
+  auto r = report::write_report(dir, out, [&](size_t done, size_t total) {
+    if (!bar) bar.emplace("reading trials", total, ::isatty(STDERR_FILENO) != 0);
+    bar->update(done);
+  });
+  if (bar) bar->finish();
   if (!r) throw Fatal("report of '" + dir.string() + "': " + r.error().message, kExitUsage);
   std::cout << out.string() << "\n";
   return kExitOk;

@@ -90,6 +90,9 @@ void RunCommand::add_options(CLI::App& app) {
   app.add_option("--storage-path", storage_, "root of experiment dirs (default ~/tune_results)");
   app.add_option("--set", sets_, "override a value: --set checkpoint_config.num_to_keep=3");
   app.add_option("--max-concurrent", max_concurrent_, "at most N trials at once");
+  app.add_option("--columns", columns_,
+                 "live table columns: result keys and config/PATH, comma-separated "
+                 "(replaces progress_reporter's metric_columns and parameter_columns)");
   auto* q = app.add_flag("--quiet,-q", quiet_, "print only errors and the final summary");
   app.add_flag("--verbose,-v", verbose_, "log more, with times and pids")->excludes(q);
 }
@@ -123,6 +126,12 @@ int RunCommand::execute() {
   timespec started{};
   ::clock_gettime(CLOCK_MONOTONIC, &started);
   spec::Overrides ov{sets_, name_, storage_, max_concurrent_};
+  std::optional<std::vector<std::string>> columns;
+  if (columns_) {
+    auto parsed = ui::parse_columns_flag(*columns_);
+    if (auto* err = std::get_if<std::string>(&parsed)) throw Fatal(*err, kExitUsage);
+    columns = std::get<std::vector<std::string>>(std::move(parsed));
+  }
   spec::Experiment exp = load_or_throw(file_, ov);
   std::vector<exec::SshHostConfig> ssh_hosts;
   for (const auto& h : exp.hosts) {
@@ -246,6 +255,7 @@ int RunCommand::execute() {
     spdlog::warn("{}", r.error().message);
 
   auto table_opts = ui::detect_table_options(quiet_);
+  table_opts.columns = std::move(columns);
   ui::LiveTable table(table_opts);
   setup_logging(dir, quiet_, verbose_, &table, table_opts.color);
   if (verbose_) {

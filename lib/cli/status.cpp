@@ -1,15 +1,20 @@
-// `tune status`: the experiment read one trial line at a time, each row printed as it is read;
-// what a dead driver left behind; what this user's experiments hold on this machine.
+// `tune status`: the experiment read one trial line at a time, rows printed a chunk at a time
+// (fitted to the terminal); what a dead driver left behind; what this user's experiments hold.
 #include <algorithm>
 #include <ctime>
 #include <iostream>
+
+#include <unistd.h>
 
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "control/ledger.hpp"
 #include "exec/local_executor.hpp"
 #include "exec/slurm_executor.hpp"
-#include "ui/live_table.hpp"
+#include "ui/summary.hpp"
+#include "ui/terminal.hpp"
+#include "ui/text.hpp"
+#include "ui/trial_table.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
 
@@ -157,8 +162,8 @@ class StatusPrinter {
       std::cout << text << ",\n  \"trials\": [";
       return;
     }
-    std::cout << "experiment '" << h.name << "' (" << (gone_ ? "driver gone" : h.phase)
-              << ")\ndir: " << dir_.string() << "\n";
+    std::cout << "experiment '" << ui::sanitize(h.name) << "' ("
+              << (gone_ ? "driver gone" : h.phase) << ")\ndir: " << dir_.string() << "\n";
     if (gone_)
       std::cout << "driver: gone (pid " << driver_.pid << " on " << driver_.host
                 << " ended without finishing: killed or crashed)\n";
@@ -182,16 +187,29 @@ class StatusPrinter {
       std::cout << (rows_++ ? ",\n    " : "\n    ") << row.dump();
       return;
     }
-    if (rows_++ == 0) {
-      // Names of one experiment share a shape: the first one sets the column's width.
-      name_w_ = std::clamp<size_t>(t.name.size() + 4, 12, 48);
-      std::cout << ui::trial_table_header(head_.metric, name_w_);
-    }
-    std::string line = ui::trial_row(t, head_.metric, head_.mode == "max", name_w_, false,
-                                     ui::scheduler_of(head_));
-    if (auto job = slurm_job(t); job && !line.empty() && line.back() == '\n')
-      line.insert(line.size() - 1, "  slurm job " + job->first + " " + job->second);
-    std::cout << line;
+    ++rows_;
+    chunk_.push_back(std::move(t));
+    if (chunk_.size() >= kChunk) flush_rows();
+  }
+
+  // Rows are laid out a chunk at a time: the column widths fit the terminal, and memory stays
+  // bounded for experiments of many trials.
+  void flush_rows() {
+    if (chunk_.empty()) return;
+    ui::TableView view;
+    view.metric = head_.metric;
+    view.max_mode = head_.mode == "max";
+    if (head_.metric) view.metrics.push_back({*head_.metric, *head_.metric});
+    view.scheduler = ui::scheduler_of(head_);
+    std::vector<const trial::Trial*> rows;
+    for (const auto& t : chunk_) rows.push_back(&t);
+    std::cout << ui::trial_table(rows, view, ui::output_width(STDOUT_FILENO));
+    // Trials run as Slurm jobs: their job ids and states under the rows.
+    for (const auto& t : chunk_)
+      if (auto job = slurm_job(t))
+        std::cout << "  " << ui::sanitize(t.name) << "  slurm job " << job->first << " "
+                  << job->second << "\n";
+    chunk_.clear();
   }
 
   void finish() {
@@ -204,6 +222,7 @@ class StatusPrinter {
       std::cout << (rows_ ? "\n  ],\n" : "],\n") << text.substr(2) << "\n";
       return;
     }
+    flush_rows();
     if (rows_ == 0) std::cout << "no trials yet\n";
     std::cout << "trials: " << ui::status_counts(counts_, head_.total_trials, head_.next_index)
               << "\n";
@@ -212,7 +231,7 @@ class StatusPrinter {
       for (const auto& [name, st] : head_.hosts)
         line += (line.size() > 6 ? ", " : " ") + name + " " + st + " (" +
                 std::to_string(running_on_[name]) + " running)";
-      std::cout << line << "\n";
+      std::cout << ui::sanitize(line) << "\n";
     }
     std::cout << holders_text(dir_, holders);
     if (!slurm_error_.empty()) std::cout << "slurm job states unknown: " << slurm_error_ << "\n";
@@ -255,7 +274,9 @@ class StatusPrinter {
   std::optional<Orphans> orphans_;
   std::map<trial::Status, uint64_t> counts_;
   std::map<std::string, int> running_on_;
-  size_t name_w_ = 12, rows_ = 0;
+  static constexpr size_t kChunk = 200;
+  std::vector<trial::Trial> chunk_;
+  size_t rows_ = 0;
 };
 
 }  // namespace
@@ -267,13 +288,14 @@ void StatusCommand::add_options(CLI::App& app) {
 
 int StatusCommand::execute() {
   fs::path dir = resolve_experiment(experiment_, storage_);
-  // The state is read one trial at a time and each row printed as it comes: 5,000 trials of
-  // 10 KB configs are never in memory at once.
+  // The state is read one trial at a time and rows are printed a chunk at a time: 5,000 trials
+  // of 10 KB configs are never in memory at once.
   StatusPrinter out(dir, probe_driver(dir), format_ == "json");
   auto r = state::stream(
       dir, [&](const state::ExperimentState& h) { out.header(h); },
       [&](trial::Trial&& t) { out.row(std::move(t)); });
   if (!r) {
+    out.flush_rows();  // the rows read before the error
     std::cout << std::endl;
     throw Fatal(r.error(), kExitUsage);
   }

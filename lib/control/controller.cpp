@@ -13,7 +13,6 @@
 #include "search/space.hpp"
 #include "search/space_json.hpp"
 #include "sync/upload.hpp"
-#include "ui/live_table.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
@@ -40,11 +39,11 @@ std::string describe_exit(const exec::ExitInfo& info) {
 }  // namespace
 
 Controller::Controller(spec::Experiment exp, exec::Executor& executor, ControllerOptions opts,
-                       ui::LiveTable* table)
+                       RunObserver* observer)
     : exp_(std::move(exp)),
       ex_(executor),
       opts_(std::move(opts)),
-      table_(table),
+      observer_(observer),
       pool_(opts_.hosts.empty() ? local_hosts(exp_) : opts_.hosts),
       policy_(checkpoint::Policy::from(exp_.checkpoint)),
       sched_(sched::make_scheduler(exp_.scheduler, exp_.seed.value_or(0))) {
@@ -807,8 +806,8 @@ void Controller::final_upload() {
 }
 
 void Controller::draw(bool force) {
-  if (!table_) return;
-  table_->update(ex_.now(), state_, exp_, force);
+  if (!observer_) return;
+  observer_->on_progress({ex_.now(), state_, exp_}, force);
 }
 
 int Controller::exit_code() const {
@@ -945,7 +944,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   maybe_save_state(true, true);
   finish_file_work();  // the deletions that write allowed
   final_upload();
-  draw(true);
+  if (observer_) observer_->on_run_end({ex_.now(), state_, exp_});
   spdlog::info("longest loop stall: {:.0f} ms", longest_stall_ * 1000);
   if (!fatal_.empty()) throw Fatal(fatal_, kExitTrialError);
   if (searcher_failed_)
@@ -964,7 +963,7 @@ double Controller::wait_timeout(double now) const {
                        std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
   if (!decided_stops_.empty())
     timeout = std::min(timeout, std::max(0.0, next_decision_write_ - now));
-  if (table_) timeout = std::min(timeout, table_->seconds_until_due(now));
+  if (observer_) timeout = std::min(timeout, observer_->seconds_until_due(now));
   for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
   if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies
   if (searcher_->busy()) timeout = std::min(timeout, 0.02);          // collect its answer

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "checkpoint/retention.hpp"
+#include "control/events.hpp"
 #include "control/resources.hpp"
 #include "exec/executor.hpp"
 #include "sched/scheduler.hpp"
@@ -24,9 +25,6 @@
 #include "trial/result_log.hpp"
 #include "util/file_worker.hpp"
 
-namespace tune::ui {
-class LiveTable;
-}
 namespace tune::sync {
 class Uploader;
 }
@@ -57,7 +55,7 @@ struct ControllerOptions {
 class Controller : private sched::Population {
  public:
   Controller(spec::Experiment exp, exec::Executor& executor, ControllerOptions opts,
-             ui::LiveTable* table = nullptr);
+             RunObserver* observer = nullptr);
   ~Controller();
 
   // Runs until every trial has ended, the budget is spent, or the user interrupts.
@@ -282,7 +280,7 @@ class Controller : private sched::Population {
   spec::Experiment exp_;
   exec::Executor& ex_;
   ControllerOptions opts_;
-  ui::LiveTable* table_;
+  RunObserver* observer_;
   ResourcePool pool_;
   checkpoint::Policy policy_;
   state::ExperimentState state_;

@@ -179,7 +179,7 @@ Series read_series(const fs::path& trial_dir, size_t max_keys) {
   return s;
 }
 
-Result<json> gather(const fs::path& exp_dir) {
+Result<json> gather(const fs::path& exp_dir, const std::function<void(size_t, size_t)>& progress) {
   std::error_code ec;
   fs::path dir = fs::weakly_canonical(exp_dir, ec);
   if (ec) dir = fs::absolute(exp_dir);
@@ -195,6 +195,7 @@ Result<json> gather(const fs::path& exp_dir) {
     for (const auto& [k, v] : tj["config"].items()) params.insert(k);
     for (const auto& [k, v] : tj["y"].items()) metrics.insert(k);
     trials.push_back(std::move(tj));
+    if (progress) progress(trials.size(), st->trials.size());
   }
   json best = best_of(trials, st->metric, maximize);
   return json{{"name", st->name},

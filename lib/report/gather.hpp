@@ -52,6 +52,8 @@ struct Series {
 //  is x0, x0+1, ..., x0+n-1, x0 and n}]}. The driver's time_this_iter_s and time_total_s are
 //  not curves (they are in the table and the export).
 // Errors: the state cannot be read (named with its file).
-[[nodiscard]] Result<nlohmann::json> gather(const fs::path& exp_dir);
+// `progress(done, total)` is called after each trial is read.
+[[nodiscard]] Result<nlohmann::json> gather(
+    const fs::path& exp_dir, const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace tune::report

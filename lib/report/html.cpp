@@ -111,9 +111,9 @@ std::string render_html(const json& data) {
   return out;
 }
 
-Result<size_t> write_report(const std::filesystem::path& exp_dir,
-                            const std::filesystem::path& out) {
-  auto data = gather(exp_dir);
+Result<size_t> write_report(const std::filesystem::path& exp_dir, const std::filesystem::path& out,
+                            const std::function<void(size_t, size_t)>& progress) {
+  auto data = gather(exp_dir, progress);
   if (!data) return std::unexpected(data.error());
   std::string page = render_html(*data);
   if (auto r = util::write_file_atomic(out, page, false); !r) return std::unexpected(r.error());

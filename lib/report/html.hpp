@@ -2,6 +2,8 @@
 // data, all inline; a Content-Security-Policy that forbids every network request).
 #pragma once
 
+#include <functional>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -22,8 +24,9 @@ namespace tune::report {
 [[nodiscard]] std::string render_html(const nlohmann::json& data);
 
 // Gathers `exp_dir` and writes its page to `out` atomically (temp file, rename): a reader never
-// sees half a report. Returns the bytes written.
+// sees half a report. Returns the bytes written. `progress(done, total)`: trials read so far.
 [[nodiscard]] Result<size_t> write_report(const std::filesystem::path& exp_dir,
-                                          const std::filesystem::path& out);
+                                          const std::filesystem::path& out,
+                                          const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace tune::report

@@ -103,6 +103,18 @@ struct SchedulerSpec {
 // The name a scheduler has in YAML and in messages ("asha").
 [[nodiscard]] const char* scheduler_name(SchedulerKind k);
 
+// progress_reporter: what the live table shows (Ray Tune's CLIReporter options).
+struct ColumnSpec {
+  std::string key;    // a result key, or a dotted config path ("optimizer.lr")
+  std::string title;  // shown in the header (the key unless renamed)
+};
+struct ProgressReporterSpec {
+  std::optional<std::vector<ColumnSpec>> metric_columns;     // nullopt: the experiment's metric
+  std::optional<std::vector<ColumnSpec>> parameter_columns;  // nullopt: every searched parameter
+  std::optional<size_t> max_rows;                            // nullopt: fit the terminal (<= 20)
+  bool sort_by_metric = false;  // rows by the metric's last value, best first
+};
+
 struct Experiment {
   fs::path source_file;  // the YAML file
   std::string name;
@@ -127,6 +139,7 @@ struct Experiment {
   search::SearcherSpec search_alg;
   double report_period_s = 30;  // the driver rewrites <dir>/report.html this often (0 = never)
   bool tensorboard = true;      // TensorBoard event files in each trial dir
+  ProgressReporterSpec progress_reporter;
   // One line per Ray Tune name accepted in place of ours ("FILE:L:C: ... use 'KEY'").
   std::vector<std::string> warnings;
   // The whole document as run (after --set), as JSON: what a resume compares against.

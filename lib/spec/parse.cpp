@@ -45,7 +45,10 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "scheduler",
                                          "search_alg",
                                          "report_period_s",
-                                         "tensorboard"};
+                                         "tensorboard",
+                                         "progress_reporter"};
+constexpr std::string_view kReporterKeys[] = {"metric_columns", "parameter_columns", "max_rows",
+                                              "sort_by_metric"};
 constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
                                            "resources", "sync_workdir", "restore_from"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
@@ -146,6 +149,8 @@ class Parser {
   [[nodiscard]] static bool is_common_search_key(const std::string& k);
   void parse_search_common(const YAML::Node& n, Experiment& e) const;
   void parse_external(const YAML::Node& n, Experiment& e) const;
+  void parse_reporter(const YAML::Node& n, Experiment& e) const;
+  std::vector<ColumnSpec> parse_columns(const YAML::Node& n, std::string_view what) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
   fs::path file_;
@@ -386,6 +391,7 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
     if (!(e.report_period_s >= 0)) error(n, "report_period_s must be 0 (off) or positive");
   }
   if (auto n = root["tensorboard"]) e.tensorboard = boolean(n, "tensorboard");
+  if (auto n = root["progress_reporter"]) parse_reporter(n, e);
   if (auto n = root["scheduler"]) parse_scheduler(n, e);
   if (auto n = root["search_alg"]) parse_search(n, e);
   check_placeholders(root["trial"]["command"], e);
@@ -594,6 +600,49 @@ void Parser::parse_space(const YAML::Node& n, std::vector<std::string>& path, se
     }
     path.pop_back();
   }
+}
+
+void Parser::parse_reporter(const YAML::Node& n, Experiment& e) const {
+  if (n.IsNull()) return;
+  check_map(n, "progress_reporter");
+  check_keys(n, kReporterKeys, "progress_reporter");
+  auto& r = e.progress_reporter;
+  if (auto m = n["metric_columns"]; m && !m.IsNull())
+    r.metric_columns = parse_columns(m, "progress_reporter.metric_columns");
+  if (auto m = n["parameter_columns"]; m && !m.IsNull())
+    r.parameter_columns = parse_columns(m, "progress_reporter.parameter_columns");
+  if (auto m = n["max_rows"]; m && !m.IsNull()) {
+    auto v = integer(m, "progress_reporter.max_rows");
+    if (v < 1) error(m, "progress_reporter.max_rows must be >= 1");
+    r.max_rows = static_cast<size_t>(std::min<int64_t>(v, 1'000'000));
+  }
+  if (auto m = n["sort_by_metric"]) {
+    r.sort_by_metric = boolean(m, "progress_reporter.sort_by_metric");
+    if (r.sort_by_metric && !e.metric)
+      error(m, "progress_reporter.sort_by_metric needs a top-level 'metric' to sort by");
+  }
+}
+
+// A list of names, or a mapping of name -> title (Ray's list or dict).
+std::vector<ColumnSpec> Parser::parse_columns(const YAML::Node& n, std::string_view what) const {
+  std::vector<ColumnSpec> out;
+  auto name = [&](const YAML::Node& k) {
+    std::string s = string(k, what);
+    if (s.empty()) error(k, std::string(what) + ": a column name must not be empty");
+    return s;
+  };
+  if (n.IsSequence()) {
+    for (const auto& item : n) {
+      std::string s = name(item);
+      out.push_back({s, s});
+    }
+  } else if (n.IsMap()) {
+    check_duplicates(n);
+    for (const auto& kv : n) out.push_back({name(kv.first), name(kv.second)});
+  } else {
+    error(n, std::string(what) + ": expected a list of names or a mapping of name: title");
+  }
+  return out;
 }
 
 void Parser::parse_checkpoint(const YAML::Node& n, Experiment& e) const {
@@ -1223,7 +1272,8 @@ constexpr std::string_view kMutableTop[] = {"stop",
                                             "orphan_timeout_s",
                                             "host_timeout_s",
                                             "report_period_s",
-                                            "tensorboard"};
+                                            "tensorboard",
+                                            "progress_reporter"};
 constexpr std::string_view kMutableCheckpoint[] = {"num_to_keep", "checkpoint_score_attribute",
                                                    "checkpoint_score_order"};
 

@@ -1,6 +1,11 @@
 """The live table on a terminal: redrawn in place, colored, and plain with NO_COLOR (SPEC §1)."""
+import fcntl
 import os
 import pty
+import re
+import signal
+import struct
+import termios
 import select
 import subprocess
 import time
@@ -10,7 +15,7 @@ from harness import PY, TUNE, TuneTest
 
 
 class LiveTableTest(TuneTest):
-    def run_on_pty(self, extra_env):
+    def run_on_pty(self, extra_env, cols=None, resize_to=None, args=()):
         self.write("slow.py", """
             import time, tune_trial
             for i in range(8):
@@ -26,12 +31,19 @@ class LiveTableTest(TuneTest):
         """ % PY)
         env = dict(self.env, TUNE_PROGRESS_PERIOD_S="0.1", **extra_env)
         master, slave = pty.openpty()
-        p = subprocess.Popen([TUNE, "run", "exp.yaml", "--name", "pty-%d" % len(extra_env)], cwd=self.dir, env=env,
-                             stdin=slave, stdout=subprocess.DEVNULL, stderr=slave)
-        os.close(slave)
+        if cols:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
+        p = subprocess.Popen([TUNE, "run", "exp.yaml", "--name", "pty-%d-%s" % (len(extra_env), cols)] + list(args),
+                             cwd=self.dir, env=env, stdin=slave, stdout=subprocess.DEVNULL, stderr=slave)
         out = b""
         deadline = time.time() + 60
+        resized_at = None
         while time.time() < deadline:
+            if resize_to and resized_at is None and b"RUNNING" in out:
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, resize_to, 0, 0))
+                p.send_signal(signal.SIGWINCH)
+                resized_at = len(out)
+                self.resized_at = resized_at
             r, _, _ = select.select([master], [], [], 0.2)
             if r:
                 try:
@@ -44,6 +56,7 @@ class LiveTableTest(TuneTest):
             elif p.poll() is not None:
                 break
         p.wait(timeout=30)
+        os.close(slave)
         os.close(master)
         self.assertEqual(p.returncode, 0)
         return out.decode(errors="replace")
@@ -59,6 +72,39 @@ class LiveTableTest(TuneTest):
         out = self.run_on_pty({"NO_COLOR": "1"})
         self.assertRegex(out, r"\x1b\[\d+A")
         self.assertNotRegex(out, r"\x1b\[(3\d|2)m")
+
+    def frames(self, out):
+        """The screens drawn: text between erase sequences, colors removed."""
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", out)
+        return [f for f in re.split(r"\x1b\[\d+A\x1b\[J", plain) if f.strip()]
+
+    def test_fits_80_columns_and_redraws_narrower_on_resize(self):
+        # Names far wider than the terminal: every line still fits, shortened in the middle.
+        out = self.run_on_pty({"NO_COLOR": "1"}, cols=100, resize_to=60,
+                              args=["--set", "param_space.a_rather_long_parameter_name_for_a_test="
+                                    "{grid_search: [%s]}" % ("x" * 70)])
+        frames = self.frames(out)
+        self.assertGreater(len(frames), 2, out)
+        # Frames drawn before the resize fit 100 columns (and use them); the last one, drawn
+        # after it, fits 60. (A frame in flight at the resize may be either.)
+        cut = len(self.frames(out[:self.resized_at]))
+        lines = lambda f: f.replace("\r", "").split("\n")
+        for i, frame in enumerate(frames):
+            for line in lines(frame):
+                self.assertLessEqual(len(line), 100 if i < cut else 60 if i > cut else 100, (i, line))
+        for line in lines(frames[-1]):
+            self.assertLessEqual(len(line), 60, line)
+        self.assertIn("\u2026", out)                 # names shortened with an ellipsis
+        self.assertTrue(any(len(l) > 60 for f in frames[:cut - 1] for l in lines(f)))
+
+    def test_columns_flag_is_checked(self):
+        self.write("exp.yaml", """
+            trial: {command: ["true"]}
+            param_space: {x: 1}
+        """)
+        p = self.tune("run", "exp.yaml", "--columns", "loss,,acc", check=2)
+        self.assertIn("--columns: empty column name", p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1)
 
 
 if __name__ == "__main__":

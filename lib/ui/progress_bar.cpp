@@ -1,0 +1,62 @@
+#include "ui/progress_bar.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "ui/terminal.hpp"
+#include "ui/text.hpp"
+
+namespace tune::ui {
+
+ProgressBar::ProgressBar(std::string label, size_t total, bool tty, std::optional<size_t> width,
+                         std::string* out)
+    : label_(std::move(label)),
+      total_(total),
+      tty_(tty),
+      width_(width),
+      out_(out),
+      start_(std::chrono::steady_clock::now()) {}
+
+std::string ProgressBar::render(size_t done, size_t width) const {
+  done = std::min(done, total_);
+  int pct = total_ ? static_cast<int>(done * 100 / total_) : 100;
+  std::string tail =
+      "  " + std::to_string(pct) + "%  " + std::to_string(done) + "/" + std::to_string(total_);
+  std::string label = sanitize(label_);
+  size_t fixed = display_width(label) + 1 + 2 + display_width(tail);
+  if (width < fixed + 10) return fit_end(label + tail, width);
+  size_t bar = std::min<size_t>(width - fixed, 40);
+  size_t full = total_ ? bar * done / total_ : bar;
+  return label + " [" + std::string(full, '#') + std::string(bar - full, '.') + "]" + tail;
+}
+
+void ProgressBar::write(const std::string& s) {
+  if (out_) {
+    *out_ += s;
+    return;
+  }
+  std::fwrite(s.data(), 1, s.size(), stderr);
+  std::fflush(stderr);
+}
+
+void ProgressBar::update(size_t done) {
+  if (!tty_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - start_ < delay_) return;
+  if (drawn_ && now - last_ < std::chrono::milliseconds(100) && done < total_) return;
+  last_ = now;
+  size_t width = width_ ? *width_ : terminal_columns(STDERR_FILENO).value_or(80);
+  // Never the last column: a full line would wrap on some terminals.
+  write("\r" + render(done, width > 1 ? width - 1 : 1) + "\x1b[K");
+  drawn_ = true;
+}
+
+void ProgressBar::finish() {
+  if (!drawn_) return;
+  write("\r\x1b[K");
+  drawn_ = false;
+}
+
+}  // namespace tune::ui
