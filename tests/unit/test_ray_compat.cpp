@@ -167,7 +167,8 @@ std::vector<nlohmann::json> draws(const std::string& domain, int n = 2000) {
 }
 }  // namespace
 
-TEST_CASE("lograndint: integers from lo up to hi (excluded), small ones more often", "[search][ray]") {
+TEST_CASE("lograndint: integers from lo up to hi (excluded), small ones more often",
+          "[search][ray]") {
   std::set<int64_t> seen;
   int below_10 = 0;
   for (const auto& v : draws("{lograndint: [1, 100]}")) {
