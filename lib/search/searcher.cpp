@@ -103,6 +103,58 @@ class TpeSearcher final : public Searcher {
   std::map<std::string, json> pending_;  // trial -> config, while it runs
 };
 
+// BOHB (search/bohb.hpp) over every result of the trials it suggested, at the scheduler's rungs.
+class BohbSearcher final : public Searcher {
+ public:
+  BohbSearcher(Bohb bohb, Space space, uint64_t total, BohbTarget target)
+      : bohb_(std::move(bohb)),
+        space_(std::move(space)),
+        total_(total),
+        target_(std::move(target)) {}
+  Suggestion suggest(uint64_t index) override {
+    if (index >= total_) return {Suggestion::Kind::kFinished, {}, {}};
+    json config = bohb_.suggest(index, {});
+    Suggestion s{Suggestion::Kind::kConfig, config, {}};
+    for (const auto& p : space_.params) {
+      std::string key = dotted(p.path);
+      if (const json* v = lookup(config, key)) s.varying.emplace_back(key, *v);
+    }
+    char id[32];
+    std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(index));
+    configs_[id] = std::move(config);
+    return s;
+  }
+  void on_result(const std::string& trial, const json& result) override {
+    if (auto c = configs_.find(trial); c != configs_.end()) observe(trial, c->second, result);
+  }
+  void on_complete(const Completion& c) override {
+    if (!c.error) observe(c.trial, c.config, c.result);  // a point's last result counts too
+    configs_.erase(c.trial);
+  }
+  json save() const override { return bohb_.save(); }
+  Result<void> restore(const json& state) override { return bohb_.restore(state); }
+  Result<void> start(const std::vector<KnownTrial>& known) override {
+    for (const auto& k : known)
+      if (!k.finished && k.suggested) configs_[k.id] = k.config;  // running when it stopped
+    return {};
+  }
+
+ private:
+  void observe(const std::string& trial, const json& config, const json& result) {
+    if (!result.is_object()) return;
+    auto tm = result.find(target_.time_attr);
+    auto mv = result.find(target_.metric);
+    if (tm == result.end() || mv == result.end() || !tm->is_number() || !mv->is_number()) return;
+    double v = mv->get<double>();
+    bohb_.observe(trial, config, tm->get<double>(), target_.maximize ? -v : v);
+  }
+  Bohb bohb_;
+  Space space_;
+  uint64_t total_;
+  BohbTarget target_;
+  std::map<std::string, json> configs_;  // trial -> config, while it runs
+};
+
 // points_to_evaluate first, in order, then the searcher it wraps; which is told every result.
 class PointsFirst final : public Searcher {
  public:
@@ -154,6 +206,11 @@ Result<std::unique_ptr<Searcher>> make_inner(const SearcherSpec& spec, const Spa
     return std::make_unique<BasicVariant>(space, trial_count(space, num_samples), seed);
   if (spec.kind == SearcherKind::kExternal)
     return make_external_searcher(spec.external, space, num_samples, seed, ctx);
+  if (spec.kind == SearcherKind::kBohb) {
+    auto bohb = Bohb::create(space, spec.bohb, spec.bohb_target.budgets, seed);
+    if (!bohb) return std::unexpected(bohb.error());
+    return std::make_unique<BohbSearcher>(std::move(*bohb), space, num_samples, spec.bohb_target);
+  }
   auto tpe = Tpe::create(space, spec.tpe, seed);
   if (!tpe) return std::unexpected(tpe.error());
   auto s = std::make_unique<TpeSearcher>(std::move(*tpe), space, num_samples);
@@ -169,6 +226,8 @@ const char* searcher_name(SearcherKind k) {
       return "tpe";
     case SearcherKind::kExternal:
       return "external";
+    case SearcherKind::kBohb:
+      return "bohb";
     default:
       return "random";
   }

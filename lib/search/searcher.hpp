@@ -12,13 +12,14 @@
 #include <utility>
 #include <vector>
 
+#include "search/bohb.hpp"
 #include "search/space.hpp"
 #include "search/tpe.hpp"
 #include "util/error.hpp"
 
 namespace tune::search {
 
-enum class SearcherKind { kRandom, kTpe, kExternal };
+enum class SearcherKind { kRandom, kTpe, kBohb, kExternal };
 
 // An external searcher: a long-lived process speaking JSON lines (search/external.hpp).
 struct ExternalOptions {
@@ -26,10 +27,20 @@ struct ExternalOptions {
   double timeout_s = 60;             // longest wait for one answer before it counts as a hang
 };
 
+// What bohb reads of each result: the scheduler's rungs, time_attr and metric (the scheduler's).
+struct BohbTarget {
+  std::vector<double> budgets;  // sched::budgets() of the experiment's scheduler
+  std::string time_attr = "training_iteration";
+  std::string metric;
+  bool maximize = false;
+};
+
 // The search_alg section of an experiment.
 struct SearcherSpec {
   SearcherKind kind = SearcherKind::kRandom;
   TpeOptions tpe;
+  BohbOptions bohb;
+  BohbTarget bohb_target;  // set from the scheduler when the experiment is parsed
   ExternalOptions external;
   // Configs to run first, in order (Ray's points_to_evaluate); parameters a point leaves out
   // are drawn as random search draws them. Every searcher is told their results.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "sched/budgets.hpp"
 #include "search/space_json.hpp"
 #include "spec/ray_compat.hpp"
 #include "spec/yaml_guard.hpp"
@@ -93,7 +94,11 @@ constexpr std::string_view kSearchKeys[] = {"type",
                                             "timeout_s",
                                             "points_to_evaluate",
                                             "max_concurrent",
-                                            "restore_from"};
+                                            "restore_from",
+                                            "top_n_percent",
+                                            "random_fraction",
+                                            "min_points_in_model",
+                                            "num_samples"};
 constexpr std::string_view kDomainKeys[] = {
     "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
     "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
@@ -145,6 +150,7 @@ class Parser {
                        std::vector<search::Param>& out) const;
   void parse_search(const YAML::Node& n, Experiment& e) const;
   void parse_tpe(const YAML::Node& n, Experiment& e) const;
+  void parse_bohb(const YAML::Node& n, Experiment& e) const;
   // Keys every searcher takes: points_to_evaluate, max_concurrent.
   [[nodiscard]] static bool is_common_search_key(const std::string& k);
   void parse_search_common(const YAML::Node& n, Experiment& e) const;
@@ -917,7 +923,7 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
   check_map(n, "search_alg");
   check_keys(n, kSearchKeys, "search_alg");
   auto t = n["type"];
-  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe, external)");
+  if (!t) error(n, "search_alg: missing required key 'type' (random, tpe, bohb, external)");
   std::string type = string(t, "search_alg.type");
   parse_search_common(n, e);
   if (type == "random" || type == "basic_variant") {
@@ -927,12 +933,17 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
         error(kv.first, "search_alg 'random' has no option '" + kv.first.Scalar() + "'");
     return;
   }
-  if (type != "tpe" && type != "external") {
-    std::string msg = "unknown search_alg '" + util::printable(type, 40) + "'";
-    if (type == "bohb") msg = "search_alg '" + type + "' is not available in this version";
-    error(t, msg + " (available: random, tpe, external)");
-  }
-  e.search_alg.kind = type == "tpe" ? search::SearcherKind::kTpe : search::SearcherKind::kExternal;
+  if (type != "tpe" && type != "external" && type != "bohb")
+    error(t, "unknown search_alg '" + util::printable(type, 40) +
+                 "' (available: random, tpe, bohb, external)");
+  e.search_alg.kind = type == "tpe"    ? search::SearcherKind::kTpe
+                      : type == "bohb" ? search::SearcherKind::kBohb
+                                       : search::SearcherKind::kExternal;
+  if (type == "bohb" && e.scheduler.kind != SchedulerKind::kAsha &&
+      e.scheduler.kind != SchedulerKind::kHyperBand)
+    error(t,
+          "search_alg 'bohb' models results at a scheduler's rungs: it needs "
+          "scheduler: {type: hyperband} or {type: asha}");
   if (!e.metric)
     error(n, "search_alg '" + type +
                  "' needs a metric to model: set 'metric' and 'mode' in the experiment");
@@ -942,12 +953,23 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
   for (const auto& kv : n) {
     std::string k = kv.first.Scalar();
     bool external_key = k == "command" || k == "timeout_s";
-    if (k != "type" && !is_common_search_key(k) && external_key != (type == "external"))
+    bool bohb_key = k == "top_n_percent" || k == "random_fraction" || k == "min_points_in_model" ||
+                    k == "num_samples";
+    bool tpe_key = !external_key && !bohb_key;
+    bool fits = type == "external" ? external_key : type == "bohb" ? bohb_key : tpe_key;
+    if (k != "type" && !is_common_search_key(k) && !fits)
       error(kv.first, "search_alg '" + type + "' has no option '" + k + "'");
   }
   if (type == "tpe")
     parse_tpe(n, e);
-  else
+  else if (type == "bohb") {
+    parse_bohb(n, e);
+    auto& target = e.search_alg.bohb_target;
+    target.budgets = sched::budgets(e.scheduler);
+    target.time_attr = e.scheduler.time_attr;
+    target.metric = e.scheduler.metric;
+    target.maximize = e.scheduler.mode == Order::kMax;
+  } else
     parse_external(n, e);
   for (const auto& p : e.space.params)
     if (p.domain.kind == search::Domain::Kind::kGrid) {
@@ -1018,6 +1040,28 @@ void Parser::parse_external(const YAML::Node& n, Experiment& e) const {
     if (!(o.timeout_s > 0) || o.timeout_s > 86400)
       error(m, "search_alg.timeout_s must be a number of seconds in (0, 86400]");
   }
+}
+
+void Parser::parse_bohb(const YAML::Node& n, Experiment& e) const {
+  auto& o = e.search_alg.bohb;
+  if (auto m = n["top_n_percent"]) {
+    o.top_n_percent = number(m, "search_alg.top_n_percent");
+    if (!(o.top_n_percent > 0 && o.top_n_percent < 100))
+      error(m, "search_alg.top_n_percent must be in (0, 100)");
+  }
+  if (auto m = n["random_fraction"]) {
+    o.random_fraction = number(m, "search_alg.random_fraction");
+    if (!(o.random_fraction >= 0 && o.random_fraction <= 1))
+      error(m, "search_alg.random_fraction must be in [0, 1]");
+  }
+  for (auto [k, out, lo] : {std::tuple<const char*, int64_t*, int64_t>{"min_points_in_model",
+                                                                       &o.min_points_in_model, 1},
+                            {"num_samples", &o.num_samples, 1}})
+    if (auto m = n[k]) {
+      *out = integer(m, std::string("search_alg.") + k);
+      if (*out < lo || *out > 100'000)
+        error(m, std::string("search_alg.") + k + " must be between 1 and 100000");
+    }
 }
 
 void Parser::parse_tpe(const YAML::Node& n, Experiment& e) const {
