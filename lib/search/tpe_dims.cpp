@@ -1,5 +1,7 @@
 #include "search/tpe_dims.hpp"
 
+#include "search/space_json.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -71,8 +73,14 @@ Result<Dim> describe(const Domain& d, const std::string& name) {
       if (d.kind == K::kQLogUniform) dim.model = Model::kQuantized;
       dim.support = bounded(std::log(a[0]), std::log(a[1]));
       return dim;
+    case K::kLogRandInt:
+    case K::kQRandInt:
+    case K::kQLogRandInt:
+    case K::kQRandN:
+      break;
   }
-  return fail("search_alg tpe: unknown kind of parameter '", name, "'");
+  return fail("search_alg tpe cannot model ", domain_name(d.kind), " parameter '", name,
+              "' yet: use randint, quniform, qloguniform or randn (or search_alg: random)");
 }
 
 std::optional<double> to_model(const Domain& d, const json& v) {
@@ -105,6 +113,10 @@ std::optional<double> to_model(const Domain& d, const json& v) {
       return x;
     case K::kChoice:
     case K::kGrid:
+    case K::kLogRandInt:  // refused by describe(), as below
+    case K::kQRandInt:
+    case K::kQLogRandInt:
+    case K::kQRandN:
       break;
   }
   return std::nullopt;
@@ -132,6 +144,10 @@ json from_model(const Domain& d, double y) {
       return d.values[i];
     }
     case K::kGrid:
+    case K::kLogRandInt:
+    case K::kQRandInt:
+    case K::kQLogRandInt:
+    case K::kQRandN:
       break;
   }
   return nullptr;

@@ -308,6 +308,17 @@ TEST_CASE("tpe: grid_search and bad options are refused with their names", "[tpe
   o = {};
   o.gamma = 1.5;
   CHECK_FALSE(Tpe::create(ok, o, 0));
+  // Kinds it has no model for are named, with what to use instead.
+  for (const char* kind : {"lograndint: [1, 100]", "qrandint: [0, 10, 2]",
+                           "qlograndint: [1, 64, 2]", "qrandn: [0, 1, 0.5]"}) {
+    auto u = Tpe::create(space_of(std::string("  n: {") + kind + "}\n"), {}, 0);
+    REQUIRE_FALSE(u);
+    std::string name(kind, std::string_view(kind).find(':'));
+    CHECK(u.error().message ==
+          "search_alg tpe cannot model " + name +
+              " parameter 'n' yet: use randint, quniform, qloguniform or randn (or search_alg: "
+              "random)");
+  }
 }
 
 TEST_CASE("tpe: values outside their domain are left out of the model", "[tpe]") {
