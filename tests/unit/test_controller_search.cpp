@@ -46,11 +46,14 @@ std::vector<double> xs_of(const state::ExperimentState& s) {
   return out;
 }
 
-std::vector<double> run_tpe(double interrupt_at) {
+// Runs the experiment `yaml` to the end with trials of kind P (constructed from config x), once
+// straight or interrupted at `interrupt_at` and resumed; returns the trials' x in order.
+template <typename P>
+std::vector<double> run_search(const char* yaml, size_t trials, double interrupt_at) {
   ScratchDir d;
-  auto e = make_exp(d, kTpe);
+  auto e = make_exp(d, yaml);
   auto factory = [](const exec::Launch& l) {
-    return std::make_unique<Quadratic>(json::parse(l.env.at("TUNE_CONFIG"))["x"].get<double>());
+    return std::make_unique<P>(json::parse(l.env.at("TUNE_CONFIG"))["x"].get<double>());
   };
   {
     FakeExecutor ex(factory);
@@ -67,8 +70,12 @@ std::vector<double> run_tpe(double interrupt_at) {
   }
   auto s = state::load(e.dir());
   REQUIRE(s);
-  REQUIRE(s->trials.size() == 30);
+  REQUIRE(s->trials.size() == trials);
   return xs_of(*s);
+}
+
+std::vector<double> run_tpe(double interrupt_at) {
+  return run_search<Quadratic>(kTpe, 30, interrupt_at);
 }
 
 }  // namespace
@@ -137,28 +144,7 @@ search_alg: {type: bohb, random_fraction: 0}
 )";
 
 std::vector<double> run_bohb(double interrupt_at) {
-  ScratchDir d;
-  auto e = make_exp(d, kBohb);
-  auto factory = [](const exec::Launch& l) {
-    return std::make_unique<Learner>(json::parse(l.env.at("TUNE_CONFIG"))["x"].get<double>());
-  };
-  {
-    FakeExecutor ex(factory);
-    if (interrupt_at > 0) ex.interrupt_at(interrupt_at);
-    control::Controller c(e, ex, opts());
-    REQUIRE(c.run() == (interrupt_at > 0 ? kExitInterrupted : kExitOk));
-  }
-  if (interrupt_at > 0) {
-    auto s = state::load(e.dir());
-    REQUIRE(s);
-    FakeExecutor ex(factory);
-    control::Controller c(e, ex, opts());
-    REQUIRE(c.run(std::move(*s)) == kExitOk);
-  }
-  auto s = state::load(e.dir());
-  REQUIRE(s);
-  REQUIRE(s->trials.size() == 40);
-  return xs_of(*s);
+  return run_search<Learner>(kBohb, 40, interrupt_at);
 }
 
 }  // namespace
