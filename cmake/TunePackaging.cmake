@@ -1,0 +1,62 @@
+# What `cmake --install` puts beside the binaries (apps/ and lib/ install those, the Python and
+# C++ helpers): the man page, shell completions and the documentation; then the .deb (CPack).
+
+# The man page, made at build time by help2man from the built tune's --help texts (one source:
+# the command line's own definitions). Without help2man the build goes on and the install says
+# it left the page out.
+option(TUNE_MAN_PAGE "Generate the man page tune.1 with help2man" ON)
+find_program(HELP2MAN_PROGRAM help2man)
+set(TUNE_MAN_FILE ${CMAKE_BINARY_DIR}/man/tune.1)
+if(TUNE_MAN_PAGE AND HELP2MAN_PROGRAM)
+  add_custom_command(
+    OUTPUT ${TUNE_MAN_FILE}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
+    COMMAND ${CMAKE_COMMAND} -E env ASAN_OPTIONS=detect_leaks=0
+            ${CMAKE_COMMAND} -DTUNE=$<TARGET_FILE:tune> -DHELP2MAN=${HELP2MAN_PROGRAM}
+            -DSTATIC=${PROJECT_SOURCE_DIR}/apps/tune/man/tune.h2m -DOUT=${TUNE_MAN_FILE}
+            -P ${PROJECT_SOURCE_DIR}/cmake/TuneManPage.cmake
+    DEPENDS tune ${PROJECT_SOURCE_DIR}/apps/tune/man/tune.h2m
+            ${PROJECT_SOURCE_DIR}/cmake/TuneManPage.cmake
+    COMMENT "Generating the man page tune.1 (help2man)")
+  add_custom_target(tune_man ALL DEPENDS ${TUNE_MAN_FILE})
+  install(FILES ${TUNE_MAN_FILE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+else()
+  if(TUNE_MAN_PAGE)
+    message(STATUS "help2man not found: no man page (apt-get install help2man)")
+  endif()
+  install(CODE "message(STATUS \"Skipping the man page tune.1: help2man was not found when \
+the build was configured (apt-get install help2man, then configure again)\")")
+endif()
+
+# Completions where bash-completion and Debian's zsh look for them.
+install(FILES ${PROJECT_SOURCE_DIR}/apps/tune/completion/tune.bash
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME tune)
+install(FILES ${PROJECT_SOURCE_DIR}/apps/tune/completion/_tune
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions)
+
+# The documentation, laid out as in the source tree so that its links work.
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md")
+
+# cpack -G DEB (in the build dir): tune_<version>_<arch>.deb. The shared libraries' packages
+# come from dpkg-shlibdeps over the installed binaries; the programs tune runs are named here.
+set(CPACK_PACKAGE_NAME tune)
+set(CPACK_PACKAGE_VENDOR "tune")
+set(CPACK_PACKAGE_VERSION "${TUNE_DEB_VERSION}")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "hyperparameter tuning for any training script, on this machine or over SSH")
+set(CPACK_PACKAGE_DESCRIPTION
+    "tune runs hyperparameter searches over any training program described in a YAML file: \
+trials as supervised subprocesses, checkpoint retention, schedulers (ASHA, HyperBand, PBT), \
+TPE search, resume after a crash, SSH worker hosts and Slurm.")
+set(CPACK_PACKAGE_CONTACT "tune maintainers <tune@localhost>")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "rsync, openssh-client, python3")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-optuna, slurm-client")
+set(CPACK_GENERATOR DEB)
+include(CPack)

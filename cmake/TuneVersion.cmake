@@ -1,0 +1,40 @@
+# tune's version, from `git describe --always --dirty` at configure time (the project version
+# alone when the source is not a git checkout, or git is missing). Sets:
+#   TUNE_GIT_DESCRIBE    the describe output ("" outside git)
+#   TUNE_VERSION_STRING  what `tune --version` prints after "tune "
+#   TUNE_DEB_VERSION     the same as a Debian version (digits first; only [A-Za-z0-9.+~])
+# Configure runs again when HEAD moves or the index changes (a commit, a checkout, `git add`);
+# an edit that nothing has staged yet shows as "-dirty" only after the next configure.
+set(TUNE_GIT_DESCRIBE "")
+find_package(Git QUIET)
+if(GIT_FOUND)
+  execute_process(COMMAND ${GIT_EXECUTABLE} describe --always --dirty
+                  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                  OUTPUT_VARIABLE _describe ERROR_QUIET RESULT_VARIABLE _rc
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_rc EQUAL 0 AND _describe MATCHES "^[A-Za-z0-9._+~/-]+$")
+    set(TUNE_GIT_DESCRIBE "${_describe}")
+    foreach(_what HEAD index)
+      execute_process(COMMAND ${GIT_EXECUTABLE} rev-parse --git-path ${_what}
+                      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                      OUTPUT_VARIABLE _path ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+      if(_path)
+        get_filename_component(_path "${_path}" ABSOLUTE BASE_DIR ${PROJECT_SOURCE_DIR})
+        if(EXISTS "${_path}")
+          set_property(DIRECTORY ${PROJECT_SOURCE_DIR} APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+                       "${_path}")
+        endif()
+      endif()
+    endforeach()
+  endif()
+endif()
+
+if(TUNE_GIT_DESCRIBE)
+  set(TUNE_VERSION_STRING "${PROJECT_VERSION} (git ${TUNE_GIT_DESCRIBE})")
+  string(REGEX REPLACE "[^A-Za-z0-9.+~]" "." _deb "${TUNE_GIT_DESCRIBE}")
+  set(TUNE_DEB_VERSION "${PROJECT_VERSION}+git${_deb}")
+else()
+  set(TUNE_VERSION_STRING "${PROJECT_VERSION}")
+  set(TUNE_DEB_VERSION "${PROJECT_VERSION}")
+endif()
+message(STATUS "tune version: ${TUNE_VERSION_STRING}")
