@@ -2,7 +2,8 @@
 # Installs what is missing (Debian packages), then configures and builds tune in build/.
 # Idempotent and quick when everything is already there.
 #   scripts/setup.sh            build dependencies + build
-#   scripts/setup.sh --test     also what the test suite needs (Optuna for tune_optuna)
+#   scripts/setup.sh --test     also what the test suite needs (Optuna for tune_optuna, help2man
+#                               for the man page, dpkg-dev for the .deb, zsh)
 #   scripts/setup.sh --bench    also what bench/peers.py and bench/schedulers compare against
 #                               (GNU parallel, Optuna; scikit-learn through --test)
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
@@ -34,6 +35,9 @@ if [ "$want_tests" = 1 ]; then
   packages+=(slurm-wlm munge)
   # tune_optuna, the shipped external searcher, runs Optuna's samplers (integration.extsearch).
   packages+=(python3-optuna)
+  # The man page (help2man, rendered by man-db's man), the .deb (cpack runs dpkg-shlibdeps, in
+  # dpkg-dev) and the zsh completion (integration.install, integration.completion).
+  packages+=(help2man man-db dpkg-dev zsh)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "$want_examples" = 1 ]; then
