@@ -7,7 +7,7 @@
 option(TUNE_MAN_PAGE "Generate the man page tune.1 with help2man" ON)
 find_program(HELP2MAN_PROGRAM help2man)
 set(TUNE_MAN_FILE ${CMAKE_BINARY_DIR}/man/tune.1)
-if(TUNE_MAN_PAGE AND HELP2MAN_PROGRAM)
+if(TUNE_MAN_PAGE AND HELP2MAN_PROGRAM AND EXISTS "${HELP2MAN_PROGRAM}")
   add_custom_command(
     OUTPUT ${TUNE_MAN_FILE}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/man
@@ -20,12 +20,12 @@ if(TUNE_MAN_PAGE AND HELP2MAN_PROGRAM)
     COMMENT "Generating the man page tune.1 (help2man)")
   add_custom_target(tune_man ALL DEPENDS ${TUNE_MAN_FILE})
   install(FILES ${TUNE_MAN_FILE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
-else()
-  if(TUNE_MAN_PAGE)
-    message(STATUS "help2man not found: no man page (apt-get install help2man)")
-  endif()
+elseif(TUNE_MAN_PAGE)
+  message(STATUS "help2man not found: no man page (apt-get install help2man)")
   install(CODE "message(STATUS \"Skipping the man page tune.1: help2man was not found when \
 the build was configured (apt-get install help2man, then configure again)\")")
+else()
+  install(CODE "message(STATUS \"Skipping the man page tune.1 (TUNE_MAN_PAGE is OFF)\")")
 endif()
 
 # Completions where bash-completion and Debian's zsh look for them.
