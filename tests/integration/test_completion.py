@@ -1,7 +1,7 @@
 """The bash completion (apps/tune/completion/tune.bash), run by bash itself as the shell would
 run it: COMP_WORDS/COMP_CWORD set, _tune called, COMPREPLY read back. Its flags are checked
-against each subcommand's --help, so the two cannot drift apart; the zsh one is checked to
-load."""
+against each subcommand's --help, so the two cannot drift apart. The zsh one runs in an
+interactive zsh on a pseudo-terminal (tests/tools/zsh_complete.zsh)."""
 import os
 import re
 import shutil
@@ -13,6 +13,7 @@ from harness import SOURCE, TUNE, TuneTest
 
 BASH_COMPLETION = os.path.join(SOURCE, "apps", "tune", "completion", "tune.bash")
 ZSH_COMPLETION = os.path.join(SOURCE, "apps", "tune", "completion", "_tune")
+ZSH_DRIVER = os.path.join(SOURCE, "tests", "tools", "zsh_complete.zsh")
 SUBCOMMANDS = ["run", "validate", "status", "ls", "checkpoints ls", "checkpoints best", "report",
                "export", "stop"]
 
@@ -134,19 +135,38 @@ class CompletionTest(TuneTest):
         self.assertEqual(self.complete("run", "configs/", cwd=work), ["configs/c.yaml"])
         self.assertEqual(self.complete("run", "exp.yaml", "--storage-path", "", cwd=work), ["configs"])
 
-    def test_zsh_completion_loads(self):
+    def zsh_complete(self, line, cwd=None):
+        """The set of matches zsh's completion (with _tune) offers for `line` (ending where TAB
+        is pressed), computed by an interactive zsh on a pseudo-terminal."""
         d = os.path.join(self.dir, "zfunc")
-        os.makedirs(d)
-        shutil.copy(ZSH_COMPLETION, d)
-        p = subprocess.run(["zsh", "-n", os.path.join(d, "_tune")], capture_output=True, text=True)
+        if not os.path.isdir(d):
+            os.makedirs(d)
+            shutil.copy(ZSH_COMPLETION, d)
+        p = subprocess.run(["zsh", "-f", ZSH_DRIVER, d, line], capture_output=True, text=True,
+                           env=self.env, cwd=cwd or self.dir, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
-        script = ('fpath=(%s $fpath); autoload -Uz compinit; compinit -u -d %s/zcompdump; '
-                  'print -r -- $_comps[tune]') % (d, self.dir)
-        p = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True,
-                           env=self.env, timeout=60)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertEqual(p.stdout.strip(), "_tune")
+        return set(re.findall(r"\{([^{}]*)\}", p.stdout))
 
+    def test_zsh_completion(self):
+        p = subprocess.run(["zsh", "-n", ZSH_COMPLETION], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.make_experiment(self.storage, "older", ["00000", "00012"], age_s=100)
+        self.make_experiment(self.storage, "newer", ["00003"])
+        self.assertEqual(self.zsh_complete("tune "), {"run", "validate", "status", "ls", "checkpoints",
+                                                      "report", "export", "stop"})
+        self.assertEqual(self.zsh_complete("tune checkpoints "), {"ls", "best"})
+        long_flags = {f for f in self.help_flags("run") if f.startswith("--")}
+        self.assertEqual(self.zsh_complete("tune run x.yaml --"), long_flags)
+        self.assertEqual(self.zsh_complete("tune ls --"),
+                         {f for f in self.help_flags("ls") if f.startswith("--")})
+        self.assertEqual(self.zsh_complete("tune export --format "), {"csv", "json", "jsonl"})
+        self.assertEqual(self.zsh_complete("tune run x.yaml --resume="),
+                         {"never", "auto", "must", "errored", "auto+errored", "restart-errored"})
+        # Experiment names (and directories, which also name an experiment).
+        names = self.zsh_complete("tune status ", cwd=self.storage)
+        self.assertEqual(names, {"older", "newer"})
+        self.assertEqual(self.zsh_complete("tune checkpoints ls older --trial "), {"00000", "00012"})
+        self.assertEqual(self.zsh_complete("tune stop --trial "), {"00003"})  # the latest
 
 if __name__ == "__main__":
     unittest.main()
