@@ -93,6 +93,8 @@ class CompletionTest(TuneTest):
         self.assertEqual(self.complete("status", ""), ["cifar", "mnist", "mnist two"])
         self.assertEqual(self.complete("checkpoints", "best", "mn"), ["mnist", "mnist two"])
         self.assertEqual(self.complete("ls", ""), [])  # ls takes no experiment
+        self.assertEqual(self.complete("status", "cifar", ""), [])  # one experiment per command
+        self.assertEqual(self.complete("stop", "--trial", "00001", "c"), ["cifar"])
         # --storage-path on the line wins over $TUNE_STORAGE_PATH; without either, ~/tune_results.
         other = os.path.join(self.dir, "other")
         self.make_experiment(other, "elsewhere")

@@ -33,11 +33,10 @@ _tune_experiments() {
   done
 }
 
-# The experiment the line names (its first non-flag word after the subcommand), else the most
-# recently written one under the storage path, as tune itself picks it.
-_tune_experiment_dir() {
-  local root exp="" i w skip=0 f newest=""
-  root=$(_tune_storage)
+# The experiment the line names: its first word after the subcommand that is neither a flag nor
+# a flag's value (the word being completed left out).
+_tune_line_experiment() {
+  local i w skip=0
   for ((i = _tune_first_arg; i < ${#COMP_WORDS[@]}; i++)); do
     w=${COMP_WORDS[i]}
     if ((i == COMP_CWORD)); then  # the word being completed (maybe an option's value)
@@ -52,9 +51,17 @@ _tune_experiment_dir() {
     case $w in
       --storage-path | --trial | --metric | --mode | --top | --format | --timeout | -o | --output) skip=1 ;;
       -*) ;;
-      *) exp=$w && break ;;
+      *) echo "$w" && return ;;
     esac
   done
+}
+
+# The line's experiment dir, else the most recently written one under the storage path, as tune
+# itself picks it.
+_tune_experiment_dir() {
+  local root exp f newest=""
+  root=$(_tune_storage)
+  exp=$(_tune_line_experiment)
   exp=${exp/#\~/$HOME}
   if [[ -n $exp ]]; then
     if [[ -f $exp/experiment_state.json ]]; then echo "$exp"; else echo "$root/$exp"; fi
@@ -184,6 +191,7 @@ _tune() {
     run | validate) _tune_yaml_files "$cur" ;;
     ls) ;;
     *)
+      [[ -n $(_tune_line_experiment) ]] && return  # one experiment per command
       if [[ $cur == */* || $cur == .* || $cur == "~"* ]]; then
         compopt -o filenames 2>/dev/null
         mapfile -t COMPREPLY < <(compgen -d -- "$cur")
