@@ -5,17 +5,16 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "cli/version.hpp"
 #include "util/error.hpp"
 #include "util/strings.hpp"
 
 namespace tune::cli {
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv, const char* version) {
   CLI::App app{"tune: hyperparameter tuning for any training script, on this machine or over SSH",
                "tune"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("tune ") + kVersion);
+  app.set_version_flag("--version", std::string("tune ") + version);
 
   RunCommand run;
   auto* run_cmd = app.add_subcommand("run", "run (or resume) an experiment");

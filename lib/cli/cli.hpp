@@ -4,6 +4,7 @@
 namespace tune::cli {
 
 // Parses argv, runs the subcommand, prints `tune: error: ...` for failures; returns the exit code.
-[[nodiscard]] int main(int argc, char** argv);
+// `version` is what --version prints after "tune ".
+[[nodiscard]] int main(int argc, char** argv, const char* version);
 
 }  // namespace tune::cli
