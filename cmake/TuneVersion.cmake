@@ -8,6 +8,16 @@
 set(TUNE_GIT_DESCRIBE "")
 find_package(Git QUIET)
 if(GIT_FOUND)
+  # Only this project's own checkout (not a tarball unpacked inside some other repository).
+  execute_process(COMMAND ${GIT_EXECUTABLE} rev-parse --show-toplevel
+                  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                  OUTPUT_VARIABLE _top ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_top)
+    file(REAL_PATH "${_top}" _top)
+  endif()
+  file(REAL_PATH "${PROJECT_SOURCE_DIR}" _src)
+endif()
+if(GIT_FOUND AND _top STREQUAL _src)
   execute_process(COMMAND ${GIT_EXECUTABLE} describe --always --dirty
                   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
                   OUTPUT_VARIABLE _describe ERROR_QUIET RESULT_VARIABLE _rc
