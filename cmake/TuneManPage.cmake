@@ -27,7 +27,7 @@ get_filename_component(_out_dir "${OUT}" DIRECTORY)
 file(WRITE "${_out_dir}/commands.h2m" "${_text}")
 
 execute_process(
-  COMMAND ${HELP2MAN} --no-info --section=1 --source=tune --manual="User Commands"
+  COMMAND ${HELP2MAN} --no-info --section=1 "--manual=User Commands"
           --include=${_out_dir}/commands.h2m --include=${STATIC} --output=${OUT}.tmp ${TUNE}
   RESULT_VARIABLE _rc ERROR_VARIABLE _err)
 if(NOT _rc EQUAL 0)

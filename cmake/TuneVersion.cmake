@@ -3,9 +3,12 @@
 #   TUNE_GIT_DESCRIBE    the describe output ("" outside git)
 #   TUNE_VERSION_STRING  what `tune --version` prints after "tune "
 #   TUNE_DEB_VERSION     the same as a Debian version (digits first; only [A-Za-z0-9.+~])
+#   TUNE_SOURCE_DATE     the commit's time (seconds since the epoch; "" outside git), the date
+#                        the man page carries, so that it does not change with the build day
 # Configure runs again when HEAD moves or the index changes (a commit, a checkout, `git add`);
 # an edit that nothing has staged yet shows as "-dirty" only after the next configure.
 set(TUNE_GIT_DESCRIBE "")
+set(TUNE_SOURCE_DATE "")
 find_package(Git QUIET)
 if(GIT_FOUND)
   # Only this project's own checkout (not a tarball unpacked inside some other repository).
@@ -24,6 +27,12 @@ if(GIT_FOUND AND _top STREQUAL _src)
                   OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(_rc EQUAL 0 AND _describe MATCHES "^[A-Za-z0-9._+~/-]+$")
     set(TUNE_GIT_DESCRIBE "${_describe}")
+    execute_process(COMMAND ${GIT_EXECUTABLE} log -1 --format=%ct
+                    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+                    OUTPUT_VARIABLE _date ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(_date MATCHES "^[0-9]+$")
+      set(TUNE_SOURCE_DATE "${_date}")
+    endif()
     foreach(_what HEAD index)
       execute_process(COMMAND ${GIT_EXECUTABLE} rev-parse --git-path ${_what}
                       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
