@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -80,6 +82,23 @@ std::optional<JobFile> read_job_file(const fs::path& exp_dir, const std::string&
   return f;
 }
 
+std::string job_mark(std::string_view key, const std::string& trial_name, int attempt) {
+  return "tune:" + std::to_string(attempt) + ":" +
+         attempt_nonce(key, trial_name + "/job", attempt).substr(0, 16);
+}
+
+std::optional<int> marked_attempt(std::string_view key, const std::string& trial_name,
+                                  std::string_view comment) {
+  if (!comment.starts_with("tune:")) return std::nullopt;
+  size_t colon = comment.find(':', 5);
+  if (colon == std::string_view::npos || colon == 5 || colon > 14) return std::nullopt;
+  std::string digits(comment.substr(5, colon - 5));
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  int attempt = std::atoi(digits.c_str());
+  if (attempt < 1 || comment != job_mark(key, trial_name, attempt)) return std::nullopt;
+  return attempt;
+}
+
 struct SlurmExecutor::Impl {
   SlurmOptions o;
   std::unique_ptr<SlurmClient> client;
@@ -97,6 +116,14 @@ struct SlurmExecutor::Impl {
   std::vector<std::string> worker_errors;        // messages for the loop to log
   bool poll_now = false;
   uint64_t queue_calls = 0;
+  // sacct: asked about jobs gone from squeue without a record, where the cluster keeps
+  // accounting (found out by the first call: off for good once sacct says it is disabled).
+  enum class Acct { kUnknown, kOn, kOff };
+  Acct acct_mode = Acct::kUnknown;
+  std::vector<std::string> acct_ask;
+  std::vector<std::string> acct_answered;  // asked, and answered (found or not)
+  std::vector<JobInfo> acct_answers;
+  uint64_t acct_calls = 0;
   std::thread worker;
 
   // --- the loop's own ---
@@ -131,7 +158,21 @@ struct SlurmExecutor::Impl {
   std::unordered_map<std::string, JobInfo> last_seen;
   uint64_t seen_seq = 0;
   double next_scan = 0;
-  std::set<std::string> logged;  // messages logged once
+  std::unordered_map<std::string, double> acct_asked;  // job -> when asked (the loop's)
+  std::set<std::string> acct_done;                     // answered
+  std::unordered_map<std::string, JobInfo> acct;       // sacct's records
+  std::set<std::string> logged;                        // messages logged once
+  // Job ids known to be this experiment's: answers of our own sbatch, and ids read back (state,
+  // .job files) once squeue lists them under the trial's job name. Only these are cancelled.
+  std::set<std::string> ours;
+  struct Held {
+    std::string job, trial_name;
+    bool term = false;
+    uint64_t after = 0;  // decided by the first squeue answer after this one
+  };
+  std::vector<Held> held;  // cancels of ids not known to be ours yet
+  std::vector<std::pair<std::string, std::string>> new_jobs;  // (trial id, job id) for the state
+  std::optional<std::vector<JobInfo>> resume_queue;           // one squeue for a resume's attaches
 
   void log_once(const std::string& msg) {
     if (logged.insert(msg).second) spdlog::error("{}", msg);
@@ -146,14 +187,63 @@ struct SlurmExecutor::Impl {
   void scan(Run& r, std::vector<Event>& out);
   void end_run(Run& r, ExitInfo info);
   void decide_requeued(Run& r, double now);
+  ExitInfo ended_without_record(const Run& r, const JobInfo& j, const char* source);
+  bool ask_accounting(const Run& r, double now);
   int in_slurm() const;
-  void cancel(const std::string& job, bool term_only) {
-    std::lock_guard lk(m);
-    (term_only ? cancel_term : cancel_kill).push_back(job);
-    poll_now = true;
-    cv.notify_all();
+  void cancel(const std::string& job, const std::string& trial_name, bool term_only);
+  void release_held(uint64_t seq);
+  void verify_runs();
+  // Whether squeue lists `j` under the job name of this experiment's trial `trial_name` (and,
+  // with squeue --me, as this user's).
+  bool named_ours(const JobInfo& j, const std::string& trial_name) const {
+    return j.name == job_name(o.exp_name, trial_name);
   }
+  void got_job(const Run& r) { new_jobs.emplace_back(r.trial_id, r.job_id); }
 };
+
+// Cancels `job` if it is known to be ours; otherwise after the next squeue answer, and only if
+// that lists it under the trial's job name (a forged .job file never gets a foreign job cancelled).
+void SlurmExecutor::Impl::cancel(const std::string& job, const std::string& trial_name,
+                                 bool term_only) {
+  std::lock_guard lk(m);
+  if (ours.count(job))
+    (term_only ? cancel_term : cancel_kill).push_back(job);
+  else
+    held.push_back({job, trial_name, term_only, snapshot_seq});
+  poll_now = true;
+  cv.notify_all();
+}
+
+void SlurmExecutor::Impl::release_held(uint64_t seq) {
+  std::vector<Held> keep;
+  for (auto& h : held) {
+    if (seq <= h.after) {
+      keep.push_back(std::move(h));
+      continue;
+    }
+    auto it = last_seen.find(h.job);
+    if (it == last_seen.end()) continue;  // not listed: nothing to cancel
+    if (!named_ours(it->second, h.trial_name)) {
+      spdlog::warn(
+          "not cancelling slurm job {}: squeue lists it as '{}', not as {} (tune cancels only "
+          "its own jobs)",
+          h.job, it->second.name, job_name(o.exp_name, h.trial_name));
+      continue;
+    }
+    ours.insert(h.job);
+    cancel(h.job, h.trial_name, h.term);
+  }
+  held = std::move(keep);
+}
+
+// Job ids read back from the state or a .job file become ours once squeue lists them so.
+void SlurmExecutor::Impl::verify_runs() {
+  for (auto& [id, r] : runs) {
+    if (r.job_id.empty() || ours.count(r.job_id)) continue;
+    auto it = last_seen.find(r.job_id);
+    if (it != last_seen.end() && named_ours(it->second, r.trial_name)) ours.insert(r.job_id);
+  }
+}
 
 void SlurmExecutor::Impl::worker_main() {
   double next_poll = 0;
@@ -162,7 +252,7 @@ void SlurmExecutor::Impl::worker_main() {
     double nap = std::clamp(next_poll - mono(), 0.0, 0.2);
     cv.wait_for(lk, std::chrono::duration<double>(nap), [&] {
       return quit || !submits.empty() || !cancel_term.empty() || !cancel_kill.empty() ||
-             mono() >= next_poll;
+             !acct_ask.empty() || mono() >= next_poll;
     });
     if (quit) break;
     std::deque<Submit> todo;
@@ -170,6 +260,9 @@ void SlurmExecutor::Impl::worker_main() {
     auto term = std::move(cancel_term);
     auto kill = std::move(cancel_kill);
     cancel_term.clear(), cancel_kill.clear();
+    auto ask = std::move(acct_ask);
+    acct_ask.clear();
+    if (acct_mode == Acct::kOff) ask.clear();
     bool poll = poll_now || mono() >= next_poll;
     poll_now = false;
     lk.unlock();
@@ -183,6 +276,13 @@ void SlurmExecutor::Impl::worker_main() {
       if (auto r = client->cancel(term, true); !r) errors.push_back(r.error().message);
     if (!kill.empty())
       if (auto r = client->cancel(kill, false); !r) errors.push_back(r.error().message);
+    std::optional<Accounting> records;
+    if (!ask.empty()) {
+      if (auto a = client->accounting(ask))
+        records = std::move(*a);
+      else
+        errors.push_back(a.error().message);
+    }
     std::optional<std::vector<JobInfo>> jobs;
     if (poll) {
       auto q = client->queue();
@@ -194,6 +294,15 @@ void SlurmExecutor::Impl::worker_main() {
     }
     lk.lock();
     if (poll) ++queue_calls;
+    if (!ask.empty()) ++acct_calls;
+    if (records && !records->available && acct_mode != Acct::kOff)
+      spdlog::info(
+          "sacct: this cluster keeps no accounting; jobs are judged by their exit "
+          "records and squeue");
+    if (records) acct_mode = records->available ? Acct::kOn : Acct::kOff;
+    if (records)
+      for (auto& j : records->jobs) acct_answers.push_back(std::move(j));
+    for (auto& id : ask) acct_answered.push_back(std::move(id));
     for (auto& d : done) answers.push_back(std::move(d));
     if (jobs) snapshot = std::move(*jobs), ++snapshot_seq;
     for (auto& e : errors) worker_errors.push_back(std::move(e));
@@ -239,7 +348,7 @@ Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
   s.launch_text = launch_script(l, call);
   std::string jn = job_name(o.exp_name, name);
   s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name);
-  s.args = sbatch_options(o.job, jn, l.trial_dir);
+  s.args = sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
   return s;
 }
 
@@ -285,9 +394,16 @@ void SlurmExecutor::Impl::end_run(Run& r, ExitInfo info) {
 // A decision on a job Slurm ended or lost, when no exit record says how the attempt ended.
 void SlurmExecutor::Impl::judge(Run& r, double now) {
   auto it = last_seen.find(r.job_id);
+  if (it != last_seen.end() && !named_ours(it->second, r.trial_name))
+    it = last_seen.end();  // someone else's job (an id read back from a file): not this attempt
   if (it == last_seen.end()) {
     // Not listed (ended and purged after MinJobAge, or never seen): after three answers.
     if (++r.missing < 3) return;
+    if (ask_accounting(r, now)) return;  // sacct's answer is on its way
+    if (auto a = acct.find(r.job_id); a != acct.end() && job_ended(a->second.state)) {
+      end_run(r, ended_without_record(r, a->second, " (sacct)"));
+      return;
+    }
     ExitInfo e;
     e.reason = r.stop_asked ? "driver_stop" : r.grew ? "host_lost" : "supervisor_died";
     e.error = "slurm job " + r.job_id + " is gone from squeue and left no exit record";
@@ -309,14 +425,39 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
   if (!job_ended(j.state)) return;
   if (r.ended_at < 0) r.ended_at = now;
   if (now - r.ended_at < o.record_wait_s) return;  // the record may still be on its way
+  end_run(r, ended_without_record(r, j, ""));
+}
+
+// How an attempt ended whose job Slurm (squeue, or sacct: `source`) says ended as `j`, when its
+// supervisor left no exit record: Slurm's doing (time limit, preemption, a node) counts no failure.
+ExitInfo SlurmExecutor::Impl::ended_without_record(const Run& r, const JobInfo& j,
+                                                   const char* source) {
   ExitInfo e;
   bool slurms = j.state == JobState::kTimeout || j.state == JobState::kPreempted ||
                 j.state == JobState::kNodeFail;
   e.reason =
       slurms || (j.state == JobState::kCancelled && r.stop_asked) ? "host_lost" : "supervisor_died";
   if (r.stop_asked) e.reason = "driver_stop";
-  e.error = "slurm job " + r.job_id + " ended " + j.state_text + " without an exit record";
-  end_run(r, std::move(e));
+  e.error = "slurm job " + r.job_id + " ended " + j.state_text;
+  if (j.exit_code) e.error += " (exit code " + std::to_string(*j.exit_code) + ")";
+  if (j.signal) e.error += " (signal " + std::to_string(*j.signal) + ")";
+  e.error += " without an exit record";
+  e.error += source;
+  return e;
+}
+
+// Asks sacct about r's job unless the cluster has no accounting; true while the answer is due
+// (at most 30 s).
+bool SlurmExecutor::Impl::ask_accounting(const Run& r, double now) {
+  if (acct_done.count(r.job_id)) return false;
+  std::lock_guard lk(m);
+  if (acct_mode == Acct::kOff) return false;
+  auto [at, fresh] = acct_asked.try_emplace(r.job_id, now);
+  if (fresh) {
+    acct_ask.push_back(r.job_id);
+    cv.notify_all();
+  }
+  return now - at->second < 30;
 }
 
 // Reads the trial's new output and its exit record; reports the exit after all output.
@@ -387,6 +528,7 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
   auto prev = maybe_requeued.find(r.trial_id);
   std::string job = prev == maybe_requeued.end() ? "" : prev->second;
   auto it = last_seen.find(job);
+  if (it != last_seen.end() && !named_ours(it->second, r.trial_name)) it = last_seen.end();
   bool pending = it != last_seen.end() && (it->second.state == JobState::kPending ||
                                            it->second.state == JobState::kRequeued);
   bool running = it != last_seen.end() && it->second.state == JobState::kRunning;
@@ -406,11 +548,12 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
       r.phase = Phase::kSubmitted;
       r.judged_after = seen_seq;
       r.pending.reset();
+      got_job(r);
       return;
     }
     spdlog::warn("{}", w.error().message);
   }
-  if (!job.empty() && (pending || running)) cancel(job, false);  // ours, and not needed
+  if (!job.empty() && (pending || running)) cancel(job, r.trial_name, false);  // not needed
   r.phase = Phase::kWaiting;
   waiting.push_back(r.trial_id);
 }
@@ -426,12 +569,18 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
     snap.swap(snapshot);
     errors.swap(worker_errors);
     seq = snapshot_seq;
+    for (auto& j : acct_answers) acct[j.id] = std::move(j);
+    acct_answers.clear();
+    for (auto& id : acct_answered) acct_done.insert(std::move(id));
+    acct_answered.clear();
   }
   for (auto& e : errors) log_once(e);
   for (auto& a : got) {
     auto it = runs.find(a.trial_id);
+    if (a.job) ours.insert(*a.job);
     if (it == runs.end() || it->second.gen != a.gen) {
-      if (a.job) cancel(*a.job, false);  // submitted for an attempt that was stopped meanwhile
+      // submitted for an attempt that was stopped meanwhile
+      if (a.job) cancel(*a.job, it == runs.end() ? "" : it->second.trial_name, false);
       continue;
     }
     Run& r = it->second;
@@ -455,12 +604,15 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
     r.judged_after = seq;
     r.pending.reset();
     spdlog::info("trial {} attempt {}: slurm job {}", r.trial_name, r.attempt, r.job_id);
-    if (r.stop_asked) cancel(r.job_id, false);
+    got_job(r);
+    if (r.stop_asked) cancel(r.job_id, r.trial_name, false);
   }
   if (snap) {
     last_seen.clear();
     for (auto& j : *snap) last_seen[j.id] = std::move(j);
     seen_seq = seq;
+    verify_runs();
+    release_held(seq);
     for (auto& [id, r] : runs) {
       if (r.phase == Phase::kDeciding) decide_requeued(r, now);
       if (r.phase == Phase::kSubmitted && !r.exit && seq > r.judged_after) judge(r, now);
@@ -487,6 +639,13 @@ SlurmExecutor::~SlurmExecutor() {
 }
 
 Result<void> SlurmExecutor::check() {
+  // The job's name and comment are how tune knows its own jobs again: not the user's to set.
+  for (const auto& a : impl_->o.job.sbatch_args)
+    for (const char* own : {"--job-name", "-J", "--comment"})
+      if (a == own || (a.starts_with(own) && (a[std::strlen(own)] == '=' || own[1] == 'J')))
+        return fail("hosts.slurm.sbatch_args: '", a,
+                    "' is tune's own (jobs are named tune-<experiment>-<trial> and marked with "
+                    "a comment, to know them again)");
   std::string name = job_name(impl_->o.exp_name, "check");
   auto args = sbatch_options(impl_->o.job, name, impl_->o.exp_dir);
   if (auto r = impl_->client->test_only(args); !r)
@@ -524,8 +683,27 @@ Result<void> SlurmExecutor::start(const Launch& l) {
 Result<Attached> SlurmExecutor::attach(const Launch& l) {
   auto& impl = *impl_;
   std::string name = l.trial_dir.filename().string();
-  auto job = read_job_file(impl.o.exp_dir, name);
   std::string nonce = attempt_nonce(impl.o.record_key, name, l.attempt);
+  // The job: as the state names it, else as its .job file does, else the one squeue lists with
+  // this attempt's mark (sbatch answered, then the driver died before writing the id down).
+  std::optional<JobFile> job;
+  if (!l.job_id.empty()) job = JobFile{l.job_id, l.attempt};
+  if (!job) job = read_job_file(impl.o.exp_dir, name);
+  if (!job || job->attempt != l.attempt) {
+    if (!impl.resume_queue) {
+      auto q = impl.client->queue();
+      if (!q) spdlog::warn("{} (jobs of an earlier driver are not looked for)", q.error().message);
+      impl.resume_queue = q ? std::move(*q) : std::vector<JobInfo>{};
+    }
+    for (const auto& j : *impl.resume_queue)
+      if (impl.named_ours(j, name) && !job_ended(j.state) &&
+          marked_attempt(impl.o.record_key, name, j.comment) == l.attempt) {
+        spdlog::info("trial {}: slurm job {} found by its mark (its id was never recorded)", name,
+                     j.id);
+        job = JobFile{j.id, l.attempt};
+        impl.ours.insert(j.id);
+      }
+  }
   ExitInfo info;
   auto text = util::read_file(impl.o.exp_dir / record_path(name), 1 << 16);
   AttemptIdentity id{nonce, std::nullopt, std::nullopt, std::nullopt};
@@ -548,6 +726,7 @@ Result<Attached> SlurmExecutor::attach(const Launch& l) {
   // Not seen running yet: a job still pending from before is not mistaken for a requeued one
   // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
   r.job_id = ours ? job->job_id : "";
+  if (ours && l.job_id != r.job_id) impl.got_job(r);
   {
     std::lock_guard lk(impl.m);
     r.judged_after = impl.snapshot_seq;
@@ -585,14 +764,14 @@ void SlurmExecutor::stop(const std::string& id, bool now) {
     return;
   }
   if (!r.seen_running && r.state == JobState::kPending) {
-    impl.cancel(r.job_id, false);  // nothing ran yet: no supervisor will record anything
+    impl.cancel(r.job_id, r.trial_name, false);  // nothing ran yet: no supervisor will record
     impl.end_run(r, stopped);
     return;
   }
   if (now) {
-    impl.cancel(r.job_id, false);
+    impl.cancel(r.job_id, r.trial_name, false);
   } else if (first) {
-    impl.cancel(r.job_id, true);  // SIGTERM to the batch shell: the supervisor
+    impl.cancel(r.job_id, r.trial_name, true);  // SIGTERM to the batch shell: the supervisor
     r.kill_at = mono() + impl.o.job.signal_grace_s + 5;
   }
 }
@@ -603,13 +782,11 @@ std::vector<Event> SlurmExecutor::wait(double timeout_s) {
   double now = mono();
   impl.take_answers(out, now);
   if (!impl.waiting.empty()) impl.hand_over();
-  std::vector<std::string> late;
   for (auto& [id, r] : impl.runs)
     if (r.kill_at > 0 && now >= r.kill_at && r.phase == Phase::kSubmitted && !r.exit) {
       r.kill_at = -1;
-      late.push_back(r.job_id);
+      impl.cancel(r.job_id, r.trial_name, false);
     }
-  for (auto& j : late) impl.cancel(j, false);
   bool any_exit = false;
   for (auto& [id, r] : impl.runs) any_exit = any_exit || r.exit.has_value();
   if (now >= impl.next_scan || any_exit) {
@@ -651,6 +828,10 @@ void SlurmExecutor::checkpoint_registered(const std::string& id) {
   impl_->slurm_ends[id] = 0;
 }
 
+std::vector<std::pair<std::string, std::string>> SlurmExecutor::take_job_ids() {
+  return std::exchange(impl_->new_jobs, {});
+}
+
 std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
   auto& impl = *impl_;
   std::vector<LiveAttempt> out;
@@ -661,22 +842,45 @@ std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
     spdlog::warn("{} (jobs of an earlier driver are not checked)", q.error().message);
     return out;
   }
-  std::unordered_map<std::string, JobState> state;
-  for (const auto& j : *q) state[j.id] = j.state;
+  impl.resume_queue = *q;
+  std::set<std::string> found;
+  auto add = [&](const std::string& trial_name, int attempt, const std::string& job) {
+    if (!found.insert(job).second) return;
+    impl.ours.insert(job);
+    LiveAttempt a;
+    a.host = impl.o.host_name;
+    a.trial_name = trial_name;
+    a.attempt = attempt;
+    a.supervisor = std::atoi(job.c_str());  // the job id stands for the supervisor here
+    out.push_back(std::move(a));
+  };
+  std::unordered_map<std::string, const JobInfo*> by_id;
+  for (const auto& j : *q) by_id[j.id] = &j;
+  // Those the .job files name, if squeue lists them under the trial's job name.
   for (const auto& e : fs::directory_iterator(impl.slurm_dir, ec)) {
     std::string file = e.path().filename().string();
     if (!file.ends_with(".job")) continue;
     std::string name = file.substr(0, file.size() - 4);
     auto job = read_job_file(impl.o.exp_dir, name);
     if (!job) continue;
-    auto it = state.find(job->job_id);
-    if (it == state.end() || job_ended(it->second)) continue;
-    LiveAttempt a;
-    a.host = impl.o.host_name;
-    a.trial_name = name;
-    a.attempt = job->attempt;
-    a.supervisor = std::atoi(job->job_id.c_str());  // the job id stands for the supervisor here
-    out.push_back(std::move(a));
+    auto it = by_id.find(job->job_id);
+    if (it == by_id.end() || job_ended(it->second->state)) continue;
+    if (!impl.named_ours(*it->second, name)) {
+      spdlog::warn(
+          "{}/{} names slurm job {}, which squeue lists as '{}', not as {}: left alone (tune "
+          "touches only its own jobs)",
+          kSlurmDir, file, job->job_id, it->second->name, job_name(impl.o.exp_name, name));
+      continue;
+    }
+    add(name, job->attempt, job->job_id);
+  }
+  // Those with an attempt's mark, whether or not their id was ever written down.
+  std::string prefix = job_name(impl.o.exp_name, "");
+  for (const auto& j : *q) {
+    if (job_ended(j.state) || !j.name.starts_with(prefix)) continue;
+    std::string name = j.name.substr(prefix.size());
+    if (auto attempt = marked_attempt(impl.o.record_key, name, j.comment))
+      add(name, *attempt, j.id);
   }
   return out;
 }
@@ -684,8 +888,10 @@ std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
 void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
   auto& impl = *impl_;
   std::vector<std::string> ids;
-  for (const auto& a : which)
-    if (a.supervisor > 0) ids.push_back(std::to_string(a.supervisor));
+  for (const auto& a : which) {
+    std::string id = std::to_string(a.supervisor);
+    if (a.supervisor > 0 && impl.ours.count(id)) ids.push_back(id);
+  }
   if (ids.empty()) return;
   if (auto r = impl.client->cancel(ids, true); !r) spdlog::warn("{}", r.error().message);
   double start = mono();
@@ -708,6 +914,11 @@ void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double g
 
 bool SlurmExecutor::busy() const {
   return !impl_->runs.empty();
+}
+
+uint64_t SlurmExecutor::accounting_calls() const {
+  std::lock_guard lk(impl_->m);
+  return impl_->acct_calls;
 }
 
 uint64_t SlurmExecutor::queue_calls() const {
