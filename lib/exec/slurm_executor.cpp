@@ -1,5 +1,7 @@
 #include "exec/slurm_executor.hpp"
 
+#include "exec/slurm_executor_impl.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -27,34 +29,6 @@ namespace tune::exec {
 
 namespace {
 
-double mono() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
-
-fs::path job_file_path(const fs::path& exp_dir, const std::string& trial_name) {
-  return exp_dir / kSlurmDir / (trial_name + ".job");
-}
-
-// One submission for the worker thread: files to write, then sbatch.
-struct Submit {
-  std::string trial_id;
-  uint64_t gen = 0;
-  Launch launch;
-  fs::path stub, launch_file, job_file;
-  std::string stub_text, launch_text;
-  std::vector<std::string> args;
-};
-
-struct Submitted {
-  std::string trial_id;
-  uint64_t gen = 0;
-  Result<std::string> job;
-};
-
-enum class Phase { kWaiting, kDeciding, kSubmitting, kSubmitted, kDone };
-
 // Up to `max` bytes of `path` from `offset` (nothing if it is missing or no longer).
 std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -67,183 +41,6 @@ std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
 }
 
 }  // namespace
-
-std::optional<JobFile> read_job_file(const fs::path& exp_dir, const std::string& trial_name) {
-  auto text = util::read_file(job_file_path(exp_dir, trial_name), 256);
-  if (!text) return std::nullopt;
-  JobFile f;
-  size_t sp = text->find(' ');
-  if (sp == std::string::npos) return std::nullopt;
-  f.job_id = text->substr(0, sp);
-  if (f.job_id.empty() || f.job_id.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  f.attempt = std::atoi(text->c_str() + sp + 1);
-  if (f.attempt < 1) return std::nullopt;
-  return f;
-}
-
-std::string job_mark(std::string_view key, const std::string& trial_name, int attempt) {
-  return "tune:" + std::to_string(attempt) + ":" +
-         attempt_nonce(key, trial_name + "/job", attempt).substr(0, 16);
-}
-
-std::optional<int> marked_attempt(std::string_view key, const std::string& trial_name,
-                                  std::string_view comment) {
-  if (!comment.starts_with("tune:")) return std::nullopt;
-  size_t colon = comment.find(':', 5);
-  if (colon == std::string_view::npos || colon == 5 || colon > 14) return std::nullopt;
-  std::string digits(comment.substr(5, colon - 5));
-  if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-  int attempt = std::atoi(digits.c_str());
-  if (attempt < 1 || comment != job_mark(key, trial_name, attempt)) return std::nullopt;
-  return attempt;
-}
-
-struct SlurmExecutor::Impl {
-  SlurmOptions o;
-  std::unique_ptr<SlurmClient> client;
-  fs::path slurm_dir;
-
-  // --- shared with the worker thread (under m) ---
-  std::mutex m;
-  std::condition_variable cv;
-  bool quit = false;
-  std::deque<Submit> submits;
-  std::vector<std::string> cancel_term, cancel_kill;
-  std::vector<Submitted> answers;
-  std::optional<std::vector<JobInfo>> snapshot;  // the latest squeue answer not yet taken
-  uint64_t snapshot_seq = 0;                     // squeue answers so far
-  std::vector<std::string> worker_errors;        // messages for the loop to log
-  bool poll_now = false;
-  uint64_t queue_calls = 0;
-  // sacct: asked about jobs gone from squeue without a record, where the cluster keeps
-  // accounting (found out by the first call: off for good once sacct says it is disabled).
-  enum class Acct { kUnknown, kOn, kOff };
-  Acct acct_mode = Acct::kUnknown;
-  std::vector<std::string> acct_ask;
-  std::vector<std::string> acct_answered;  // asked, and answered (found or not)
-  std::vector<JobInfo> acct_answers;
-  uint64_t acct_calls = 0;
-  std::thread worker;
-
-  // --- the loop's own ---
-  struct Run {
-    std::string trial_id, trial_name;
-    int attempt = 0;
-    fs::path dir;
-    std::string nonce;
-    Phase phase = Phase::kWaiting;
-    uint64_t gen = 0;
-    std::optional<Submit> pending;  // waiting for room under max_jobs
-    std::string job_id;
-    uint64_t judged_after = 0;  // only squeue answers after this one speak for the job
-    JobState state = JobState::kUnknown;
-    bool seen_running = false, grew = false;
-    int missing = 0;
-    double ended_at = -1;  // when squeue first said the job ended without a record
-    uint64_t offset = 0;
-    bool stop_asked = false;
-    double kill_at = -1;
-    double deciding_since = 0;
-    int submit_failures = 0;
-    double retry_at = 0;
-    std::optional<ExitInfo> exit;  // decided; reported after the output
-    ArrivalReader times{0};        // stdout.times: when the output arrived, on the node's clocks
-  };
-  std::map<std::string, Run> runs;
-  std::deque<std::string> waiting;  // trial ids in submission order
-  // The job of a trial's previous attempt, if Slurm may have requeued it.
-  std::unordered_map<std::string, std::string> maybe_requeued;
-  std::unordered_map<std::string, int> slurm_ends;  // Slurm's ends since the last checkpoint
-  std::unordered_map<std::string, JobInfo> last_seen;
-  uint64_t seen_seq = 0;
-  double next_scan = 0;
-  std::unordered_map<std::string, double> acct_asked;  // job -> when asked (the loop's)
-  std::set<std::string> acct_done;                     // answered
-  std::unordered_map<std::string, JobInfo> acct;       // sacct's records
-  std::set<std::string> logged;                        // messages logged once
-  // Job ids known to be this experiment's: answers of our own sbatch, and ids read back (state,
-  // .job files) once squeue lists them under the trial's job name. Only these are cancelled.
-  std::set<std::string> ours;
-  struct Held {
-    std::string job, trial_name;
-    bool term = false;
-    uint64_t after = 0;  // decided by the first squeue answer after this one
-  };
-  std::vector<Held> held;  // cancels of ids not known to be ours yet
-  std::vector<std::pair<std::string, std::string>> new_jobs;  // (trial id, job id) for the state
-  std::optional<std::vector<JobInfo>> resume_queue;           // one squeue for a resume's attaches
-
-  void log_once(const std::string& msg) {
-    if (logged.insert(msg).second) spdlog::error("{}", msg);
-  }
-
-  void worker_main();
-  void do_submit(Submit& s, Submitted& out);
-  Submit make_submit(const Launch& l, uint64_t gen);
-  void hand_over();
-  void take_answers(std::vector<Event>& out, double now);
-  void judge(Run& r, double now);
-  void scan(Run& r, std::vector<Event>& out);
-  void end_run(Run& r, ExitInfo info);
-  void decide_requeued(Run& r, double now);
-  ExitInfo ended_without_record(const Run& r, const JobInfo& j, const char* source);
-  bool ask_accounting(const Run& r, double now);
-  int in_slurm() const;
-  void cancel(const std::string& job, const std::string& trial_name, bool term_only);
-  void release_held(uint64_t seq);
-  void verify_runs();
-  // Whether squeue lists `j` under the job name of this experiment's trial `trial_name` (and,
-  // with squeue --me, as this user's).
-  bool named_ours(const JobInfo& j, const std::string& trial_name) const {
-    return j.name == job_name(o.exp_name, trial_name);
-  }
-  void got_job(const Run& r) { new_jobs.emplace_back(r.trial_id, r.job_id); }
-};
-
-// Cancels `job` if it is known to be ours; otherwise after the next squeue answer, and only if
-// that lists it under the trial's job name (a forged .job file never gets a foreign job cancelled).
-void SlurmExecutor::Impl::cancel(const std::string& job, const std::string& trial_name,
-                                 bool term_only) {
-  std::lock_guard lk(m);
-  if (ours.count(job))
-    (term_only ? cancel_term : cancel_kill).push_back(job);
-  else
-    held.push_back({job, trial_name, term_only, snapshot_seq});
-  poll_now = true;
-  cv.notify_all();
-}
-
-void SlurmExecutor::Impl::release_held(uint64_t seq) {
-  std::vector<Held> keep;
-  for (auto& h : held) {
-    if (seq <= h.after) {
-      keep.push_back(std::move(h));
-      continue;
-    }
-    auto it = last_seen.find(h.job);
-    if (it == last_seen.end()) continue;  // not listed: nothing to cancel
-    if (!named_ours(it->second, h.trial_name)) {
-      spdlog::warn(
-          "not cancelling slurm job {}: squeue lists it as '{}', not as {} (tune cancels only "
-          "its own jobs)",
-          h.job, it->second.name, job_name(o.exp_name, h.trial_name));
-      continue;
-    }
-    ours.insert(h.job);
-    cancel(h.job, h.trial_name, h.term);
-  }
-  held = std::move(keep);
-}
-
-// Job ids read back from the state or a .job file become ours once squeue lists them so.
-void SlurmExecutor::Impl::verify_runs() {
-  for (auto& [id, r] : runs) {
-    if (r.job_id.empty() || ours.count(r.job_id)) continue;
-    auto it = last_seen.find(r.job_id);
-    if (it != last_seen.end() && named_ours(it->second, r.trial_name)) ours.insert(r.job_id);
-  }
-}
 
 void SlurmExecutor::Impl::worker_main() {
   double next_poll = 0;
@@ -638,21 +435,6 @@ SlurmExecutor::~SlurmExecutor() {
   impl_->worker.join();
 }
 
-Result<void> SlurmExecutor::check() {
-  // The job's name and comment are how tune knows its own jobs again: not the user's to set.
-  for (const auto& a : impl_->o.job.sbatch_args)
-    for (const char* own : {"--job-name", "-J", "--comment"})
-      if (a == own || (a.starts_with(own) && (a[std::strlen(own)] == '=' || own[1] == 'J')))
-        return fail("hosts.slurm.sbatch_args: '", a,
-                    "' is tune's own (jobs are named tune-<experiment>-<trial> and marked with "
-                    "a comment, to know them again)");
-  std::string name = job_name(impl_->o.exp_name, "check");
-  auto args = sbatch_options(impl_->o.job, name, impl_->o.exp_dir);
-  if (auto r = impl_->client->test_only(args); !r)
-    return fail("hosts.slurm: Slurm refuses jobs like this experiment's: ", r.error().message);
-  return {};
-}
-
 Result<void> SlurmExecutor::start(const Launch& l) {
   auto& impl = *impl_;
   std::error_code ec;
@@ -678,63 +460,6 @@ Result<void> SlurmExecutor::start(const Launch& l) {
     impl.hand_over();
   }
   return {};
-}
-
-Result<Attached> SlurmExecutor::attach(const Launch& l) {
-  auto& impl = *impl_;
-  std::string name = l.trial_dir.filename().string();
-  std::string nonce = attempt_nonce(impl.o.record_key, name, l.attempt);
-  // The job: as the state names it, else as its .job file does, else the one squeue lists with
-  // this attempt's mark (sbatch answered, then the driver died before writing the id down).
-  std::optional<JobFile> job;
-  if (!l.job_id.empty()) job = JobFile{l.job_id, l.attempt};
-  if (!job) job = read_job_file(impl.o.exp_dir, name);
-  if (!job || job->attempt != l.attempt) {
-    if (!impl.resume_queue) {
-      auto q = impl.client->queue();
-      if (!q) spdlog::warn("{} (jobs of an earlier driver are not looked for)", q.error().message);
-      impl.resume_queue = q ? std::move(*q) : std::vector<JobInfo>{};
-    }
-    for (const auto& j : *impl.resume_queue)
-      if (impl.named_ours(j, name) && !job_ended(j.state) &&
-          marked_attempt(impl.o.record_key, name, j.comment) == l.attempt) {
-        spdlog::info("trial {}: slurm job {} found by its mark (its id was never recorded)", name,
-                     j.id);
-        job = JobFile{j.id, l.attempt};
-        impl.ours.insert(j.id);
-      }
-  }
-  ExitInfo info;
-  auto text = util::read_file(impl.o.exp_dir / record_path(name), 1 << 16);
-  AttemptIdentity id{nonce, std::nullopt, std::nullopt, std::nullopt};
-  bool ended = check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id, info) ==
-               RecordCheck::kGenuine;
-  bool ours = job && job->attempt == l.attempt;
-  if (!ended && !ours) return Attached::kGone;
-  Impl::Run& r = impl.runs[l.trial_id];
-  uint64_t gen = r.gen + 1;
-  r = Impl::Run{};
-  r.gen = gen;
-  r.trial_id = l.trial_id;
-  r.trial_name = name;
-  r.attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
-  r.nonce = nonce;
-  r.times = ArrivalReader(l.attempt);
-  r.phase = Phase::kSubmitted;
-  // Not seen running yet: a job still pending from before is not mistaken for a requeued one
-  // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
-  r.job_id = ours ? job->job_id : "";
-  if (ours && l.job_id != r.job_id) impl.got_job(r);
-  {
-    std::lock_guard lk(impl.m);
-    r.judged_after = impl.snapshot_seq;
-    impl.poll_now = true;
-    impl.cv.notify_all();
-  }
-  if (ours && !ended) spdlog::info("trial {}: re-attached to slurm job {}", name, job->job_id);
-  return ended ? Attached::kEnded : Attached::kRunning;
 }
 
 void SlurmExecutor::send(const std::string&, std::string_view) {}  // step mode: not on Slurm
@@ -830,86 +555,6 @@ void SlurmExecutor::checkpoint_registered(const std::string& id) {
 
 std::vector<std::pair<std::string, std::string>> SlurmExecutor::take_job_ids() {
   return std::exchange(impl_->new_jobs, {});
-}
-
-std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
-  auto& impl = *impl_;
-  std::vector<LiveAttempt> out;
-  std::error_code ec;
-  if (!fs::is_directory(impl.slurm_dir, ec)) return out;
-  auto q = impl.client->queue();
-  if (!q) {
-    spdlog::warn("{} (jobs of an earlier driver are not checked)", q.error().message);
-    return out;
-  }
-  impl.resume_queue = *q;
-  std::set<std::string> found;
-  auto add = [&](const std::string& trial_name, int attempt, const std::string& job) {
-    if (!found.insert(job).second) return;
-    impl.ours.insert(job);
-    LiveAttempt a;
-    a.host = impl.o.host_name;
-    a.trial_name = trial_name;
-    a.attempt = attempt;
-    a.supervisor = std::atoi(job.c_str());  // the job id stands for the supervisor here
-    out.push_back(std::move(a));
-  };
-  std::unordered_map<std::string, const JobInfo*> by_id;
-  for (const auto& j : *q) by_id[j.id] = &j;
-  // Those the .job files name, if squeue lists them under the trial's job name.
-  for (const auto& e : fs::directory_iterator(impl.slurm_dir, ec)) {
-    std::string file = e.path().filename().string();
-    if (!file.ends_with(".job")) continue;
-    std::string name = file.substr(0, file.size() - 4);
-    auto job = read_job_file(impl.o.exp_dir, name);
-    if (!job) continue;
-    auto it = by_id.find(job->job_id);
-    if (it == by_id.end() || job_ended(it->second->state)) continue;
-    if (!impl.named_ours(*it->second, name)) {
-      spdlog::warn(
-          "{}/{} names slurm job {}, which squeue lists as '{}', not as {}: left alone (tune "
-          "touches only its own jobs)",
-          kSlurmDir, file, job->job_id, it->second->name, job_name(impl.o.exp_name, name));
-      continue;
-    }
-    add(name, job->attempt, job->job_id);
-  }
-  // Those with an attempt's mark, whether or not their id was ever written down.
-  std::string prefix = job_name(impl.o.exp_name, "");
-  for (const auto& j : *q) {
-    if (job_ended(j.state) || !j.name.starts_with(prefix)) continue;
-    std::string name = j.name.substr(prefix.size());
-    if (auto attempt = marked_attempt(impl.o.record_key, name, j.comment))
-      add(name, *attempt, j.id);
-  }
-  return out;
-}
-
-void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
-  auto& impl = *impl_;
-  std::vector<std::string> ids;
-  for (const auto& a : which) {
-    std::string id = std::to_string(a.supervisor);
-    if (a.supervisor > 0 && impl.ours.count(id)) ids.push_back(id);
-  }
-  if (ids.empty()) return;
-  if (auto r = impl.client->cancel(ids, true); !r) spdlog::warn("{}", r.error().message);
-  double start = mono();
-  bool killed = false;
-  while (mono() - start < grace_s + 10) {
-    auto q = impl.client->queue();
-    if (!q) break;
-    bool any = false;
-    for (const auto& j : *q)
-      if (std::find(ids.begin(), ids.end(), j.id) != ids.end() && !job_ended(j.state)) any = true;
-    if (!any) return;
-    if (!killed && mono() - start >= grace_s) {
-      killed = true;
-      if (auto r = impl.client->cancel(ids, false); !r) spdlog::warn("{}", r.error().message);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  if (!killed) (void)impl.client->cancel(ids, false);
 }
 
 bool SlurmExecutor::busy() const {
