@@ -254,13 +254,18 @@ class StatusPrinter {
   }
   std::optional<std::pair<std::string, std::string>> slurm_job(const trial::Trial& t) const {
     if (!has_slurm_) return std::nullopt;
-    auto f = exec::read_job_file(dir_, t.name);
-    if (!f) return std::nullopt;
-    auto it = slurm_states_.find(f->job_id);
+    // The state's job id (the current attempt's), else the trial's .job file.
+    std::string job = t.job_id;
+    if (job.empty()) {
+      auto f = exec::read_job_file(dir_, t.name);
+      if (!f) return std::nullopt;
+      job = f->job_id;
+    }
+    auto it = slurm_states_.find(job);
     std::string st = it != slurm_states_.end() ? it->second
                      : slurm_error_.empty()    ? "(not in squeue)"
                                                : "(squeue failed)";
-    return std::pair{f->job_id, st};
+    return std::pair{job, st};
   }
 
   fs::path dir_;

@@ -213,6 +213,17 @@ std::string Controller::remote_host(const trial::Trial& t) const {
   return "";
 }
 
+void Controller::note_job_ids() {
+  for (auto& [id, job] : ex_.take_job_ids()) {
+    auto it = index_.find(id);
+    if (it == index_.end()) continue;
+    trial::Trial& t = state_.trials[it->second];
+    if (t.status != Status::kRunning || t.job_id == job) continue;
+    t.job_id = job;
+    mark_dirty();
+  }
+}
+
 void Controller::end_strays() {
   std::unordered_map<std::string, const trial::Trial*> by_name;
   for (const auto& t : state_.trials) by_name[t.name] = &t;
@@ -371,6 +382,7 @@ void Controller::launch_ready() {
       prepare_restart(next);
       next.attempt += 1;
       next.status = Status::kRunning;
+      next.job_id.clear();
       next.stdout_offset = util::file_size_or_zero(trial_dir(next) / "stdout.log");
       restarts.emplace_back(at, *placement);
       continue;
@@ -399,6 +411,7 @@ bool Controller::start_first_attempt(trial::Trial& next, const Placement& placem
   // state (SPEC §4). If it cannot be written, nothing starts.
   next.attempt = 1;
   next.status = Status::kRunning;
+  next.job_id.clear();
   next.iteration = next.restore_iteration = 0;
   next.time_total_s = next.time_base = 0;
   next.stdout_offset = util::file_size_or_zero(trial_dir(next) / "stdout.log");
@@ -450,6 +463,7 @@ void Controller::resume_running(trial::Trial& t) {
   l.host = remote_host(t);
   l.stdout_offset = t.stdout_offset;
   l.stdin_fifo = step;
+  l.job_id = t.job_id;
   auto found = ex_.attach(l);
   if (!found) spdlog::warn("trial {}: {}", t.name, found.error().message);
   if (!found || *found == exec::Attached::kGone) {
@@ -912,6 +926,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     woke = ex_.now();
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
     for (auto& ev : events) dispatch(ev);
+    note_job_ids();
     poll_searcher();
     on_file_jobs_done();
     send_decided_stops();

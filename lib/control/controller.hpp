@@ -159,6 +159,8 @@ class Controller : private sched::Population {
   trial::Trial* new_trial();
   // The searcher side of a loop turn: answers collected, a failure turned into a stop.
   void poll_searcher();
+  // Slurm job ids the executor learned since the last call, into the trials (and so the state).
+  void note_job_ids();
   // Starts the searcher (after a resume's restore, with the trials the state holds).
   void start_searcher();
   // search_alg.restore_from: that experiment's finished trials, read before anything starts

@@ -32,6 +32,7 @@ struct Launch {
   uint64_t stdout_offset = 0;              // where unread output starts in stdout.log
   bool stdin_fifo = false;                 // step mode: commands arrive on stdin.fifo
   std::string params_json;  // written to trial_dir/params.json if set and the file is missing
+  std::string job_id;       // attach on Slurm: the job the experiment state names for it, if any
 };
 
 // What a driver writes as its lease file's mtime: this machine's time, shifted by
@@ -176,6 +177,11 @@ class Executor {
   static constexpr uint64_t kKeepOffset = UINT64_MAX;
   // A checkpoint was registered (sync_on_checkpoint for remote hosts).
   virtual void checkpoint_registered(const std::string& trial_id) { (void)trial_id; }
+  // Slurm: (trial id, job id) for each attempt whose job id became known since the last call,
+  // for the experiment state.
+  [[nodiscard]] virtual std::vector<std::pair<std::string, std::string>> take_job_ids() {
+    return {};
+  }
 };
 
 }  // namespace tune::exec

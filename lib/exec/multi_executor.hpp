@@ -68,6 +68,9 @@ class MultiExecutor final : public Executor {
   }
   void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }
   uint64_t output_offset(const std::string& id) override { return of(id).output_offset(id); }
+  std::vector<std::pair<std::string, std::string>> take_job_ids() override {
+    return slurm_ ? slurm_->take_job_ids() : std::vector<std::pair<std::string, std::string>>{};
+  }
 
  private:
   bool is_slurm(const std::string& host) const { return slurm_ && host == slurm_->host_name(); }

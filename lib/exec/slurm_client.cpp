@@ -100,13 +100,13 @@ std::vector<JobInfo> parse_squeue(std::string_view text) {
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     std::vector<std::string> f;
     size_t from = 0;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < 4; ++i) {
       size_t bar = line.find('|', from);
       if (bar == std::string_view::npos) break;
       f.push_back(trim(line.substr(from, bar - from)));
       from = bar + 1;
     }
-    if (f.size() != 3) continue;
+    if (f.size() != 4) continue;
     f.push_back(trim(line.substr(from)));
     if (f[0].empty() || f[0].find_first_not_of("0123456789_[]-") != std::string::npos) continue;
     JobInfo j;
@@ -114,10 +114,58 @@ std::vector<JobInfo> parse_squeue(std::string_view text) {
     j.state_text = f[1];
     j.state = parse_job_state(f[1]);
     j.reason = f[2];
-    j.name = f[3];
+    j.comment = f[3];
+    j.name = f[4];
     jobs.push_back(std::move(j));
   }
   return jobs;
+}
+
+std::vector<JobInfo> parse_sacct(std::string_view text) {
+  std::vector<JobInfo> jobs;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    std::string_view f[4];
+    size_t from = 0;
+    int n = 0;
+    for (; n < 3; ++n) {
+      size_t bar = line.find('|', from);
+      if (bar == std::string_view::npos) break;
+      f[n] = line.substr(from, bar - from);
+      from = bar + 1;
+    }
+    if (n != 3) continue;
+    f[3] = line.substr(from);
+    std::string id = trim(f[0]);
+    // Whole jobs only (-X; a step's "123.batch" or an array's "123_4" is not one of ours).
+    if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) continue;
+    JobInfo j;
+    j.id = id;
+    std::string state = trim(f[1]);
+    j.state_text = state.substr(0, state.find(' '));  // "CANCELLED by 1000"
+    j.state = parse_job_state(j.state_text);
+    std::string code = trim(f[2]);
+    size_t colon = code.find(':');
+    auto number = [](const std::string& s) -> std::optional<int> {
+      if (s.empty() || s.size() > 3 || s.find_first_not_of("0123456789") != std::string::npos)
+        return std::nullopt;
+      return std::stoi(s);
+    };
+    if (colon != std::string::npos) {
+      j.exit_code = number(code.substr(0, colon));
+      j.signal = number(code.substr(colon + 1));
+      if (j.signal == 0) j.signal.reset();
+    }
+    j.name = trim(f[3]);
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+bool sacct_disabled(std::string_view message) {
+  return message.find("accounting storage is disabled") != std::string_view::npos;
 }
 
 Result<Captured> run_captured(const std::vector<std::string>& argv, double timeout_s) {
@@ -213,8 +261,22 @@ Result<void> CommandSlurmClient::test_only(const std::vector<std::string>& args)
   return {};
 }
 
+Result<Accounting> CommandSlurmClient::accounting(const std::vector<std::string>& ids) {
+  if (ids.empty()) return Accounting{};
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ",") + id;
+  auto r = run_captured(
+      {"sacct", "-n", "-P", "-X", "-j", list, "-o", "JobID,State,ExitCode,JobName"}, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0 || sacct_disabled(r->err)) {
+    if (sacct_disabled(r->err) || sacct_disabled(r->out)) return Accounting{false, {}};
+    return fail(message_of(*r, "sacct"));
+  }
+  return Accounting{true, parse_sacct(r->out)};
+}
+
 Result<std::vector<JobInfo>> CommandSlurmClient::queue() {
-  auto r = run_captured({"squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%j"}, 60);
+  auto r = run_captured({"squeue", "--me", "-h", "-t", "all", "-o", "%i|%T|%r|%k|%j"}, 60);
   if (!r) return std::unexpected(r.error());
   if (r->status != 0) return fail(message_of(*r, "squeue"));
   return parse_squeue(r->out);

@@ -41,11 +41,27 @@ struct JobInfo {
   JobState state = JobState::kUnknown;
   std::string state_text;  // squeue's own word, for `tune status`
   std::string reason;      // %r, e.g. BeginTime after a requeue
+  std::string comment;     // %k: tune's own jobs carry `tune:<tag>` (an attempt's mark)
   std::string name;
+  // sacct only: the batch script's exit code and the signal that ended it (ExitCode "N:S").
+  std::optional<int> exit_code, signal;
 };
 
-// Parses `squeue -h -o '%i|%T|%r|%j'` output; lines that do not have that shape are skipped.
+// Parses `squeue -h -o '%i|%T|%r|%k|%j'` output (the name last: it may hold '|'); lines that do
+// not have that shape are skipped.
 [[nodiscard]] std::vector<JobInfo> parse_squeue(std::string_view text);
+
+// Parses `sacct -n -P -X -o JobID,State,ExitCode,JobName` output ('|'-separated, the name last;
+// State may read "CANCELLED by 1000"); lines that do not have that shape are skipped.
+[[nodiscard]] std::vector<JobInfo> parse_sacct(std::string_view text);
+// Whether sacct's message says the cluster keeps no accounting (no slurmdbd).
+[[nodiscard]] bool sacct_disabled(std::string_view message);
+
+// What sacct said: the jobs' final records, or that the cluster has no accounting.
+struct Accounting {
+  bool available = true;
+  std::vector<JobInfo> jobs;
+};
 
 class SlurmClient {
  public:
@@ -57,6 +73,8 @@ class SlurmClient {
   [[nodiscard]] virtual Result<void> test_only(const std::vector<std::string>& args) = 0;
   // Every job of this user that squeue still lists (all states): one call.
   [[nodiscard]] virtual Result<std::vector<JobInfo>> queue() = 0;
+  // sacct for these jobs (one call); {available = false} where accounting is disabled.
+  [[nodiscard]] virtual Result<Accounting> accounting(const std::vector<std::string>& ids) = 0;
   // scancel [--batch --signal=TERM] IDS: one call for all of them.
   [[nodiscard]] virtual Result<void> cancel(const std::vector<std::string>& ids,
                                             bool term_batch_only) = 0;
@@ -67,6 +85,7 @@ class CommandSlurmClient final : public SlurmClient {
   Result<std::string> submit(const std::vector<std::string>& args, const fs::path& script) override;
   Result<void> test_only(const std::vector<std::string>& args) override;
   Result<std::vector<JobInfo>> queue() override;
+  Result<Accounting> accounting(const std::vector<std::string>& ids) override;
   Result<void> cancel(const std::vector<std::string>& ids, bool term_batch_only) override;
 };
 

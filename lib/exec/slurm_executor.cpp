@@ -1,5 +1,7 @@
 #include "exec/slurm_executor.hpp"
 
+#include "exec/slurm_executor_impl.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -8,12 +10,14 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -24,34 +28,6 @@
 namespace tune::exec {
 
 namespace {
-
-double mono() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
-
-fs::path job_file_path(const fs::path& exp_dir, const std::string& trial_name) {
-  return exp_dir / kSlurmDir / (trial_name + ".job");
-}
-
-// One submission for the worker thread: files to write, then sbatch.
-struct Submit {
-  std::string trial_id;
-  uint64_t gen = 0;
-  Launch launch;
-  fs::path stub, launch_file, job_file;
-  std::string stub_text, launch_text;
-  std::vector<std::string> args;
-};
-
-struct Submitted {
-  std::string trial_id;
-  uint64_t gen = 0;
-  Result<std::string> job;
-};
-
-enum class Phase { kWaiting, kDeciding, kSubmitting, kSubmitted, kDone };
 
 // Up to `max` bytes of `path` from `offset` (nothing if it is missing or no longer).
 std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
@@ -66,95 +42,6 @@ std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
 
 }  // namespace
 
-std::optional<JobFile> read_job_file(const fs::path& exp_dir, const std::string& trial_name) {
-  auto text = util::read_file(job_file_path(exp_dir, trial_name), 256);
-  if (!text) return std::nullopt;
-  JobFile f;
-  size_t sp = text->find(' ');
-  if (sp == std::string::npos) return std::nullopt;
-  f.job_id = text->substr(0, sp);
-  if (f.job_id.empty() || f.job_id.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  f.attempt = std::atoi(text->c_str() + sp + 1);
-  if (f.attempt < 1) return std::nullopt;
-  return f;
-}
-
-struct SlurmExecutor::Impl {
-  SlurmOptions o;
-  std::unique_ptr<SlurmClient> client;
-  fs::path slurm_dir;
-
-  // --- shared with the worker thread (under m) ---
-  std::mutex m;
-  std::condition_variable cv;
-  bool quit = false;
-  std::deque<Submit> submits;
-  std::vector<std::string> cancel_term, cancel_kill;
-  std::vector<Submitted> answers;
-  std::optional<std::vector<JobInfo>> snapshot;  // the latest squeue answer not yet taken
-  uint64_t snapshot_seq = 0;                     // squeue answers so far
-  std::vector<std::string> worker_errors;        // messages for the loop to log
-  bool poll_now = false;
-  uint64_t queue_calls = 0;
-  std::thread worker;
-
-  // --- the loop's own ---
-  struct Run {
-    std::string trial_id, trial_name;
-    int attempt = 0;
-    fs::path dir;
-    std::string nonce;
-    Phase phase = Phase::kWaiting;
-    uint64_t gen = 0;
-    std::optional<Submit> pending;  // waiting for room under max_jobs
-    std::string job_id;
-    uint64_t judged_after = 0;  // only squeue answers after this one speak for the job
-    JobState state = JobState::kUnknown;
-    bool seen_running = false, grew = false;
-    int missing = 0;
-    double ended_at = -1;  // when squeue first said the job ended without a record
-    uint64_t offset = 0;
-    bool stop_asked = false;
-    double kill_at = -1;
-    double deciding_since = 0;
-    int submit_failures = 0;
-    double retry_at = 0;
-    std::optional<ExitInfo> exit;  // decided; reported after the output
-    ArrivalReader times{0};        // stdout.times: when the output arrived, on the node's clocks
-  };
-  std::map<std::string, Run> runs;
-  std::deque<std::string> waiting;  // trial ids in submission order
-  // The job of a trial's previous attempt, if Slurm may have requeued it.
-  std::unordered_map<std::string, std::string> maybe_requeued;
-  std::unordered_map<std::string, int> slurm_ends;  // Slurm's ends since the last checkpoint
-  std::unordered_map<std::string, JobInfo> last_seen;
-  uint64_t seen_seq = 0;
-  double next_scan = 0;
-  std::set<std::string> logged;  // messages logged once
-
-  void log_once(const std::string& msg) {
-    if (logged.insert(msg).second) spdlog::error("{}", msg);
-  }
-
-  void worker_main();
-  void do_submit(Submit& s, Submitted& out);
-  Submit make_submit(const Launch& l, uint64_t gen);
-  void hand_over();
-  void take_answers(std::vector<Event>& out, double now);
-  void judge(Run& r, double now);
-  void scan(Run& r, std::vector<Event>& out);
-  void end_run(Run& r, ExitInfo info);
-  void decide_requeued(Run& r, double now);
-  int in_slurm() const;
-  void cancel(const std::string& job, bool term_only) {
-    std::lock_guard lk(m);
-    (term_only ? cancel_term : cancel_kill).push_back(job);
-    poll_now = true;
-    cv.notify_all();
-  }
-};
-
 void SlurmExecutor::Impl::worker_main() {
   double next_poll = 0;
   std::unique_lock lk(m);
@@ -162,7 +49,7 @@ void SlurmExecutor::Impl::worker_main() {
     double nap = std::clamp(next_poll - mono(), 0.0, 0.2);
     cv.wait_for(lk, std::chrono::duration<double>(nap), [&] {
       return quit || !submits.empty() || !cancel_term.empty() || !cancel_kill.empty() ||
-             mono() >= next_poll;
+             !acct_ask.empty() || mono() >= next_poll;
     });
     if (quit) break;
     std::deque<Submit> todo;
@@ -170,6 +57,9 @@ void SlurmExecutor::Impl::worker_main() {
     auto term = std::move(cancel_term);
     auto kill = std::move(cancel_kill);
     cancel_term.clear(), cancel_kill.clear();
+    auto ask = std::move(acct_ask);
+    acct_ask.clear();
+    if (acct_mode == Acct::kOff) ask.clear();
     bool poll = poll_now || mono() >= next_poll;
     poll_now = false;
     lk.unlock();
@@ -183,6 +73,13 @@ void SlurmExecutor::Impl::worker_main() {
       if (auto r = client->cancel(term, true); !r) errors.push_back(r.error().message);
     if (!kill.empty())
       if (auto r = client->cancel(kill, false); !r) errors.push_back(r.error().message);
+    std::optional<Accounting> records;
+    if (!ask.empty()) {
+      if (auto a = client->accounting(ask))
+        records = std::move(*a);
+      else
+        errors.push_back(a.error().message);
+    }
     std::optional<std::vector<JobInfo>> jobs;
     if (poll) {
       auto q = client->queue();
@@ -194,6 +91,15 @@ void SlurmExecutor::Impl::worker_main() {
     }
     lk.lock();
     if (poll) ++queue_calls;
+    if (!ask.empty()) ++acct_calls;
+    if (records && !records->available && acct_mode != Acct::kOff)
+      spdlog::info(
+          "sacct: this cluster keeps no accounting; jobs are judged by their exit "
+          "records and squeue");
+    if (records) acct_mode = records->available ? Acct::kOn : Acct::kOff;
+    if (records)
+      for (auto& j : records->jobs) acct_answers.push_back(std::move(j));
+    for (auto& id : ask) acct_answered.push_back(std::move(id));
     for (auto& d : done) answers.push_back(std::move(d));
     if (jobs) snapshot = std::move(*jobs), ++snapshot_seq;
     for (auto& e : errors) worker_errors.push_back(std::move(e));
@@ -239,7 +145,7 @@ Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
   s.launch_text = launch_script(l, call);
   std::string jn = job_name(o.exp_name, name);
   s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name);
-  s.args = sbatch_options(o.job, jn, l.trial_dir);
+  s.args = sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
   return s;
 }
 
@@ -285,9 +191,16 @@ void SlurmExecutor::Impl::end_run(Run& r, ExitInfo info) {
 // A decision on a job Slurm ended or lost, when no exit record says how the attempt ended.
 void SlurmExecutor::Impl::judge(Run& r, double now) {
   auto it = last_seen.find(r.job_id);
+  if (it != last_seen.end() && !named_ours(it->second, r.trial_name))
+    it = last_seen.end();  // someone else's job (an id read back from a file): not this attempt
   if (it == last_seen.end()) {
     // Not listed (ended and purged after MinJobAge, or never seen): after three answers.
     if (++r.missing < 3) return;
+    if (ask_accounting(r, now)) return;  // sacct's answer is on its way
+    if (auto a = acct.find(r.job_id); a != acct.end() && job_ended(a->second.state)) {
+      end_run(r, ended_without_record(r, a->second, " (sacct)"));
+      return;
+    }
     ExitInfo e;
     e.reason = r.stop_asked ? "driver_stop" : r.grew ? "host_lost" : "supervisor_died";
     e.error = "slurm job " + r.job_id + " is gone from squeue and left no exit record";
@@ -309,14 +222,39 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
   if (!job_ended(j.state)) return;
   if (r.ended_at < 0) r.ended_at = now;
   if (now - r.ended_at < o.record_wait_s) return;  // the record may still be on its way
+  end_run(r, ended_without_record(r, j, ""));
+}
+
+// How an attempt ended whose job Slurm (squeue, or sacct: `source`) says ended as `j`, when its
+// supervisor left no exit record: Slurm's doing (time limit, preemption, a node) counts no failure.
+ExitInfo SlurmExecutor::Impl::ended_without_record(const Run& r, const JobInfo& j,
+                                                   const char* source) {
   ExitInfo e;
   bool slurms = j.state == JobState::kTimeout || j.state == JobState::kPreempted ||
                 j.state == JobState::kNodeFail;
   e.reason =
       slurms || (j.state == JobState::kCancelled && r.stop_asked) ? "host_lost" : "supervisor_died";
   if (r.stop_asked) e.reason = "driver_stop";
-  e.error = "slurm job " + r.job_id + " ended " + j.state_text + " without an exit record";
-  end_run(r, std::move(e));
+  e.error = "slurm job " + r.job_id + " ended " + j.state_text;
+  if (j.exit_code) e.error += " (exit code " + std::to_string(*j.exit_code) + ")";
+  if (j.signal) e.error += " (signal " + std::to_string(*j.signal) + ")";
+  e.error += " without an exit record";
+  e.error += source;
+  return e;
+}
+
+// Asks sacct about r's job unless the cluster has no accounting; true while the answer is due
+// (at most 30 s).
+bool SlurmExecutor::Impl::ask_accounting(const Run& r, double now) {
+  if (acct_done.count(r.job_id)) return false;
+  std::lock_guard lk(m);
+  if (acct_mode == Acct::kOff) return false;
+  auto [at, fresh] = acct_asked.try_emplace(r.job_id, now);
+  if (fresh) {
+    acct_ask.push_back(r.job_id);
+    cv.notify_all();
+  }
+  return now - at->second < 30;
 }
 
 // Reads the trial's new output and its exit record; reports the exit after all output.
@@ -387,6 +325,7 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
   auto prev = maybe_requeued.find(r.trial_id);
   std::string job = prev == maybe_requeued.end() ? "" : prev->second;
   auto it = last_seen.find(job);
+  if (it != last_seen.end() && !named_ours(it->second, r.trial_name)) it = last_seen.end();
   bool pending = it != last_seen.end() && (it->second.state == JobState::kPending ||
                                            it->second.state == JobState::kRequeued);
   bool running = it != last_seen.end() && it->second.state == JobState::kRunning;
@@ -406,11 +345,12 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
       r.phase = Phase::kSubmitted;
       r.judged_after = seen_seq;
       r.pending.reset();
+      got_job(r);
       return;
     }
     spdlog::warn("{}", w.error().message);
   }
-  if (!job.empty() && (pending || running)) cancel(job, false);  // ours, and not needed
+  if (!job.empty() && (pending || running)) cancel(job, r.trial_name, false);  // not needed
   r.phase = Phase::kWaiting;
   waiting.push_back(r.trial_id);
 }
@@ -426,12 +366,18 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
     snap.swap(snapshot);
     errors.swap(worker_errors);
     seq = snapshot_seq;
+    for (auto& j : acct_answers) acct[j.id] = std::move(j);
+    acct_answers.clear();
+    for (auto& id : acct_answered) acct_done.insert(std::move(id));
+    acct_answered.clear();
   }
   for (auto& e : errors) log_once(e);
   for (auto& a : got) {
     auto it = runs.find(a.trial_id);
+    if (a.job) ours.insert(*a.job);
     if (it == runs.end() || it->second.gen != a.gen) {
-      if (a.job) cancel(*a.job, false);  // submitted for an attempt that was stopped meanwhile
+      // submitted for an attempt that was stopped meanwhile
+      if (a.job) cancel(*a.job, it == runs.end() ? "" : it->second.trial_name, false);
       continue;
     }
     Run& r = it->second;
@@ -455,12 +401,15 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
     r.judged_after = seq;
     r.pending.reset();
     spdlog::info("trial {} attempt {}: slurm job {}", r.trial_name, r.attempt, r.job_id);
-    if (r.stop_asked) cancel(r.job_id, false);
+    got_job(r);
+    if (r.stop_asked) cancel(r.job_id, r.trial_name, false);
   }
   if (snap) {
     last_seen.clear();
     for (auto& j : *snap) last_seen[j.id] = std::move(j);
     seen_seq = seq;
+    verify_runs();
+    release_held(seq);
     for (auto& [id, r] : runs) {
       if (r.phase == Phase::kDeciding) decide_requeued(r, now);
       if (r.phase == Phase::kSubmitted && !r.exit && seq > r.judged_after) judge(r, now);
@@ -484,14 +433,6 @@ SlurmExecutor::~SlurmExecutor() {
     impl_->cv.notify_all();
   }
   impl_->worker.join();
-}
-
-Result<void> SlurmExecutor::check() {
-  std::string name = job_name(impl_->o.exp_name, "check");
-  auto args = sbatch_options(impl_->o.job, name, impl_->o.exp_dir);
-  if (auto r = impl_->client->test_only(args); !r)
-    return fail("hosts.slurm: Slurm refuses jobs like this experiment's: ", r.error().message);
-  return {};
 }
 
 Result<void> SlurmExecutor::start(const Launch& l) {
@@ -521,43 +462,6 @@ Result<void> SlurmExecutor::start(const Launch& l) {
   return {};
 }
 
-Result<Attached> SlurmExecutor::attach(const Launch& l) {
-  auto& impl = *impl_;
-  std::string name = l.trial_dir.filename().string();
-  auto job = read_job_file(impl.o.exp_dir, name);
-  std::string nonce = attempt_nonce(impl.o.record_key, name, l.attempt);
-  ExitInfo info;
-  auto text = util::read_file(impl.o.exp_dir / record_path(name), 1 << 16);
-  AttemptIdentity id{nonce, std::nullopt, std::nullopt, std::nullopt};
-  bool ended = check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id, info) ==
-               RecordCheck::kGenuine;
-  bool ours = job && job->attempt == l.attempt;
-  if (!ended && !ours) return Attached::kGone;
-  Impl::Run& r = impl.runs[l.trial_id];
-  uint64_t gen = r.gen + 1;
-  r = Impl::Run{};
-  r.gen = gen;
-  r.trial_id = l.trial_id;
-  r.trial_name = name;
-  r.attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
-  r.nonce = nonce;
-  r.times = ArrivalReader(l.attempt);
-  r.phase = Phase::kSubmitted;
-  // Not seen running yet: a job still pending from before is not mistaken for a requeued one
-  // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
-  r.job_id = ours ? job->job_id : "";
-  {
-    std::lock_guard lk(impl.m);
-    r.judged_after = impl.snapshot_seq;
-    impl.poll_now = true;
-    impl.cv.notify_all();
-  }
-  if (ours && !ended) spdlog::info("trial {}: re-attached to slurm job {}", name, job->job_id);
-  return ended ? Attached::kEnded : Attached::kRunning;
-}
-
 void SlurmExecutor::send(const std::string&, std::string_view) {}  // step mode: not on Slurm
 
 void SlurmExecutor::stop(const std::string& id, bool now) {
@@ -585,14 +489,14 @@ void SlurmExecutor::stop(const std::string& id, bool now) {
     return;
   }
   if (!r.seen_running && r.state == JobState::kPending) {
-    impl.cancel(r.job_id, false);  // nothing ran yet: no supervisor will record anything
+    impl.cancel(r.job_id, r.trial_name, false);  // nothing ran yet: no supervisor will record
     impl.end_run(r, stopped);
     return;
   }
   if (now) {
-    impl.cancel(r.job_id, false);
+    impl.cancel(r.job_id, r.trial_name, false);
   } else if (first) {
-    impl.cancel(r.job_id, true);  // SIGTERM to the batch shell: the supervisor
+    impl.cancel(r.job_id, r.trial_name, true);  // SIGTERM to the batch shell: the supervisor
     r.kill_at = mono() + impl.o.job.signal_grace_s + 5;
   }
 }
@@ -603,13 +507,11 @@ std::vector<Event> SlurmExecutor::wait(double timeout_s) {
   double now = mono();
   impl.take_answers(out, now);
   if (!impl.waiting.empty()) impl.hand_over();
-  std::vector<std::string> late;
   for (auto& [id, r] : impl.runs)
     if (r.kill_at > 0 && now >= r.kill_at && r.phase == Phase::kSubmitted && !r.exit) {
       r.kill_at = -1;
-      late.push_back(r.job_id);
+      impl.cancel(r.job_id, r.trial_name, false);
     }
-  for (auto& j : late) impl.cancel(j, false);
   bool any_exit = false;
   for (auto& [id, r] : impl.runs) any_exit = any_exit || r.exit.has_value();
   if (now >= impl.next_scan || any_exit) {
@@ -651,63 +553,17 @@ void SlurmExecutor::checkpoint_registered(const std::string& id) {
   impl_->slurm_ends[id] = 0;
 }
 
-std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
-  auto& impl = *impl_;
-  std::vector<LiveAttempt> out;
-  std::error_code ec;
-  if (!fs::is_directory(impl.slurm_dir, ec)) return out;
-  auto q = impl.client->queue();
-  if (!q) {
-    spdlog::warn("{} (jobs of an earlier driver are not checked)", q.error().message);
-    return out;
-  }
-  std::unordered_map<std::string, JobState> state;
-  for (const auto& j : *q) state[j.id] = j.state;
-  for (const auto& e : fs::directory_iterator(impl.slurm_dir, ec)) {
-    std::string file = e.path().filename().string();
-    if (!file.ends_with(".job")) continue;
-    std::string name = file.substr(0, file.size() - 4);
-    auto job = read_job_file(impl.o.exp_dir, name);
-    if (!job) continue;
-    auto it = state.find(job->job_id);
-    if (it == state.end() || job_ended(it->second)) continue;
-    LiveAttempt a;
-    a.host = impl.o.host_name;
-    a.trial_name = name;
-    a.attempt = job->attempt;
-    a.supervisor = std::atoi(job->job_id.c_str());  // the job id stands for the supervisor here
-    out.push_back(std::move(a));
-  }
-  return out;
-}
-
-void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
-  auto& impl = *impl_;
-  std::vector<std::string> ids;
-  for (const auto& a : which)
-    if (a.supervisor > 0) ids.push_back(std::to_string(a.supervisor));
-  if (ids.empty()) return;
-  if (auto r = impl.client->cancel(ids, true); !r) spdlog::warn("{}", r.error().message);
-  double start = mono();
-  bool killed = false;
-  while (mono() - start < grace_s + 10) {
-    auto q = impl.client->queue();
-    if (!q) break;
-    bool any = false;
-    for (const auto& j : *q)
-      if (std::find(ids.begin(), ids.end(), j.id) != ids.end() && !job_ended(j.state)) any = true;
-    if (!any) return;
-    if (!killed && mono() - start >= grace_s) {
-      killed = true;
-      if (auto r = impl.client->cancel(ids, false); !r) spdlog::warn("{}", r.error().message);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  if (!killed) (void)impl.client->cancel(ids, false);
+std::vector<std::pair<std::string, std::string>> SlurmExecutor::take_job_ids() {
+  return std::exchange(impl_->new_jobs, {});
 }
 
 bool SlurmExecutor::busy() const {
   return !impl_->runs.empty();
+}
+
+uint64_t SlurmExecutor::accounting_calls() const {
+  std::lock_guard lk(impl_->m);
+  return impl_->acct_calls;
 }
 
 uint64_t SlurmExecutor::queue_calls() const {

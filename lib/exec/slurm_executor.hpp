@@ -41,6 +41,15 @@ struct JobFile {
 [[nodiscard]] std::optional<JobFile> read_job_file(const fs::path& exp_dir,
                                                    const std::string& trial_name);
 
+// The mark an attempt's job carries as its --comment: `tune:<attempt>:<tag>`, the tag derived
+// from the experiment's key, so a resume can find a job whose id was never recorded (the driver
+// died between sbatch's answer and writing it down) and tell it from anyone else's.
+[[nodiscard]] std::string job_mark(std::string_view key, const std::string& trial_name,
+                                   int attempt);
+// The attempt a job's comment marks, if it is `job_mark(key, trial_name, N)` for some N.
+[[nodiscard]] std::optional<int> marked_attempt(std::string_view key, const std::string& trial_name,
+                                                std::string_view comment);
+
 class SlurmExecutor final : public Executor {
  public:
   SlurmExecutor(SlurmOptions opts, std::unique_ptr<SlurmClient> client);
@@ -61,16 +70,21 @@ class SlurmExecutor final : public Executor {
   std::string host_name() override;
   void renew_lease() override {}  // the local executor renews the shared lease file
   void checkpoint_registered(const std::string& trial_id) override;
-  // The jobs named in this experiment's .job files that Slurm still lists as pending or running
-  // (one squeue call; for a resume, before anything starts).
+  std::vector<std::pair<std::string, std::string>> take_job_ids() override;
+  // This experiment's jobs that Slurm still lists as pending or running (one squeue call; for a
+  // resume, before anything starts): those named in .job files that squeue lists under the
+  // trial's job name, and those whose comment carries an attempt's mark (job_mark).
   std::vector<LiveAttempt> live_attempts() override;
   // Cancels those jobs (SIGTERM to the batch shell, scancel after grace_s) and waits until
-  // Slurm no longer lists them as pending or running (at most grace_s + 10 s).
+  // Slurm no longer lists them as pending or running (at most grace_s + 10 s). Only jobs that
+  // live_attempts() found to be this experiment's are touched.
   void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) override;
 
   [[nodiscard]] bool busy() const;
   // How many squeue calls were made (tests and the bench check one per poll).
   [[nodiscard]] uint64_t queue_calls() const;
+  // How many sacct calls were made (none once sacct said accounting is disabled).
+  [[nodiscard]] uint64_t accounting_calls() const;
 
  private:
   struct Impl;

@@ -11,13 +11,14 @@ std::string job_name(const std::string& experiment, const std::string& trial_nam
 }
 
 std::vector<std::string> sbatch_options(const SlurmJobOptions& o, const std::string& name,
-                                        const fs::path& trial_dir) {
+                                        const fs::path& trial_dir, const std::string& comment) {
   std::vector<std::string> a = {
       "--job-name=" + name, "--chdir=" + trial_dir.string(),
       // the batch shell's own messages; the trial's go to stdout.log
       "--output=" + (trial_dir / "slurm-%j.out").string(), "--open-mode=append", "--requeue",
       "--ntasks=1",
       "--signal=B:TERM@" + std::to_string(static_cast<long>(std::lround(o.signal_grace_s)))};
+  if (!comment.empty()) a.push_back("--comment=" + comment);
   if (!o.partition.empty()) a.push_back("--partition=" + o.partition);
   if (!o.account.empty()) a.push_back("--account=" + o.account);
   if (!o.time_limit.empty()) a.push_back("--time=" + o.time_limit);

@@ -41,10 +41,12 @@ struct SupervisorCall {
 // The job's name: tune-<experiment>-<trial name>.
 [[nodiscard]] std::string job_name(const std::string& experiment, const std::string& trial_name);
 
-// sbatch's options for a trial's job (tune's own first, the user's sbatch_args last).
+// sbatch's options for a trial's job (tune's own first, the user's sbatch_args last);
+// `comment` (if any) marks the job as one attempt's (--comment).
 [[nodiscard]] std::vector<std::string> sbatch_options(const SlurmJobOptions& o,
                                                       const std::string& name,
-                                                      const fs::path& trial_dir);
+                                                      const fs::path& trial_dir,
+                                                      const std::string& comment = "");
 
 // The submitted batch script of a trial's job.
 [[nodiscard]] std::string stub_script(const std::string& name, const fs::path& launch_file,

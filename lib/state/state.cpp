@@ -58,7 +58,8 @@ json trial_to_json(const trial::Trial& t) {
           {"attempt_started", t.attempt_started},
           {"restore_iteration", t.restore_iteration},
           {"time_base", t.time_base},
-          {"gpu_ids", t.gpu_ids}};
+          {"gpu_ids", t.gpu_ids},
+          {"job_id", t.job_id}};
 }
 
 // Whether `j` converts to T without nlohmann's plain cast of a float (or an out-of-range
@@ -247,6 +248,12 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
                     ": 'pending_exploit' needs donor, donor_seq, n, at and new_config");
     }
     if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
+    if (tj.contains("job_id")) {
+      t.job_id = r.get<std::string>(tj, "job_id", ctx);
+      if (r.ok &&
+          (t.job_id.size() > 20 || t.job_id.find_first_not_of("0123456789") != std::string::npos))
+        return fail(where, ": ", ctx, ": 'job_id' is not a Slurm job id");
+    }
     json metrics = r.get<json>(tj, "metrics", ctx);
     json ckpts = r.get<json>(tj, "checkpoints", ctx);
     if (!r.ok) return std::unexpected(r.err);
@@ -311,7 +318,8 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
             static_cast<int>(t.cause),
             t.decided_at,
             t.exploits,
-            !t.pending_exploit.is_null()};
+            !t.pending_exploit.is_null(),
+            t.job_id};
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);
@@ -374,6 +382,7 @@ void replay(ExperimentState& s, const json& j) {
     if (l.contains("started") && l["started"].is_number()) t->attempt_started = l["started"];
     if (l.contains("host") && l["host"].is_string()) t->host = l["host"].get<std::string>();
     t->gpu_ids.clear();
+    t->job_id.clear();  // a new attempt: its job is not known yet
     if (l.contains("gpu_ids") && l["gpu_ids"].is_array())
       for (const auto& g : l["gpu_ids"])
         if (g.is_number_integer()) t->gpu_ids.push_back(g.get<int>());

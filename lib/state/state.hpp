@@ -85,6 +85,7 @@ class StateWriter {
     double decided_at = 0;
     int exploits = 0;
     bool exploit_pending = false;
+    std::string job_id;
     bool operator==(const Key&) const = default;
   };
   struct Entry {

@@ -197,6 +197,42 @@ class SlurmTest(TuneTest):
             self.assertIn("re-attached to slurm job " + job, log)
             self.assertEqual({r["job"] for r in self.results("slkill", t)}, {job})
 
+    def test_forged_job_file_never_cancels_a_foreign_job(self):
+        # A job of the same user that tune did not submit (another name), running.
+        foreign = slurm("sbatch", "--parsable", "--job-name=not-tune-sleep", "--output=/dev/null",
+                        "--wrap", "sleep 300").strip().split(";")[0]
+        try:
+            self.experiment("slforge", 1, 300, 0.1)
+            p = self.start_tune("run", "slforge.yaml")
+            self.addCleanup(lambda: p.poll() is None and (p.kill(), p.communicate()))
+            # The job id reaches the experiment state, not only .tune/slurm.
+            self.wait_for(lambda: any(t.get("job_id") for t in self.trials("slforge")),
+                          what="the job id in the state")
+            t = self.trials("slforge")[0]
+            job, _ = self.job_of("slforge", t)
+            self.assertEqual(t["job_id"], job)
+            p.kill()
+            p.communicate()
+            # Job files forged to name the foreign job: the trial's own and an unknown trial's
+            # (which a resume would end as a stray).
+            sdir = os.path.join(self.exp_dir("slforge"), ".tune", "slurm")
+            for trial in (t["trial_name"], "trial_99999_x=1"):
+                with open(os.path.join(sdir, trial + ".job"), "w") as f:
+                    f.write("%s 1\n" % foreign)
+            p = self.start_tune("run", "slforge.yaml", "--resume=auto")
+            self.wait_for(lambda: "re-attached to slurm job " + job in self.log("slforge"),
+                          what="re-attached")
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=60)
+            self.assertEqual(p.returncode, 130, err)
+            self.wait_for(lambda: jobs_named("tune-slforge-") == [], what="tune's job gone")
+            states = dict(jobs_named("not-tune-sleep"))
+            self.assertIn(states.get(foreign), ("RUNNING", "PENDING"), "the foreign job was touched")
+            self.assertIn("names slurm job %s, which squeue lists as 'not-tune-sleep'" % foreign,
+                          self.log("slforge"))
+        finally:
+            slurm("scancel", foreign, check=False)
+
     def test_bad_partition_is_a_config_error(self):
         self.experiment("slbad", 2, 3, 0.1, partition="nosuch")
         p = self.tune("run", "slbad.yaml")

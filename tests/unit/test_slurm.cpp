@@ -25,8 +25,9 @@ namespace {
 struct FakeSlurm final : exec::SlurmClient {
   std::mutex m;
   int next_id = 100;
-  std::vector<std::vector<std::string>> submitted;  // args of each sbatch
-  std::map<std::string, std::string> states;        // job id -> squeue state
+  std::vector<std::vector<std::string>> submitted;     // args of each sbatch
+  std::map<std::string, std::string> states;           // job id -> squeue state
+  std::map<std::string, std::string> names, comments;  // job id -> --job-name, --comment
   std::vector<std::pair<std::vector<std::string>, bool>> cancels;
   int queue_calls = 0;
   std::string fail_submit;  // non-empty: sbatch fails with this message
@@ -37,6 +38,10 @@ struct FakeSlurm final : exec::SlurmClient {
     submitted.push_back(args);
     std::string id = std::to_string(next_id++);
     states[id] = "PENDING";
+    for (const auto& a : args) {
+      if (a.starts_with("--job-name=")) names[id] = a.substr(11);
+      if (a.starts_with("--comment=")) comments[id] = a.substr(10);
+    }
     return id;
   }
   Result<void> test_only(const std::vector<std::string>&) override { return {}; }
@@ -44,8 +49,22 @@ struct FakeSlurm final : exec::SlurmClient {
     std::lock_guard lk(m);
     ++queue_calls;
     std::string text;
-    for (auto& [id, st] : states) text += id + "|" + st + "|None|tune-x\n";
+    for (auto& [id, st] : states)
+      text += id + "|" + st + "|None|" + (comments.count(id) ? comments[id] : "(null)") + "|" +
+              (names.count(id) ? names[id] : "someone-elses") + "\n";
     return exec::parse_squeue(text);
+  }
+  bool has_accounting = false;
+  int acct_calls = 0;
+  std::map<std::string, std::string> acct_lines;  // job id -> its sacct line
+  Result<exec::Accounting> accounting(const std::vector<std::string>& ids) override {
+    std::lock_guard lk(m);
+    ++acct_calls;
+    if (!has_accounting) return exec::Accounting{false, {}};
+    std::string text;
+    for (auto& id : ids)
+      if (acct_lines.count(id)) text += acct_lines[id] + "\n";
+    return exec::Accounting{true, exec::parse_sacct(text)};
   }
   Result<void> cancel(const std::vector<std::string>& ids, bool term) override {
     std::lock_guard lk(m);
@@ -55,6 +74,20 @@ struct FakeSlurm final : exec::SlurmClient {
   void set(const std::string& id, const std::string& st) {
     std::lock_guard lk(m);
     states[id] = st;
+  }
+  // A job submitted by hand (not through the executor).
+  void add(const std::string& id, const std::string& st, const std::string& name,
+           const std::string& comment = "") {
+    std::lock_guard lk(m);
+    states[id] = st;
+    names[id] = name;
+    if (!comment.empty()) comments[id] = comment;
+  }
+  bool cancelled(const std::string& id) {
+    std::lock_guard lk(m);
+    for (auto& [ids, term] : cancels)
+      if (std::find(ids.begin(), ids.end(), id) != ids.end()) return true;
+    return false;
   }
   size_t submits() {
     std::lock_guard lk(m);
@@ -145,11 +178,13 @@ struct Fixture {
 
 TEST_CASE("squeue lines are parsed and junk is skipped", "[slurm]") {
   auto jobs = exec::parse_squeue(
-      "12|RUNNING|None|tune-e-trial_1\n13|PENDING|BeginTime|x|y\nnot a job\n|RUNNING|a|b\n"
-      "14|TIMEOUT|None|n");
+      "12|RUNNING|None|tune:1:ab|tune-e-trial_1\n13|PENDING|BeginTime|(null)|x|y\nnot a job\n"
+      "|RUNNING|a|b|c\n14|TIMEOUT|None|k|n\n15|RUNNING|None|old-format");
   REQUIRE(jobs.size() == 3);
   CHECK(jobs[0].id == "12");
   CHECK(jobs[0].state == exec::JobState::kRunning);
+  CHECK(jobs[0].comment == "tune:1:ab");
+  CHECK(jobs[0].name == "tune-e-trial_1");
   CHECK(jobs[1].reason == "BeginTime");
   CHECK(jobs[1].name == "x|y");
   CHECK(jobs[2].state == exec::JobState::kTimeout);
@@ -376,9 +411,9 @@ TEST_CASE("a resume finds this experiment's jobs by their job files and ends the
   job_file("trial_a", "7 2\n");
   job_file("trial_b", "8 1\n");
   job_file("trial_c", "not a job\n");
-  f.fake->set("7", "RUNNING");
-  f.fake->set("8", "COMPLETED");  // ended: not live
-  f.fake->set("9", "RUNNING");    // no job file names it: not this experiment's, never touched
+  f.fake->add("7", "RUNNING", "tune-e-trial_a");
+  f.fake->add("8", "COMPLETED", "tune-e-trial_b");  // ended: not live
+  f.fake->set("9", "RUNNING");  // no job file names it: not this experiment's, never touched
   auto live = f.ex->live_attempts();
   REQUIRE(live.size() == 1);
   CHECK(live[0].trial_name == "trial_a");
@@ -396,4 +431,194 @@ TEST_CASE("a resume finds this experiment's jobs by their job files and ends the
   CHECK(f.fake->cancels[0].second);  // SIGTERM to the batch shell first
   for (auto& [ids, term] : f.fake->cancels)
     CHECK(std::find(ids.begin(), ids.end(), "9") == ids.end());
+}
+
+TEST_CASE("a forged .job file naming someone else's job never gets it cancelled", "[slurm]") {
+  Fixture f;
+  fs::create_directories(f.dir / exec::kSlurmDir);
+  auto job_file = [&](const std::string& trial, const std::string& text) {
+    REQUIRE(util::write_file_atomic(f.dir / exec::kSlurmDir / (trial + ".job"), text, false));
+  };
+  f.fake->add("70", "RUNNING", "sleep-by-hand");  // the user's own job, not tune's
+  f.fake->add("71", "RUNNING", "tune-e-trial_b");
+  f.fake->add("72", "RUNNING", "tune-e-trial_x");  // another trial's name: not trial_c's job
+  job_file("trial_a", "70 1\n");
+  job_file("trial_b", "71 1\n");
+  job_file("trial_c", "72 1\n");
+  auto live = f.ex->live_attempts();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].trial_name == "trial_b");
+  // Even handed a forged stray, end_attempts cancels only jobs it knows to be ours.
+  auto forged = live[0];
+  forged.trial_name = "trial_a";
+  forged.supervisor = 70;
+  live.push_back(forged);
+  std::thread slurm_ends_it([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    f.fake->set("71", "CANCELLED");
+  });
+  f.ex->end_attempts(live, 5);
+  slurm_ends_it.join();
+  CHECK(f.fake->cancelled("71"));
+  CHECK_FALSE(f.fake->cancelled("70"));
+  CHECK_FALSE(f.fake->cancelled("72"));
+
+  // A resumed attempt whose .job file names the foreign job: stopping it cancels nothing.
+  auto l = f.launch("a");
+  REQUIRE(f.ex->attach(l) == exec::Attached::kRunning);
+  f.ex->stop("a", false);  // before any squeue answer: held until one says whose job it is
+  f.settle(0.5);
+  f.ex->stop("a", true);
+  f.settle(0.5);
+  CHECK_FALSE(f.fake->cancelled("70"));
+  // The same with the id coming from the state.
+  l = f.launch("c");
+  l.job_id = "72";
+  REQUIRE(f.ex->attach(l) == exec::Attached::kRunning);
+  f.ex->stop("c", true);
+  f.settle(0.5);
+  CHECK_FALSE(f.fake->cancelled("72"));
+  // Its own job is cancelled after a resume once squeue lists it under the trial's name.
+  f.fake->add("73", "RUNNING", "tune-e-trial_d");
+  l = f.launch("d");
+  l.job_id = "73";
+  REQUIRE(f.ex->attach(l) == exec::Attached::kRunning);
+  f.ex->stop("d", true);  // before any squeue answer: held until one says whose it is
+  REQUIRE(f.pump([&] { return f.fake->cancelled("73"); }));
+}
+
+TEST_CASE("job ids go to the state; a job whose id was never recorded is found by its mark",
+          "[slurm]") {
+  Fixture f;
+  REQUIRE(f.ex->start(f.launch("00010")));
+  REQUIRE(f.pump([&] { return !f.job_of("00010").empty(); }));
+  std::string job = f.job_of("00010");
+  std::vector<std::pair<std::string, std::string>> ids;
+  REQUIRE(f.pump([&] {
+    for (auto& x : f.ex->take_job_ids()) ids.push_back(x);
+    return !ids.empty();
+  }));
+  REQUIRE(ids.size() == 1);
+  CHECK(ids[0] == std::pair<std::string, std::string>{"00010", job});
+  CHECK(f.ex->take_job_ids().empty());
+  {
+    std::lock_guard lk(f.fake->m);
+    CHECK(f.fake->comments[job] == exec::job_mark(f.key, "trial_00010", 1));
+  }
+  CHECK(exec::marked_attempt(f.key, "trial_00010", exec::job_mark(f.key, "trial_00010", 1)) == 1);
+  CHECK_FALSE(exec::marked_attempt(f.key, "trial_00011", exec::job_mark(f.key, "trial_00010", 1)));
+  CHECK_FALSE(exec::marked_attempt(std::string(32, 'd'), "trial_00010",
+                                   exec::job_mark(f.key, "trial_00010", 1)));
+  for (const char* junk : {"", "tune:", "tune::x", "tune:1", "tune:-1:ab", "tune:99999999999:a"})
+    CHECK_FALSE(exec::marked_attempt(f.key, "trial_00010", junk));
+
+  // A new driver (sbatch answered, the driver died before any id was written): found by mark.
+  Fixture g;
+  g.fake->add("500", "RUNNING", "tune-e-trial_q", exec::job_mark(g.key, "trial_q", 2));
+  g.fake->add("501", "RUNNING", "tune-e-trial_q", "tune:2:0000000000000000");  // forged mark
+  auto live = g.ex->live_attempts();  // nothing on disk but the mark
+  CHECK(live.empty());                // (no .tune/slurm dir: nothing of ours ran here)
+  fs::create_directories(g.dir / exec::kSlurmDir);
+  live = g.ex->live_attempts();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].supervisor == 500);
+  CHECK(live[0].attempt == 2);
+  REQUIRE(g.ex->attach(g.launch("q", 2)) == exec::Attached::kRunning);
+  ids = g.ex->take_job_ids();
+  REQUIRE(ids.size() == 1);
+  CHECK(ids[0].second == "500");
+  // Attempt 3 has no job: gone.
+  CHECK(g.ex->attach(g.launch("r", 3)) == exec::Attached::kGone);
+}
+
+TEST_CASE("sbatch_args may not rename or re-mark tune's jobs", "[slurm]") {
+  for (const char* bad : {"--job-name=x", "-J", "-Jx", "--comment=y"}) {
+    FakeSlurm* fake = nullptr;
+    exec::SlurmOptions o;
+    o.exp_name = "e";
+    o.exp_dir = fs::temp_directory_path();
+    o.job.sbatch_args = {"--qos=normal", bad};
+    auto fs_ = std::make_unique<FakeSlurm>();
+    fake = fs_.get();
+    exec::SlurmExecutor ex(o, std::move(fs_));
+    auto r = ex.check();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().message.find("sbatch_args") != std::string::npos);
+    (void)fake;
+  }
+  exec::SlurmOptions o;
+  o.exp_name = "e";
+  o.exp_dir = fs::temp_directory_path();
+  o.job.sbatch_args = {"--qos=normal", "--job-name-suffix"};
+  exec::SlurmExecutor ex(o, std::make_unique<FakeSlurm>());
+  CHECK(ex.check());
+}
+
+TEST_CASE("sacct's records are parsed and junk is skipped", "[slurm]") {
+  // As `sacct -n -P -X -o JobID,State,ExitCode,JobName` prints them (Slurm's documented format).
+  auto jobs = exec::parse_sacct(
+      "123|COMPLETED|0:0|tune-e-trial_1\n"
+      "124|CANCELLED by 1000|0:15|tune-e-trial_2\n"
+      "125|TIMEOUT|0:0|a|b\n"
+      "126|FAILED|2:0|tune-e-trial_4\n"
+      "126.batch|FAILED|2:0|batch\n"
+      "127_3|COMPLETED|0:0|array\n"
+      "sacct: error: something\n"
+      "128|OUT_OF_MEMORY|0:125|x\n"
+      "129|NODE_FAIL|1:99999|y\n");
+  REQUIRE(jobs.size() == 6);
+  CHECK(jobs[0].id == "123");
+  CHECK(jobs[0].state == exec::JobState::kCompleted);
+  CHECK(jobs[0].exit_code == 0);
+  CHECK_FALSE(jobs[0].signal.has_value());
+  CHECK(jobs[1].state == exec::JobState::kCancelled);
+  CHECK(jobs[1].state_text == "CANCELLED");
+  CHECK(jobs[1].signal == 15);
+  CHECK(jobs[2].state == exec::JobState::kTimeout);
+  CHECK(jobs[2].name == "a|b");
+  CHECK(jobs[3].exit_code == 2);
+  CHECK(jobs[4].state == exec::JobState::kFailed);
+  CHECK(jobs[4].signal == 125);
+  CHECK(jobs[5].state == exec::JobState::kNodeFail);
+  CHECK_FALSE(jobs[5].signal.has_value());  // out of range: not believed
+  CHECK(exec::sacct_disabled("sacct: error: Slurm accounting storage is disabled"));
+  CHECK_FALSE(exec::sacct_disabled("sacct: error: Invalid job id specified"));
+}
+
+TEST_CASE("a job gone from squeue is judged by sacct where the cluster has accounting", "[slurm]") {
+  SECTION("accounting: sacct's TIMEOUT counts no failure, FAILED does") {
+    Fixture f;
+    f.fake->has_accounting = true;
+    REQUIRE(f.ex->start(f.launch("00020")));
+    REQUIRE(f.ex->start(f.launch("00021")));
+    REQUIRE(f.pump([&] { return !f.job_of("00020").empty() && !f.job_of("00021").empty(); }));
+    std::string a = f.job_of("00020"), b = f.job_of("00021");
+    {
+      std::lock_guard lk(f.fake->m);
+      f.fake->states.erase(a);  // purged from squeue (MinJobAge)
+      f.fake->states.erase(b);
+      f.fake->acct_lines[a] = a + "|TIMEOUT|0:0|tune-e-trial_00020";
+      f.fake->acct_lines[b] = b + "|FAILED|3:0|tune-e-trial_00021";
+    }
+    REQUIRE(f.pump([&] { return f.exit_of("00020") && f.exit_of("00021"); }));
+    CHECK(f.exit_of("00020")->reason == "host_lost");
+    CHECK(f.exit_of("00020")->error.find("TIMEOUT") != std::string::npos);
+    CHECK(f.exit_of("00021")->reason == "supervisor_died");
+    CHECK(f.exit_of("00021")->error.find("FAILED (exit code 3)") != std::string::npos);
+    CHECK(f.ex->accounting_calls() >= 1);
+  }
+  SECTION("no accounting: found out once, then exit records and squeue only") {
+    Fixture f;
+    for (const char* id : {"00022", "00023"}) {
+      REQUIRE(f.ex->start(f.launch(id)));
+      REQUIRE(f.pump([&] { return !f.job_of(id).empty(); }));
+      {
+        std::lock_guard lk(f.fake->m);
+        f.fake->states.erase(f.job_of(id));
+      }
+      REQUIRE(f.pump([&] { return f.exit_of(id).has_value(); }));
+      CHECK(f.exit_of(id)->reason == "supervisor_died");  // as without sacct
+    }
+    CHECK(f.ex->accounting_calls() == 1);
+  }
 }

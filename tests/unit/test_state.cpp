@@ -35,6 +35,7 @@ state::ExperimentState sample() {
     t.checkpoints.push_back(c);
     t.checkpoint_seq = 3;
     t.stdout_offset = 1234;
+    t.job_id = i ? "" : "4711";
     s.trials.push_back(t);
   }
   return s;
@@ -98,6 +99,23 @@ TEST_CASE("foreign, versioned and hostile states are refused", "[state]") {
   REQUIRE(!state::from_json(j, "f"));
   CHECK(state::from_json(j, "f").error().message.find("'gpu_ids' is not an integer in range") !=
         std::string::npos);
+}
+
+TEST_CASE("a trial's Slurm job id is kept with the state; anything else is refused", "[state]") {
+  auto j = state::to_json(sample());
+  auto s = state::from_json(j, "f");
+  REQUIRE(s);
+  CHECK(s->trials[0].job_id == "4711");
+  CHECK(s->trials[1].job_id.empty());
+  j["trials"][0].erase("job_id");  // a state from before job ids were kept
+  REQUIRE(state::from_json(j, "f"));
+  CHECK(state::from_json(j, "f")->trials[0].job_id.empty());
+  for (nlohmann::json bad : {nlohmann::json("12; rm -rf"), nlohmann::json(12), nlohmann::json("-1"),
+                             nlohmann::json(std::string(30, '9'))}) {
+    j["trials"][0]["job_id"] = bad;
+    INFO(bad.dump());
+    CHECK_FALSE(state::from_json(j, "f"));
+  }
 }
 
 TEST_CASE("NaN and Infinity of results survive the state file and the journal", "[state]") {

@@ -1,0 +1,159 @@
+// The Slurm executor's insides, shared by slurm_executor.cpp (submitting, polling, reading the
+// trials' files) and slurm_resume.cpp (which jobs are this experiment's: cancels, re-attaching
+// after a crash, the jobs a resume finds). Not part of the interface: include only from those.
+#pragma once
+
+#include <time.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "exec/slurm_executor.hpp"
+
+namespace tune::exec {
+
+namespace slurm_detail {
+
+inline double mono() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+inline fs::path job_file_path(const fs::path& exp_dir, const std::string& trial_name) {
+  return exp_dir / kSlurmDir / (trial_name + ".job");
+}
+
+// One submission for the worker thread: files to write, then sbatch.
+struct Submit {
+  std::string trial_id;
+  uint64_t gen = 0;
+  Launch launch;
+  fs::path stub, launch_file, job_file;
+  std::string stub_text, launch_text;
+  std::vector<std::string> args;
+};
+
+struct Submitted {
+  std::string trial_id;
+  uint64_t gen = 0;
+  Result<std::string> job;
+};
+
+enum class Phase { kWaiting, kDeciding, kSubmitting, kSubmitted, kDone };
+
+}  // namespace slurm_detail
+
+using namespace slurm_detail;
+
+struct SlurmExecutor::Impl {
+  SlurmOptions o;
+  std::unique_ptr<SlurmClient> client;
+  fs::path slurm_dir;
+
+  // --- shared with the worker thread (under m) ---
+  std::mutex m;
+  std::condition_variable cv;
+  bool quit = false;
+  std::deque<Submit> submits;
+  std::vector<std::string> cancel_term, cancel_kill;
+  std::vector<Submitted> answers;
+  std::optional<std::vector<JobInfo>> snapshot;  // the latest squeue answer not yet taken
+  uint64_t snapshot_seq = 0;                     // squeue answers so far
+  std::vector<std::string> worker_errors;        // messages for the loop to log
+  bool poll_now = false;
+  uint64_t queue_calls = 0;
+  // sacct: asked about jobs gone from squeue without a record, where the cluster keeps
+  // accounting (found out by the first call: off for good once sacct says it is disabled).
+  enum class Acct { kUnknown, kOn, kOff };
+  Acct acct_mode = Acct::kUnknown;
+  std::vector<std::string> acct_ask;
+  std::vector<std::string> acct_answered;  // asked, and answered (found or not)
+  std::vector<JobInfo> acct_answers;
+  uint64_t acct_calls = 0;
+  std::thread worker;
+
+  // --- the loop's own ---
+  struct Run {
+    std::string trial_id, trial_name;
+    int attempt = 0;
+    fs::path dir;
+    std::string nonce;
+    Phase phase = Phase::kWaiting;
+    uint64_t gen = 0;
+    std::optional<Submit> pending;  // waiting for room under max_jobs
+    std::string job_id;
+    uint64_t judged_after = 0;  // only squeue answers after this one speak for the job
+    JobState state = JobState::kUnknown;
+    bool seen_running = false, grew = false;
+    int missing = 0;
+    double ended_at = -1;  // when squeue first said the job ended without a record
+    uint64_t offset = 0;
+    bool stop_asked = false;
+    double kill_at = -1;
+    double deciding_since = 0;
+    int submit_failures = 0;
+    double retry_at = 0;
+    std::optional<ExitInfo> exit;  // decided; reported after the output
+    ArrivalReader times{0};        // stdout.times: when the output arrived, on the node's clocks
+  };
+  std::map<std::string, Run> runs;
+  std::deque<std::string> waiting;  // trial ids in submission order
+  // The job of a trial's previous attempt, if Slurm may have requeued it.
+  std::unordered_map<std::string, std::string> maybe_requeued;
+  std::unordered_map<std::string, int> slurm_ends;  // Slurm's ends since the last checkpoint
+  std::unordered_map<std::string, JobInfo> last_seen;
+  uint64_t seen_seq = 0;
+  double next_scan = 0;
+  std::unordered_map<std::string, double> acct_asked;  // job -> when asked (the loop's)
+  std::set<std::string> acct_done;                     // answered
+  std::unordered_map<std::string, JobInfo> acct;       // sacct's records
+  std::set<std::string> logged;                        // messages logged once
+  // Job ids known to be this experiment's: answers of our own sbatch, and ids read back (state,
+  // .job files) once squeue lists them under the trial's job name. Only these are cancelled.
+  std::set<std::string> ours;
+  struct Held {
+    std::string job, trial_name;
+    bool term = false;
+    uint64_t after = 0;  // decided by the first squeue answer after this one
+  };
+  std::vector<Held> held;  // cancels of ids not known to be ours yet
+  std::vector<std::pair<std::string, std::string>> new_jobs;  // (trial id, job id) for the state
+  std::optional<std::vector<JobInfo>> resume_queue;           // one squeue for a resume's attaches
+
+  void log_once(const std::string& msg) {
+    if (logged.insert(msg).second) spdlog::error("{}", msg);
+  }
+
+  void worker_main();
+  void do_submit(Submit& s, Submitted& out);
+  Submit make_submit(const Launch& l, uint64_t gen);
+  void hand_over();
+  void take_answers(std::vector<Event>& out, double now);
+  void judge(Run& r, double now);
+  void scan(Run& r, std::vector<Event>& out);
+  void end_run(Run& r, ExitInfo info);
+  void decide_requeued(Run& r, double now);
+  ExitInfo ended_without_record(const Run& r, const JobInfo& j, const char* source);
+  bool ask_accounting(const Run& r, double now);
+  int in_slurm() const;
+  void cancel(const std::string& job, const std::string& trial_name, bool term_only);
+  void release_held(uint64_t seq);
+  void verify_runs();
+  // Whether squeue lists `j` under the job name of this experiment's trial `trial_name` (and,
+  // with squeue --me, as this user's).
+  bool named_ours(const JobInfo& j, const std::string& trial_name) const {
+    return j.name == job_name(o.exp_name, trial_name);
+  }
+  void got_job(const Run& r) { new_jobs.emplace_back(r.trial_id, r.job_id); }
+};
+
+}  // namespace tune::exec
