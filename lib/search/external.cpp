@@ -44,15 +44,16 @@ struct Known {
 
 // A request for the worker thread.
 struct Request {
-  enum class Kind { kInit, kSuggest, kReplay, kNotify, kSave };
+  enum class Kind { kInit, kSuggest, kReplay, kNotify, kSave, kCompact };
   Request() = default;
   Request(Kind k, json m, uint64_t i = 0) : kind(k), msg(std::move(m)), index(i) {}
   Kind kind = Kind::kNotify;
   json msg;
-  uint64_t index = 0;   // kSuggest, kReplay
-  json expected;        // kReplay: the config the trial has
-  std::string slot;     // kSave
-  bool replay = false;  // an op of the journal, sent again (not journaled again)
+  uint64_t index = 0;       // kSuggest, kReplay
+  json expected;            // kReplay: the config the trial has
+  std::string slot;         // kSave
+  uint64_t compact_to = 0;  // kCompact: drop the journal's ops below this number
+  bool replay = false;      // an op of the journal, sent again (not journaled again)
 };
 
 // What the worker hands back to the controller.
@@ -148,7 +149,7 @@ class ExternalSearcher final : public Searcher {
     return failure_;
   }
   void prepare_save() override;
-  void state_written() override { on_disk_ = acked_; }
+  void state_written() override;
   void finish() override;
 
  private:
@@ -209,7 +210,8 @@ class ExternalSearcher final : public Searcher {
   double wait_until_ = 0;        // after {"wait": true}: ask again then ...
   bool woken_ = false;           // ... or once a trial completes
   bool save_in_flight_ = false;
-  json acked_, on_disk_;  // descriptors: the latest acknowledged, the one on disk
+  json acked_, on_disk_;       // descriptors: the latest acknowledged, the one on disk
+  uint64_t compacted_to_ = 0;  // the journal's base asked for last
   std::optional<std::string> restored_slot_;
 };
 
@@ -243,15 +245,23 @@ void ExternalSearcher::queue_replay(const std::vector<json>& ops,
   std::map<std::string, json> config_of;
   for (const auto& t : known) config_of[t.id] = t.config;
   Known seen = known_;  // what the child will have been told once the replay is done
-  uint64_t from = known_.ops;
-  if (ops.size() < from) {
+  // ops[i] is op number base + i of the experiment; the snapshot holds those below known_.ops.
+  uint64_t base = journal_.base(), from = known_.ops;
+  if (base + ops.size() < from) {
     spdlog::warn(
-        "external searcher: its op journal holds {} ops, its snapshot names {}: "
+        "external searcher: its op journal ends at op {}, its snapshot names {}: "
         "nothing is replayed from it",
-        ops.size(), from);
-    from = ops.size();
+        base + ops.size(), from);
+    from = base + ops.size();
+  } else if (from < base) {
+    spdlog::warn(
+        "external searcher: its op journal starts at op {}, its snapshot names {}: "
+        "the ops between are lost",
+        base, from);
+    from = base;
   }
-  for (uint64_t i = from; i < ops.size(); ++i) {
+  known_.ops = from;  // the worker is not started yet
+  for (uint64_t i = from - base; i < ops.size(); ++i) {
     const json& op = ops[i];
     const json& id = op.value("trial_id", json());
     if (!id.is_string()) continue;
@@ -327,6 +337,23 @@ void ExternalSearcher::prepare_save() {
   cv_.notify_one();
 }
 
+void ExternalSearcher::state_written() {
+  on_disk_ = acked_;
+  // What the snapshot the state now names holds is never replayed again: the journal drops it
+  // (on the worker, which owns the journal; not counted as an op for the next snapshot).
+  const json& ops = on_disk_["ops"];
+  if (!ops.is_number_unsigned() || ops.get<uint64_t>() <= compacted_to_) return;
+  compacted_to_ = ops.get<uint64_t>();
+  Request r(Request::Kind::kCompact, nullptr);
+  r.compact_to = compacted_to_;
+  {
+    std::lock_guard lock(mu_);
+    if (failure_ || stop_) return;
+    queue_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+}
+
 void ExternalSearcher::finish() {
   // A last snapshot, so the final state names everything the child was told.
   double deadline = mono() + opts_.timeout_s + 1;
@@ -347,7 +374,8 @@ void ExternalSearcher::shut_down() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
-    queue_.clear();
+    // Only a compaction still runs (it needs no child): the final state names its snapshot.
+    std::erase_if(queue_, [](const Request& r) { return r.kind != Request::Kind::kCompact; });
     busy = working_;
   }
   // A request in flight may wait up to timeout_s: end it now.
@@ -362,7 +390,7 @@ void ExternalSearcher::work() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_ || failure_) break;
+      if (failure_ || (stop_ && queue_.empty())) break;
       r = std::move(queue_.front());
       queue_.pop_front();
       working_ = true;
@@ -420,6 +448,12 @@ Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
     }
     case K::kNotify:
       return handle_notify(r);
+    case K::kCompact:
+      // A journal that cannot be compacted keeps growing; if it cannot be reopened either,
+      // the next append says so.
+      if (auto c = journal_.compact(r.compact_to); !c)
+        spdlog::warn("external searcher: op journal not compacted: {}", c.error().message);
+      return std::nullopt;
     case K::kSave: {
       fs::path dir = ctx_.experiment_dir / kSearcherStateDir / r.slot;
       std::error_code ec;
@@ -433,8 +467,10 @@ Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
                     "' to save (expected {\"saved\": \"", dir.string(), "\"})");
       Answer a;
       a.saved = true;
-      std::lock_guard lock(mu_);
-      a.snapshot = descriptor(r.slot, known_);
+      {
+        std::lock_guard lock(mu_);
+        a.snapshot = descriptor(r.slot, known_);
+      }
       return a;
     }
     default: {

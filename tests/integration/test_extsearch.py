@@ -77,6 +77,30 @@ class ExternalSearchTest(TuneTest):
         with open(os.path.join(self.exp_dir("crashed"), "searcher.log")) as f:
             self.assertNotIn("Traceback", f.read())
 
+    def test_sigkilled_external_search_at_concurrency_3_replays_exactly(self):
+        # With several trials running, which completes before which suggestion depends on
+        # timing, so even two uninterrupted runs differ. What a resume must keep is the
+        # searcher's history: replayed in the order it was first sent, nothing lost or doubled.
+        # The toy's answer to a replayed suggest depends on everything before it, so it gives
+        # each trial the config the trial already has only if the history came back exact.
+        self.experiment("conc", f'{{type: external, command: ["{SYSTEM_PY}", "{TOY}"]}}',
+                        samples=14, concurrency=3)
+        self.kill_and_resume("conc", 20261127, 3)
+        trials = self.trials("conc")
+        self.assertEqual(len(trials), 14)
+        state = self.state("conc")["search_alg"]
+        with open(os.path.join(self.exp_dir("conc"), state["dir"], "toy.json")) as f:
+            toy = json.load(f)
+        self.assertEqual({t["trial_id"]: t["config"]["x"] for t in trials},
+                         {tid: c["x"] for tid, c in toy["given"].items()})
+        self.assertEqual(sorted(toy["completed"]), sorted(t["trial_id"] for t in trials))
+        with open(os.path.join(self.exp_dir("conc"), "searcher_state", "ops.jsonl")) as f:
+            head = json.loads(f.readline())
+        self.assertEqual(head["op"], "base")  # the journal was compacted
+        self.assertGreater(head["ops"], 0)
+        with open(os.path.join(self.exp_dir("conc"), "searcher.log")) as f:
+            self.assertNotIn("Traceback", f.read())
+
     def test_sigkilled_tpe_suggests_what_an_uninterrupted_one_does(self):
         self.check_sigkilled_equals_whole("{type: tpe, n_startup_trials: 4}", 20261126)
 
