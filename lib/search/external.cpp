@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "search/external_protocol.hpp"
 #include "search/line_child.hpp"
 #include "search/op_journal.hpp"
 #include "search/space_json.hpp"
@@ -20,27 +21,12 @@ namespace tune::search {
 
 namespace {
 
+using namespace ext;
+
 double mono() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
-
-std::string trial_id(uint64_t index) {
-  char id[32];
-  std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(index));
-  return id;
-}
-
-std::string compact(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// What the child has been given: the trials it suggested, and those it was told ended.
-struct Known {
-  std::set<std::string> suggested, completed;
-  std::map<std::string, int64_t> told_iteration;  // the last result each trial was told
-  uint64_t ops = 0;                               // ops in the journal
-};
 
 // A request for the worker thread.
 struct Request {
@@ -64,14 +50,6 @@ struct Answer {
   TrialConfig config;
   json snapshot;  // kSave: the descriptor save() returns from now on
 };
-
-json descriptor(const std::optional<std::string>& slot, const Known& k) {
-  return {{"type", "external"},
-          {"dir", slot ? json(std::string(kSearcherStateDir) + "/" + *slot) : json(nullptr)},
-          {"suggested", k.suggested},
-          {"completed", k.completed},
-          {"ops", k.ops}};
-}
 
 class ExternalSearcher final : public Searcher {
  public:
@@ -108,33 +86,11 @@ class ExternalSearcher final : public Searcher {
   json save() const override { return acked_; }
 
   Result<void> restore(const json& state) override {
-    auto bad = [](const std::string& what) { return fail("searcher state (external): ", what); };
-    if (!state.is_object() || state.value("type", "") != "external")
-      return bad("not an external searcher's state");
-    const json& dir = state.value("dir", json());
-    Known k;
-    for (const char* key : {"suggested", "completed"}) {
-      const json& ids = state.value(key, json::array());
-      if (!ids.is_array()) return bad(std::string("'") + key + "' is not a list");
-      for (const auto& id : ids) {
-        if (!id.is_string()) return bad(std::string("'") + key + "' holds a non-string");
-        (key[0] == 's' ? k.suggested : k.completed).insert(id.get<std::string>());
-      }
-    }
-    const json& ops = state.value("ops", json(0));
-    if (!ops.is_number_unsigned()) return bad("'ops' is not a count");
-    k.ops = ops.get<uint64_t>();
-    std::optional<std::string> slot;
-    if (!dir.is_null()) {
-      std::string want_a = std::string(kSearcherStateDir) + "/a";
-      std::string want_b = std::string(kSearcherStateDir) + "/b";
-      if (!dir.is_string() || (dir != want_a && dir != want_b))
-        return bad("'dir' is not " + want_a + " or " + want_b);
-      slot = dir.get<std::string>().substr(dir.get<std::string>().size() - 1);
-    }
-    known_ = std::move(k);
-    acked_ = on_disk_ = descriptor(slot, known_);
-    restored_slot_ = slot;
+    auto r = parse_descriptor(state);
+    if (!r) return std::unexpected(r.error());
+    known_ = std::move(r->known);
+    acked_ = on_disk_ = descriptor(r->slot, known_);
+    restored_slot_ = r->slot;
     return {};
   }
 
@@ -155,13 +111,6 @@ class ExternalSearcher final : public Searcher {
  private:
   static constexpr auto kWait = Suggestion::Kind::kWait;
   bool failed() const { return failure().has_value(); }
-  json complete_msg(const Completion& c) const {
-    return {{"op", "complete"},
-            {"trial_id", c.trial},
-            {"result", c.result.is_object() ? c.result : json(nullptr)},
-            {"status", c.error ? "ERROR" : "TERMINATED"},
-            {"config", c.config}};
-  }
   void enqueue(Request r) {
     {
       std::lock_guard lock(mu_);
@@ -242,52 +191,14 @@ Result<void> ExternalSearcher::start(const std::vector<KnownTrial>& known) {
 
 void ExternalSearcher::queue_replay(const std::vector<json>& ops,
                                     const std::vector<KnownTrial>& known) {
-  std::map<std::string, json> config_of;
-  for (const auto& t : known) config_of[t.id] = t.config;
-  Known seen = known_;  // what the child will have been told once the replay is done
-  // ops[i] is op number base + i of the experiment; the snapshot holds those below known_.ops.
-  uint64_t base = journal_.base(), from = known_.ops;
-  if (base + ops.size() < from) {
-    spdlog::warn(
-        "external searcher: its op journal ends at op {}, its snapshot names {}: "
-        "nothing is replayed from it",
-        base + ops.size(), from);
-    from = base + ops.size();
-  } else if (from < base) {
-    spdlog::warn(
-        "external searcher: its op journal starts at op {}, its snapshot names {}: "
-        "the ops between are lost",
-        base, from);
-    from = base;
-  }
+  uint64_t from = 0;
+  auto plan = plan_replay(ops, journal_.base(), known_, known, from);
   known_.ops = from;  // the worker is not started yet
-  for (uint64_t i = from - base; i < ops.size(); ++i) {
-    const json& op = ops[i];
-    const json& id = op.value("trial_id", json());
-    if (!id.is_string()) continue;
-    std::string tid = id.get<std::string>();
-    if (op["op"] == "suggest") {
-      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", tid}});
-      if (auto it = config_of.find(tid); it != config_of.end()) r.expected = it->second;
-      r.replay = true;
-      queue_.push_back(std::move(r));
-      seen.suggested.insert(tid);
-    } else if (op["op"] == "result" || op["op"] == "complete") {
-      Request r(Request::Kind::kNotify, op);
-      r.replay = true;
-      queue_.push_back(std::move(r));
-      if (op["op"] == "complete") seen.completed.insert(tid);
-    }
-  }
-  // Trials the journal lost (queued, never written, when the driver died): in trial order.
-  for (const auto& t : known) {
-    if (t.suggested && !seen.suggested.count(t.id)) {
-      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", t.id}});
-      r.expected = t.config;
-      queue_.push_back(std::move(r));
-    }
-    if (t.finished && !seen.completed.count(t.id))
-      queue_.push_back({Request::Kind::kNotify, complete_msg(t.completion)});
+  for (auto& op : plan) {
+    Request r(op.suggest ? Request::Kind::kReplay : Request::Kind::kNotify, std::move(op.msg));
+    r.expected = std::move(op.expected);
+    r.replay = op.journaled;
+    queue_.push_back(std::move(r));
   }
 }
 
@@ -518,24 +429,15 @@ Result<std::optional<Answer>> ExternalSearcher::handle_notify(Request& r) {
 
 Result<std::optional<Answer>> ExternalSearcher::handle_suggest(Request& r, const json& j) {
   std::string id = r.msg["trial_id"].get<std::string>();
+  auto d = decode_suggest(space_, j, id);
+  if (!d) return std::unexpected(d.error());
   Answer a;
   a.index = r.index;
-  if (j.contains("config")) {
-    auto c = config_from_answer(space_, j["config"]);
-    if (!c)
-      return fail("answered '", util::printable(compact(j), 120), "' to suggest (trial ", id,
-                  "): ", c.error().message);
-    a.kind = Suggestion::Kind::kConfig;
-    a.config = std::move(*c);
+  a.kind = d->kind;
+  a.config = std::move(d->config);
+  if (a.kind == Suggestion::Kind::kConfig) {
     std::lock_guard lock(mu_);
     known_.suggested.insert(id);
-  } else if (j.value("wait", json()) == true) {
-    a.kind = Suggestion::Kind::kWait;
-  } else if (j.value("finished", json()) == true) {
-    a.kind = Suggestion::Kind::kFinished;
-  } else {
-    return fail("answered '", util::printable(compact(j), 120), "' to suggest (trial ", id,
-                "): expected {\"config\": {...}}, {\"wait\": true} or {\"finished\": true}");
   }
   if (r.kind != Request::Kind::kReplay) return a;
   // A replayed suggestion only brings the child up to date; the trial keeps its config.
