@@ -1,10 +1,11 @@
 // The external searcher's op journal: ops numbered over the experiment's life, compaction that
 // drops what a snapshot holds (the file swapped in whole, with a header naming its first op),
-// and reading back what a crash or a hand left in the file.
+// reading back what a crash or a hand left in the file, and the plan of what a resume replays.
 #include <catch2/catch.hpp>
 #include <fstream>
 
 #include "fake_executor.hpp"
+#include "search/external_protocol.hpp"
 #include "search/op_journal.hpp"
 
 using namespace tune;
@@ -93,4 +94,48 @@ TEST_CASE("op journal: a torn last line is cut, a bad header ends the history", 
     CHECK(ops->empty());
     CHECK(j.count() == 0);
   }
+}
+
+TEST_CASE("replay plan: the journal after the snapshot, then what even the journal missed",
+          "[search]") {
+  using search::ext::plan_replay;
+  auto suggest = [](const char* id) { return json{{"op", "suggest"}, {"trial_id", id}}; };
+  auto complete = [](const char* id) {
+    return json{{"op", "complete"}, {"trial_id", id}, {"result", nullptr}, {"status", "ERROR"}};
+  };
+  // Journal ops 10..13 (compacted below 10); the snapshot saw ops up to 11.
+  std::vector<json> ops = {suggest("00002"), complete("00001"), suggest("00003"),
+                           complete("00002")};
+  search::ext::Known known;
+  known.ops = 12;
+  known.suggested = {"00000", "00001", "00002"};
+  known.completed = {"00000", "00001"};
+  std::vector<search::KnownTrial> trials(5);
+  for (int i = 0; i < 5; ++i) trials[i].id = search::ext::trial_id(i);
+  trials[3].config = {{"x", 3}};
+  trials[4].config = {{"x", 4}};  // suggested and finished, but the journal lost both
+  trials[4].finished = true;
+  trials[4].completion.trial = "00004";
+  uint64_t from = 0;
+  auto plan = plan_replay(ops, 10, known, trials, from);
+  CHECK(from == 12);
+  REQUIRE(plan.size() == 4);
+  CHECK(plan[0].msg == suggest("00003"));
+  CHECK(plan[0].expected == json{{"x", 3}});
+  CHECK(plan[0].journaled);
+  CHECK(plan[1].msg == complete("00002"));
+  CHECK(plan[2].msg == suggest("00004"));
+  CHECK_FALSE(plan[2].journaled);
+  CHECK(plan[3].msg["op"] == "complete");
+  CHECK(plan[3].msg["trial_id"] == "00004");
+  // A snapshot older than the journal's first op: the journal's ops are all replayed.
+  known.ops = 7;
+  plan = plan_replay(ops, 10, known, trials, from);
+  CHECK(from == 10);
+  CHECK(plan.front().msg == suggest("00002"));
+  // One newer than its end: nothing from the journal.
+  known.ops = 20;
+  plan = plan_replay(ops, 10, known, {}, from);
+  CHECK(from == 14);
+  CHECK(plan.empty());
 }
