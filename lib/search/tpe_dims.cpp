@@ -92,7 +92,7 @@ Result<Dim> describe(const Domain& d, const std::string& name) {
     case K::kQRandInt:  // as a stepped IntDistribution: the grid widened by half a step
     case K::kQLogRandInt: {
       Grid g = grid(a);
-      if (g.last <= g.first) return constant(from_model(d, g.first));
+      if (g.last <= g.first) return constant(static_cast<int64_t>(g.first));
       dim.model = Model::kQuantized;
       double low = g.first - g.q / 2, high = g.last + g.q / 2;  // low > 0: first >= q
       dim.support =

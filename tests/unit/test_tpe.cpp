@@ -314,7 +314,8 @@ TEST_CASE("tpe: lograndint, qrandint, qlograndint and qrandn stay on their grids
   auto s = space_of(
       "  li: {lograndint: [2, 300]}\n  qi: {qrandint: [-7, 41, 4]}\n"
       "  qli: {qlograndint: [3, 500, 8]}\n  qn: {qrandn: [1, 3, 0.25]}\n"
-      "  one: {qrandint: [5, 9, 6]}\n  pin: {qrandn: [2.3, 0, 0.5]}\n");
+      "  one: {qrandint: [5, 9, 6]}\n  pin: {qrandn: [2.3, 0, 0.5]}\n"
+      "  onelog: {qlograndint: [5, 9, 6]}\n");
   // Optimum: li 40, qi 16, qli 96, qn 2.5 (each on its grid).
   auto f = [](const json& c) {
     return std::abs(std::log(c["li"].get<double>() / 40)) +
@@ -332,7 +333,8 @@ TEST_CASE("tpe: lograndint, qrandint, qlograndint and qrandn stay on their grids
     CHECK((qli >= 8 && qli <= 496 && qli % 8 == 0));
     CHECK(std::isfinite(qn));
     CHECK(qn == std::round(qn / 0.25) * 0.25);
-    CHECK(c["one"] == 6);    // the only multiple of 6 in [5, 9]
+    CHECK(c["one"] == 6);  // the only multiple of 6 in [5, 9]
+    CHECK(c["onelog"] == 6);
     CHECK(c["pin"] == 2.5);  // sd 0: the mean rounded to q
   };
   std::vector<Observation> a, b;
