@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "search/external_protocol.hpp"
 #include "search/line_child.hpp"
 #include "search/op_journal.hpp"
 #include "search/space_json.hpp"
@@ -20,39 +21,25 @@ namespace tune::search {
 
 namespace {
 
+using namespace ext;
+
 double mono() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
-std::string trial_id(uint64_t index) {
-  char id[32];
-  std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(index));
-  return id;
-}
-
-std::string compact(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// What the child has been given: the trials it suggested, and those it was told ended.
-struct Known {
-  std::set<std::string> suggested, completed;
-  std::map<std::string, int64_t> told_iteration;  // the last result each trial was told
-  uint64_t ops = 0;                               // ops in the journal
-};
-
 // A request for the worker thread.
 struct Request {
-  enum class Kind { kInit, kSuggest, kReplay, kNotify, kSave };
+  enum class Kind { kInit, kSuggest, kReplay, kNotify, kSave, kCompact };
   Request() = default;
   Request(Kind k, json m, uint64_t i = 0) : kind(k), msg(std::move(m)), index(i) {}
   Kind kind = Kind::kNotify;
   json msg;
-  uint64_t index = 0;   // kSuggest, kReplay
-  json expected;        // kReplay: the config the trial has
-  std::string slot;     // kSave
-  bool replay = false;  // an op of the journal, sent again (not journaled again)
+  uint64_t index = 0;       // kSuggest, kReplay
+  json expected;            // kReplay: the config the trial has
+  std::string slot;         // kSave
+  uint64_t compact_to = 0;  // kCompact: drop the journal's ops below this number
+  bool replay = false;      // an op of the journal, sent again (not journaled again)
 };
 
 // What the worker hands back to the controller.
@@ -63,14 +50,6 @@ struct Answer {
   TrialConfig config;
   json snapshot;  // kSave: the descriptor save() returns from now on
 };
-
-json descriptor(const std::optional<std::string>& slot, const Known& k) {
-  return {{"type", "external"},
-          {"dir", slot ? json(std::string(kSearcherStateDir) + "/" + *slot) : json(nullptr)},
-          {"suggested", k.suggested},
-          {"completed", k.completed},
-          {"ops", k.ops}};
-}
 
 class ExternalSearcher final : public Searcher {
  public:
@@ -107,33 +86,11 @@ class ExternalSearcher final : public Searcher {
   json save() const override { return acked_; }
 
   Result<void> restore(const json& state) override {
-    auto bad = [](const std::string& what) { return fail("searcher state (external): ", what); };
-    if (!state.is_object() || state.value("type", "") != "external")
-      return bad("not an external searcher's state");
-    const json& dir = state.value("dir", json());
-    Known k;
-    for (const char* key : {"suggested", "completed"}) {
-      const json& ids = state.value(key, json::array());
-      if (!ids.is_array()) return bad(std::string("'") + key + "' is not a list");
-      for (const auto& id : ids) {
-        if (!id.is_string()) return bad(std::string("'") + key + "' holds a non-string");
-        (key[0] == 's' ? k.suggested : k.completed).insert(id.get<std::string>());
-      }
-    }
-    const json& ops = state.value("ops", json(0));
-    if (!ops.is_number_unsigned()) return bad("'ops' is not a count");
-    k.ops = ops.get<uint64_t>();
-    std::optional<std::string> slot;
-    if (!dir.is_null()) {
-      std::string want_a = std::string(kSearcherStateDir) + "/a";
-      std::string want_b = std::string(kSearcherStateDir) + "/b";
-      if (!dir.is_string() || (dir != want_a && dir != want_b))
-        return bad("'dir' is not " + want_a + " or " + want_b);
-      slot = dir.get<std::string>().substr(dir.get<std::string>().size() - 1);
-    }
-    known_ = std::move(k);
-    acked_ = on_disk_ = descriptor(slot, known_);
-    restored_slot_ = slot;
+    auto r = parse_descriptor(state);
+    if (!r) return std::unexpected(r.error());
+    known_ = std::move(r->known);
+    acked_ = on_disk_ = descriptor(r->slot, known_);
+    restored_slot_ = r->slot;
     return {};
   }
 
@@ -148,19 +105,12 @@ class ExternalSearcher final : public Searcher {
     return failure_;
   }
   void prepare_save() override;
-  void state_written() override { on_disk_ = acked_; }
+  void state_written() override;
   void finish() override;
 
  private:
   static constexpr auto kWait = Suggestion::Kind::kWait;
   bool failed() const { return failure().has_value(); }
-  json complete_msg(const Completion& c) const {
-    return {{"op", "complete"},
-            {"trial_id", c.trial},
-            {"result", c.result.is_object() ? c.result : json(nullptr)},
-            {"status", c.error ? "ERROR" : "TERMINATED"},
-            {"config", c.config}};
-  }
   void enqueue(Request r) {
     {
       std::lock_guard lock(mu_);
@@ -209,7 +159,8 @@ class ExternalSearcher final : public Searcher {
   double wait_until_ = 0;        // after {"wait": true}: ask again then ...
   bool woken_ = false;           // ... or once a trial completes
   bool save_in_flight_ = false;
-  json acked_, on_disk_;  // descriptors: the latest acknowledged, the one on disk
+  json acked_, on_disk_;       // descriptors: the latest acknowledged, the one on disk
+  uint64_t compacted_to_ = 0;  // the journal's base asked for last
   std::optional<std::string> restored_slot_;
 };
 
@@ -240,44 +191,14 @@ Result<void> ExternalSearcher::start(const std::vector<KnownTrial>& known) {
 
 void ExternalSearcher::queue_replay(const std::vector<json>& ops,
                                     const std::vector<KnownTrial>& known) {
-  std::map<std::string, json> config_of;
-  for (const auto& t : known) config_of[t.id] = t.config;
-  Known seen = known_;  // what the child will have been told once the replay is done
-  uint64_t from = known_.ops;
-  if (ops.size() < from) {
-    spdlog::warn(
-        "external searcher: its op journal holds {} ops, its snapshot names {}: "
-        "nothing is replayed from it",
-        ops.size(), from);
-    from = ops.size();
-  }
-  for (uint64_t i = from; i < ops.size(); ++i) {
-    const json& op = ops[i];
-    const json& id = op.value("trial_id", json());
-    if (!id.is_string()) continue;
-    std::string tid = id.get<std::string>();
-    if (op["op"] == "suggest") {
-      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", tid}});
-      if (auto it = config_of.find(tid); it != config_of.end()) r.expected = it->second;
-      r.replay = true;
-      queue_.push_back(std::move(r));
-      seen.suggested.insert(tid);
-    } else if (op["op"] == "result" || op["op"] == "complete") {
-      Request r(Request::Kind::kNotify, op);
-      r.replay = true;
-      queue_.push_back(std::move(r));
-      if (op["op"] == "complete") seen.completed.insert(tid);
-    }
-  }
-  // Trials the journal lost (queued, never written, when the driver died): in trial order.
-  for (const auto& t : known) {
-    if (t.suggested && !seen.suggested.count(t.id)) {
-      Request r(Request::Kind::kReplay, {{"op", "suggest"}, {"trial_id", t.id}});
-      r.expected = t.config;
-      queue_.push_back(std::move(r));
-    }
-    if (t.finished && !seen.completed.count(t.id))
-      queue_.push_back({Request::Kind::kNotify, complete_msg(t.completion)});
+  uint64_t from = 0;
+  auto plan = plan_replay(ops, journal_.base(), known_, known, from);
+  known_.ops = from;  // the worker is not started yet
+  for (auto& op : plan) {
+    Request r(op.suggest ? Request::Kind::kReplay : Request::Kind::kNotify, std::move(op.msg));
+    r.expected = std::move(op.expected);
+    r.replay = op.journaled;
+    queue_.push_back(std::move(r));
   }
 }
 
@@ -327,6 +248,23 @@ void ExternalSearcher::prepare_save() {
   cv_.notify_one();
 }
 
+void ExternalSearcher::state_written() {
+  on_disk_ = acked_;
+  // What the snapshot the state now names holds is never replayed again: the journal drops it
+  // (on the worker, which owns the journal; not counted as an op for the next snapshot).
+  const json& ops = on_disk_["ops"];
+  if (!ops.is_number_unsigned() || ops.get<uint64_t>() <= compacted_to_) return;
+  compacted_to_ = ops.get<uint64_t>();
+  Request r(Request::Kind::kCompact, nullptr);
+  r.compact_to = compacted_to_;
+  {
+    std::lock_guard lock(mu_);
+    if (failure_ || stop_) return;
+    queue_.push_back(std::move(r));
+  }
+  cv_.notify_one();
+}
+
 void ExternalSearcher::finish() {
   // A last snapshot, so the final state names everything the child was told.
   double deadline = mono() + opts_.timeout_s + 1;
@@ -347,7 +285,8 @@ void ExternalSearcher::shut_down() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
-    queue_.clear();
+    // Only a compaction still runs (it needs no child): the final state names its snapshot.
+    std::erase_if(queue_, [](const Request& r) { return r.kind != Request::Kind::kCompact; });
     busy = working_;
   }
   // A request in flight may wait up to timeout_s: end it now.
@@ -362,7 +301,7 @@ void ExternalSearcher::work() {
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (stop_ || failure_) break;
+      if (failure_ || (stop_ && queue_.empty())) break;
       r = std::move(queue_.front());
       queue_.pop_front();
       working_ = true;
@@ -420,6 +359,12 @@ Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
     }
     case K::kNotify:
       return handle_notify(r);
+    case K::kCompact:
+      // A journal that cannot be compacted keeps growing; if it cannot be reopened either,
+      // the next append says so.
+      if (auto c = journal_.compact(r.compact_to); !c)
+        spdlog::warn("external searcher: op journal not compacted: {}", c.error().message);
+      return std::nullopt;
     case K::kSave: {
       fs::path dir = ctx_.experiment_dir / kSearcherStateDir / r.slot;
       std::error_code ec;
@@ -433,8 +378,10 @@ Result<std::optional<Answer>> ExternalSearcher::handle(Request& r) {
                     "' to save (expected {\"saved\": \"", dir.string(), "\"})");
       Answer a;
       a.saved = true;
-      std::lock_guard lock(mu_);
-      a.snapshot = descriptor(r.slot, known_);
+      {
+        std::lock_guard lock(mu_);
+        a.snapshot = descriptor(r.slot, known_);
+      }
       return a;
     }
     default: {
@@ -482,24 +429,15 @@ Result<std::optional<Answer>> ExternalSearcher::handle_notify(Request& r) {
 
 Result<std::optional<Answer>> ExternalSearcher::handle_suggest(Request& r, const json& j) {
   std::string id = r.msg["trial_id"].get<std::string>();
+  auto d = decode_suggest(space_, j, id);
+  if (!d) return std::unexpected(d.error());
   Answer a;
   a.index = r.index;
-  if (j.contains("config")) {
-    auto c = config_from_answer(space_, j["config"]);
-    if (!c)
-      return fail("answered '", util::printable(compact(j), 120), "' to suggest (trial ", id,
-                  "): ", c.error().message);
-    a.kind = Suggestion::Kind::kConfig;
-    a.config = std::move(*c);
+  a.kind = d->kind;
+  a.config = std::move(d->config);
+  if (a.kind == Suggestion::Kind::kConfig) {
     std::lock_guard lock(mu_);
     known_.suggested.insert(id);
-  } else if (j.value("wait", json()) == true) {
-    a.kind = Suggestion::Kind::kWait;
-  } else if (j.value("finished", json()) == true) {
-    a.kind = Suggestion::Kind::kFinished;
-  } else {
-    return fail("answered '", util::printable(compact(j), 120), "' to suggest (trial ", id,
-                "): expected {\"config\": {...}}, {\"wait\": true} or {\"finished\": true}");
   }
   if (r.kind != Request::Kind::kReplay) return a;
   // A replayed suggestion only brings the child up to date; the trial keeps its config.

@@ -6,10 +6,12 @@
 // Resume consistency: the worker tracks which trials the child has been given (suggested with
 // a config, completed); a snapshot ({"op":"save"}) records those sets with its directory, and
 // save() hands the controller only acknowledged snapshots. Snapshots alternate between two
-// directories, never overwriting the one the state on disk names. On a resume, start() gives
-// the child its snapshot at init, then replays, in trial order, what the snapshot missed: a
-// `suggest` for each trial it never suggested (the answer is only compared) and a `complete`
-// for each finished trial it was not told about.
+// directories, never overwriting the one the state on disk names. Every op is journaled before
+// it is sent (search/op_journal.hpp); once a state write names a snapshot, the journal drops
+// the ops that snapshot holds. On a resume, start() gives the child its snapshot at init, then
+// replays the journal's ops after it, in their order (a replayed `suggest`'s answer is only
+// compared), then what even the journal missed, in trial order: a `suggest` for each trial it
+// never suggested and a `complete` for each finished trial it was not told about.
 #pragma once
 
 #include <memory>

@@ -23,9 +23,11 @@
 // Parameter kinds: uniform (plain), loguniform (modelled on log x), quniform / qloguniform (a
 // continuous value in [lo, hi], or its log, rounded to a multiple of q, as random search does;
 // densities are the mass of the interval that rounds to the value), randint [lo, hi) (integers,
-// each value the mass of [v - 0.5, v + 0.5]), randn [mean, sd] (untruncated Gaussians, the prior
-// N(mean, sd), sd also the largest bandwidth), choice (categorical, Optuna's estimator with a
-// uniform prior). grid_search cannot be modelled: create() fails naming the parameter.
+// each value the mass of [v - 0.5, v + 0.5]), lograndint (the same on log v), qrandint /
+// qlograndint (multiples of q, each the mass of [v - q/2, v + q/2], or its log), randn [mean, sd]
+// (untruncated Gaussians, the prior N(mean, sd), sd also the largest bandwidth), qrandn (randn's
+// model, rounded to a multiple of q), choice (categorical, Optuna's estimator with a uniform
+// prior). grid_search cannot be modelled: create() fails naming the parameter.
 // Pending (running) trials are ignored by default, as Optuna does; with constant_liar they join
 // the bad group (as if their value were the worst), so concurrent suggestions spread out.
 // Reproducible: suggestion k (0-based, counted since the start of the experiment) depends only

@@ -1,7 +1,5 @@
 #include "search/tpe_dims.hpp"
 
-#include "search/space_json.hpp"
-
 #include <algorithm>
 #include <cmath>
 
@@ -29,6 +27,14 @@ Dim constant(json value) {
   Dim dim;
   dim.constant = std::move(value);
   return dim;
+}
+
+// The multiples of q in [lo, hi] run from first to last (the parser checked there is one).
+struct Grid {
+  double first, last, q;
+};
+Grid grid(const std::vector<double>& a) {
+  return {std::ceil(a[0] / a[2]) * a[2], std::floor(a[1] / a[2]) * a[2], a[2]};
 }
 
 // Values a little outside [lo, hi] by rounding are accepted (and clamped by the caller).
@@ -73,14 +79,28 @@ Result<Dim> describe(const Domain& d, const std::string& name) {
       if (d.kind == K::kQLogUniform) dim.model = Model::kQuantized;
       dim.support = bounded(std::log(a[0]), std::log(a[1]));
       return dim;
-    case K::kLogRandInt:
-    case K::kQRandInt:
-    case K::kQLogRandInt:
     case K::kQRandN:
-      break;
+      if (!(a[1] > 0)) return constant(from_model(d, a[0]));
+      dim.model = Model::kQuantized;
+      dim.support = {.low = 0, .high = 0, .bounded = false, .prior_mu = a[0], .range = a[1]};
+      return dim;
+    case K::kLogRandInt:  // as Optuna's log IntDistribution: log of [lo - 1/2, (hi - 1) + 1/2]
+      if (a[1] - a[0] <= 1) return constant(int64_t(a[0]));
+      dim.model = Model::kQuantized;
+      dim.support = bounded(std::log(a[0] - 0.5), std::log(a[1] - 0.5));
+      return dim;
+    case K::kQRandInt:  // as a stepped IntDistribution: the grid widened by half a step
+    case K::kQLogRandInt: {
+      Grid g = grid(a);
+      if (g.last <= g.first) return constant(static_cast<int64_t>(g.first));
+      dim.model = Model::kQuantized;
+      double low = g.first - g.q / 2, high = g.last + g.q / 2;  // low > 0: first >= q
+      dim.support =
+          d.kind == K::kQRandInt ? bounded(low, high) : bounded(std::log(low), std::log(high));
+      return dim;
+    }
   }
-  return fail("search_alg tpe cannot model ", domain_name(d.kind), " parameter '", name,
-              "' yet: use randint, quniform, qloguniform or randn (or search_alg: random)");
+  return fail("search_alg tpe cannot model parameter '", name, "'");
 }
 
 std::optional<double> to_model(const Domain& d, const json& v) {
@@ -109,14 +129,22 @@ std::optional<double> to_model(const Domain& d, const json& v) {
       if (!within(x, a[0], a[1] - 1) || x != std::round(x)) return std::nullopt;
       return x;
     case K::kRandN:
+    case K::kQRandN:
       if (!std::isfinite(x)) return std::nullopt;
       return x;
+    case K::kLogRandInt:
+      if (!within(x, a[0], a[1] - 1) || x != std::round(x)) return std::nullopt;
+      return std::log(x);
+    case K::kQRandInt:
+    case K::kQLogRandInt: {  // an integer near the grid (rounding may step past a bound)
+      Grid g = grid(a);
+      if (!within(x, g.first - g.q / 2, g.last + g.q / 2) || x != std::round(x))
+        return std::nullopt;
+      x = std::clamp(x, g.first, g.last);
+      return d.kind == K::kQRandInt ? x : std::log(x);
+    }
     case K::kChoice:
     case K::kGrid:
-    case K::kLogRandInt:  // refused by describe(), as below
-    case K::kQRandInt:
-    case K::kQLogRandInt:
-    case K::kQRandN:
       break;
   }
   return std::nullopt;
@@ -139,15 +167,21 @@ json from_model(const Domain& d, double y) {
     }
     case K::kRandN:
       return y;
+    case K::kQRandN:
+      return quantize(y, a[2]);
+    case K::kLogRandInt:
+      return static_cast<int64_t>(std::clamp(std::round(std::exp(y)), a[0], a[1] - 1));
+    case K::kQRandInt:
+    case K::kQLogRandInt: {
+      Grid g = grid(a);
+      double v = d.kind == K::kQRandInt ? y : std::exp(y);
+      return static_cast<int64_t>(std::clamp(quantize(v, g.q), g.first, g.last));
+    }
     case K::kChoice: {
       auto i = static_cast<size_t>(std::clamp(y, 0.0, static_cast<double>(d.values.size() - 1)));
       return d.values[i];
     }
     case K::kGrid:
-    case K::kLogRandInt:
-    case K::kQRandInt:
-    case K::kQLogRandInt:
-    case K::kQRandN:
       break;
   }
   return nullptr;
@@ -162,6 +196,13 @@ std::pair<double, double> bucket(const Domain& d, double v) {
       return {std::log(std::max(v - a[2] / 2, a[0])), std::log(std::min(v + a[2] / 2, a[1]))};
     case K::kRandInt:
       return {v - 0.5, v + 0.5};
+    case K::kLogRandInt:
+      return {std::log(v - 0.5), std::log(v + 0.5)};
+    case K::kQRandInt:
+    case K::kQRandN:
+      return {v - a[2] / 2, v + a[2] / 2};
+    case K::kQLogRandInt:
+      return {std::log(v - a[2] / 2), std::log(v + a[2] / 2)};
     default:
       return {v, v};
   }

@@ -77,6 +77,30 @@ class ExternalSearchTest(TuneTest):
         with open(os.path.join(self.exp_dir("crashed"), "searcher.log")) as f:
             self.assertNotIn("Traceback", f.read())
 
+    def test_sigkilled_external_search_at_concurrency_3_replays_exactly(self):
+        # With several trials running, which completes before which suggestion depends on
+        # timing, so even two uninterrupted runs differ. What a resume must keep is the
+        # searcher's history: replayed in the order it was first sent, nothing lost or doubled.
+        # The toy's answer to a replayed suggest depends on everything before it, so it gives
+        # each trial the config the trial already has only if the history came back exact.
+        self.experiment("conc", f'{{type: external, command: ["{SYSTEM_PY}", "{TOY}"]}}',
+                        samples=14, concurrency=3)
+        self.kill_and_resume("conc", 20261127, 3)
+        trials = self.trials("conc")
+        self.assertEqual(len(trials), 14)
+        state = self.state("conc")["search_alg"]
+        with open(os.path.join(self.exp_dir("conc"), state["dir"], "toy.json")) as f:
+            toy = json.load(f)
+        self.assertEqual({t["trial_id"]: t["config"]["x"] for t in trials},
+                         {tid: c["x"] for tid, c in toy["given"].items()})
+        self.assertEqual(sorted(toy["completed"]), sorted(t["trial_id"] for t in trials))
+        with open(os.path.join(self.exp_dir("conc"), "searcher_state", "ops.jsonl")) as f:
+            head = json.loads(f.readline())
+        self.assertEqual(head["op"], "base")  # the journal was compacted
+        self.assertGreater(head["ops"], 0)
+        with open(os.path.join(self.exp_dir("conc"), "searcher.log")) as f:
+            self.assertNotIn("Traceback", f.read())
+
     def test_sigkilled_tpe_suggests_what_an_uninterrupted_one_does(self):
         self.check_sigkilled_equals_whole("{type: tpe, n_startup_trials: 4}", 20261126)
 
@@ -144,8 +168,9 @@ class ExternalSearchTest(TuneTest):
         space = {"u": {"uniform": [-1, 1]}, "lu": {"loguniform": [1e-4, 1e-1]},
                  "qu": {"quniform": [0, 1, 0.25]}, "qlu": {"qloguniform": [1, 100, 5]},
                  "ri": {"randint": [0, 3]}, "lri": {"lograndint": [1, 50]},
-                 "qri": {"qrandint": [0, 20, 5]}, "qlri": {"qlograndint": [1, 64, 4]},
-                 "nested": {"c": {"choice": ["a", [1, 2], {"k": 1}]}, "const": 9}}
+                 "qri": {"qrandint": [3, 20, 5]}, "qlri": {"qlograndint": [1, 64, 4]},
+                 "n": {"randn": [10, 2]}, "qn": {"qrandn": [0, 1, 0.25]},
+                 "pin": {"randn": [3, 0]}, "nested": {"c": {"choice": ["a", [1, 2], {"k": 1}]}, "const": 9}}
         env = dict(self.env, PYTHONPATH=os.path.join(SOURCE, "lib", "helpers", "python"))
 
         def session(sampler, space, n):
@@ -172,8 +197,11 @@ class ExternalSearchTest(TuneTest):
                 self.assertEqual(c["qlu"] % 5, 0)
                 self.assertIn(c["ri"], [0, 1, 2])
                 self.assertTrue(1 <= c["lri"] < 50 and isinstance(c["lri"], int), c)
-                self.assertIn(c["qri"], [0, 5, 10, 15, 20])
-                self.assertEqual(c["qlri"] % 4, 0)
+                self.assertIn(c["qri"], [5, 10, 15, 20])  # multiples of q, as random search
+                self.assertTrue(4 <= c["qlri"] <= 64 and c["qlri"] % 4 == 0, c)
+                self.assertTrue(2 <= c["n"] <= 18, c)  # mean +- 4 sd
+                self.assertTrue(-4 <= c["qn"] <= 4 and c["qn"] * 4 == round(c["qn"] * 4), c)
+                self.assertEqual(c["pin"], 3)
                 self.assertIn(c["nested"]["c"], ["a", [1, 2], {"k": 1}])
                 self.assertEqual(c["nested"]["const"], 9)
         # A trial it did not suggest (a point_to_evaluate) joins the study from its config.
@@ -194,9 +222,9 @@ class ExternalSearchTest(TuneTest):
              os.path.join(save, "study.pkl")], capture_output=True, text=True, env=env)
         self.assertEqual(probe.stdout.strip(), "[({'x': 0.25, 'c': 1}, 0.5, 'COMPLETE')]",
                          probe.stderr)
-        refused = session("TPESampler", {"x": {"randn": [0, 1]}}, 1)
+        refused = session("TPESampler", {"x": {"grid_search": [0, 1]}}, 1)
         self.assertEqual(refused[0]["ok"], False)
-        self.assertIn("randn parameter 'x'", refused[0]["error"])
+        self.assertIn("grid_search parameter 'x'", refused[0]["error"])
 
 
 if __name__ == "__main__":

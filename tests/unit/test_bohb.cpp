@@ -131,6 +131,38 @@ TEST_CASE("bohb concentrates near the optimum where random search does not", "[s
   CHECK(model_err / n_model < 0.6 * random_err / n_model);
 }
 
+TEST_CASE("bohb models the int and qrandn kinds on their grids", "[search]") {
+  Space s = space_of(
+      "  li: {lograndint: [1, 1000]}\n  qi: {qrandint: [0, 100, 10]}\n"
+      "  qli: {qlograndint: [4, 256, 4]}\n  qn: {qrandn: [0, 1, 0.1]}\n");
+  auto f = [](const json& c, double t) {
+    return std::abs(std::log(c["li"].get<double>() / 30)) +
+           std::abs(c["qi"].get<double>() - 70) / 50 +
+           std::abs(std::log(c["qli"].get<double>() / 64)) + std::abs(c["qn"].get<double>() - 0.5) +
+           1.0 / t;
+  };
+  BohbOptions o;
+  o.random_fraction = 0;
+  Bohb a = make(s, {1, 3}, 4, o), b = make(s, {1, 3}, 4, o);
+  double model = 0, random = 0;
+  for (uint64_t i = 0; i < 50; ++i) {
+    json c = a.suggest(i, {});
+    REQUIRE(c == b.suggest(i, {}));
+    int64_t li = c["li"], qi = c["qi"], qli = c["qli"];
+    double qn = c["qn"];
+    CHECK((li >= 1 && li <= 999));
+    CHECK((qi >= 0 && qi <= 100 && qi % 10 == 0));
+    CHECK((qli >= 4 && qli <= 256 && qli % 4 == 0));
+    CHECK(qn == Approx(std::round(qn * 10) / 10).margin(1e-12));
+    if (i >= 25) model += f(c, 3), random += f(generate(s, 4, i).config, 3);
+    for (double t : {1.0, 3.0}) {
+      a.observe("t" + std::to_string(i), c, t, f(c, t));
+      b.observe("t" + std::to_string(i), c, t, f(c, t));
+    }
+  }
+  CHECK(model < 0.7 * random);
+}
+
 TEST_CASE("bohb refuses what it cannot model and options out of range", "[search]") {
   Space grid = space_of("  x: {grid_search: [1, 2]}\n");
   auto g = Bohb::create(grid, {}, {1, 3}, 1);

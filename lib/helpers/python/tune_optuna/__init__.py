@@ -15,10 +15,13 @@ and `init` with that directory continues the same study.
 
 Space mapping: uniform / loguniform -> FloatDistribution (log), quniform -> FloatDistribution
 with step, qloguniform -> a log FloatDistribution rounded to q, randint [lo, hi) / lograndint ->
-IntDistribution(lo, hi - 1) (log), qrandint / qlograndint -> IntDistribution with step (log:
-rounded to q), choice -> CategoricalDistribution (values that are not scalars by their index).
-randn / qrandn (unbounded) and grid_search cannot be modelled: init answers {"ok": false,
-"error": ...} naming the parameter. Trials that fail, or end without the metric, are told to
-the study as FAIL; intermediate results are reported as intermediate values (for pruners).
+IntDistribution(lo, hi - 1) (log), qrandint -> IntDistribution over the multiples of q in
+[lo, hi] with step q, qlograndint -> a log IntDistribution over the same range, rounded to q,
+randn [mean, sd] -> FloatDistribution(mean - 4 sd, mean + 4 sd) (Optuna has no normal
+distribution; the prior is then uniform there), qrandn -> the same rounded to q, choice ->
+CategoricalDistribution (values that are not scalars by their index). grid_search cannot be
+modelled: init answers {"ok": false, "error": ...} naming the parameter. Trials that fail, or
+end without the metric, are told to the study as FAIL; intermediate results are reported as
+intermediate values (for pruners).
 Only the standard library and Debian's python3-optuna are needed (run it with /usr/bin/python3).
 """

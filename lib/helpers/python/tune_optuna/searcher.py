@@ -39,11 +39,19 @@ def distribution(optuna, path, kind, args):
     d = optuna.distributions
     same = lambda v: v  # noqa: E731
 
-    def rounded(q, integer):
+    def rounded(q, integer, lo=None, hi=None):
         def f(v):
             r = round(v / q) * q
+            if lo is not None:
+                r = min(hi, max(lo, r))
             return int(r) if integer else r
         return f
+
+    def multiples(lo, hi, q):  # the first and last multiple of q in [lo, hi] (tune checked one)
+        return -(-lo // q) * q, hi // q * q
+
+    def normal(mean, sd):  # unbounded: Optuna has no normal distribution; mean +- 4 sd
+        return d.FloatDistribution(mean - 4 * sd, mean + 4 * sd)
 
     if kind == "uniform":
         return d.FloatDistribution(args[0], args[1]), same
@@ -57,16 +65,22 @@ def distribution(optuna, path, kind, args):
         return d.IntDistribution(int(args[0]), int(args[1]) - 1), same
     if kind == "lograndint":
         return d.IntDistribution(int(args[0]), int(args[1]) - 1, log=True), same
-    if kind == "qrandint":
-        return d.IntDistribution(int(args[0]), int(args[1]), step=int(args[2])), same
-    if kind == "qlograndint":
-        return d.IntDistribution(int(args[0]), int(args[1]), log=True), rounded(args[2], True)
+    if kind == "qrandint":  # as random search: multiples of q (not lo + k q)
+        lo, hi = multiples(int(args[0]), int(args[1]), int(args[2]))
+        return d.IntDistribution(lo, hi, step=int(args[2])), same
+    if kind == "qlograndint":  # Optuna has no log with a step: log ints rounded to q, kept in range
+        q = int(args[2])
+        lo, hi = multiples(int(args[0]), int(args[1]), q)
+        return d.IntDistribution(lo, hi, log=True), rounded(q, True, lo, hi)
+    if kind == "randn":
+        return normal(float(args[0]), float(args[1])), same
+    if kind == "qrandn":
+        return normal(float(args[0]), float(args[1])), rounded(float(args[2]), False)
     if kind == "choice":
         if all(isinstance(v, SCALARS) for v in args):
             return d.CategoricalDistribution(list(args)), same
         return d.CategoricalDistribution(list(range(len(args)))), lambda i: args[i], args.index
-    raise SpaceError(f"tune_optuna cannot model {kind} parameter '{path}' "
-                     "(unbounded or a grid): use a bounded distribution or choice")
+    raise SpaceError(f"tune_optuna cannot model {kind} parameter '{path}': use choice")
 
 
 def set_path(cfg, path, value):
