@@ -335,8 +335,6 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     finish(t, Status::kError, r.error().message);
     return false;
   }
-  if (uint64_t at = ex_.output_offset(t.id); at != exec::Executor::kKeepOffset)
-    t.stdout_offset = at;
   if (exp_.trial.mode == spec::TrialMode::kStep) step_send(t, running_.at(t.id), StepOp::kStep);
   return true;
 }
@@ -924,6 +922,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     double slept_from = ex_.now(), wall_from = ex_.wall_time();
     auto events = ex_.wait(timeout);
     woke = ex_.now();
+    longest_overrun_ = std::max(longest_overrun_, woke - slept_from - timeout);
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
     for (auto& ev : events) dispatch(ev);
     note_job_ids();
@@ -960,7 +959,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
   finish_file_work();  // the deletions that write allowed
   final_upload();
   if (observer_) observer_->on_run_end({ex_.now(), state_, exp_});
-  spdlog::info("longest loop stall: {:.0f} ms", longest_stall_ * 1000);
+  spdlog::info("longest loop stall: {:.0f} ms, longest wait past its timeout: {:.0f} ms",
+               longest_stall_ * 1000, longest_overrun_ * 1000);
   if (!fatal_.empty()) throw Fatal(fatal_, kExitTrialError);
   if (searcher_failed_)
     throw Fatal(*searcher_failed_ + " (state saved; --resume continues)", kExitTrialError);

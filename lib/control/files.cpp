@@ -145,11 +145,26 @@ void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string
     return add_checkpoint(t, rt, std::move(c));
   }
   if (!remote_host(t).empty()) {  // on its host, by the host's own tools
-    auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), dest);
-    if (!r) return spdlog::warn("trial {}: {}", t.name, r.error().message);
+    auto task = ex_.adopt_task(t.id, reported, exp_.trial.workdir, trial_dir(t), dest);
+    if (!task) {
+      auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), dest);
+      if (!r) return spdlog::warn("trial {}: {}", t.name, r.error().message);
+      done();
+      t.checkpoint_seq = c.seq;
+      return add_checkpoint(t, rt, std::move(c));
+    }
+    // Off the loop (it waits on the host's link), registered when done, in order with the
+    // trial's other adoptions; the trial's exit waits for it.
     done();
     t.checkpoint_seq = c.seq;
-    return add_checkpoint(t, rt, std::move(c));
+    uint64_t job =
+        worker_.submit([task = std::move(task)](const std::atomic<bool>&) -> Result<std::string> {
+          if (auto r = task(); !r) return std::unexpected(r.error());
+          return std::string();
+        });
+    rt.copies_in_flight += 1;
+    adoptions_[job] = {t.id, std::move(c)};
+    return;
   }
   fs::path dir = trial_dir(t);
   auto src = checkpoint::locate(reported, {dir, exp_.dir(), exp_.trial.workdir});

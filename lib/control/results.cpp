@@ -51,6 +51,11 @@ void Controller::on_output(const exec::OutputEvent& ev) {
   if (it == running_.end()) return;  // output of an attempt we no longer track
   auto& t = trial(ev.trial_id);
   Runtime& rt = it->second;
+  // The executor says where this attempt's output starts (SSH: learnt once it started).
+  if (ev.from && rt.splitter.pending() == 0 && *ev.from != t.stdout_offset) {
+    t.stdout_offset = *ev.from;
+    mark_dirty();
+  }
   if (ev.started && !rt.host_started) {
     rt.host_started = *ev.started;
     // Re-attached after results of this attempt were recorded: the latest one's arrival.

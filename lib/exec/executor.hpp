@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -83,6 +84,10 @@ struct OutputEvent {
   // first known. Empty: the driver times the output as it reads it.
   std::vector<Arrival> arrivals;
   std::optional<HostTime> started;
+  // Where `data` starts in stdout.log, when the executor learns it only once the attempt has
+  // started (SSH hosts: the host's copy of the file may be longer than the head's). The
+  // controller reads on from there. Such an event may carry no data.
+  std::optional<uint64_t> from;
 };
 struct ExitEvent {
   std::string trial_id;
@@ -141,6 +146,17 @@ class Executor {
   [[nodiscard]] virtual Result<void> adopt(const std::string& trial_id, const std::string& reported,
                                            const fs::path& cwd, const fs::path& head_trial_dir,
                                            const std::string& dest);
+  // adopt() as a task that may run on another thread (the controller's file worker), for
+  // executors whose adopt() waits on the network; it must be made on the loop. Empty: call
+  // adopt() on the loop.
+  [[nodiscard]] virtual std::function<Result<void>()> adopt_task(const std::string& trial_id,
+                                                                 const std::string& reported,
+                                                                 const fs::path& cwd,
+                                                                 const fs::path& head_trial_dir,
+                                                                 const std::string& dest) {
+    (void)trial_id, (void)reported, (void)cwd, (void)head_trial_dir, (void)dest;
+    return {};
+  }
   // Makes `name` an empty directory in the trial dir where the trial runs (step-mode saves).
   [[nodiscard]] virtual Result<void> make_staging(const std::string& trial_id,
                                                   const fs::path& head_trial_dir,
@@ -168,13 +184,6 @@ class Executor {
   virtual void end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
     (void)which, (void)grace_s;
   }
-  // Where reading the current attempt's stdout.log started: launch.stdout_offset, except on
-  // hosts where the driver's copy of the file may lag (SSH).
-  [[nodiscard]] virtual uint64_t output_offset(const std::string& trial_id) {
-    (void)trial_id;
-    return kKeepOffset;
-  }
-  static constexpr uint64_t kKeepOffset = UINT64_MAX;
   // A checkpoint was registered (sync_on_checkpoint for remote hosts).
   virtual void checkpoint_registered(const std::string& trial_id) { (void)trial_id; }
   // Slurm: (trial id, job id) for each attempt whose job id became known since the last call,

@@ -34,6 +34,11 @@ class MultiExecutor final : public Executor {
                      const fs::path& head_trial_dir, const std::string& dest) override {
     return of(id).adopt(id, reported, cwd, head_trial_dir, dest);
   }
+  std::function<Result<void>()> adopt_task(const std::string& id, const std::string& reported,
+                                           const fs::path& cwd, const fs::path& head_trial_dir,
+                                           const std::string& dest) override {
+    return of(id).adopt_task(id, reported, cwd, head_trial_dir, dest);
+  }
   Result<void> make_staging(const std::string& id, const fs::path& head_trial_dir,
                             const std::string& name) override {
     return of(id).make_staging(id, head_trial_dir, name);
@@ -67,7 +72,6 @@ class MultiExecutor final : public Executor {
     if (!there.empty() && ssh_) ssh_->end_attempts(there, grace_s);
   }
   void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }
-  uint64_t output_offset(const std::string& id) override { return of(id).output_offset(id); }
   std::vector<std::pair<std::string, std::string>> take_job_ids() override {
     return slurm_ ? slurm_->take_job_ids() : std::vector<std::pair<std::string, std::string>>{};
   }

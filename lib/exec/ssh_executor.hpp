@@ -3,6 +3,12 @@
 // placed on the host at first contact. Output is read by offset over SFTP; trial dirs are
 // pulled to the head with rsync over an OpenSSH ControlMaster connection the driver owns, with
 // each checkpoint copied under a staging name and renamed only when complete.
+//
+// The driver's loop never waits on the network: each host has its own I/O thread that owns
+// its connection and its attempts (ssh_host, ssh_run); the loop posts starts, stops and stdin
+// lines to it and takes the events it produced (output, exits, host up/down). Only a resume's
+// questions (attach, live attempts, fetching checkpoints) and a step-mode save's staging dir
+// are waited for.
 #pragma once
 
 #include <memory>
@@ -79,6 +85,9 @@ class SshExecutor final : public Executor {
   void renew_lease() override;
   Result<void> adopt(const std::string& trial_id, const std::string& reported, const fs::path& cwd,
                      const fs::path& head_trial_dir, const std::string& dest) override;
+  std::function<Result<void>()> adopt_task(const std::string& trial_id, const std::string& reported,
+                                           const fs::path& cwd, const fs::path& head_trial_dir,
+                                           const std::string& dest) override;
   void remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                          const std::string& name) override;
   std::vector<std::string> fetch_checkpoints(const std::string& host,
@@ -87,13 +96,13 @@ class SshExecutor final : public Executor {
   Result<void> make_staging(const std::string& trial_id, const fs::path& head_trial_dir,
                             const std::string& name) override;
   void checkpoint_registered(const std::string& trial_id) override;
-  uint64_t output_offset(const std::string& trial_id) override;
 
   [[nodiscard]] bool owns(const std::string& trial_id) const;
   [[nodiscard]] bool busy() const;  // trials running or syncs pending
 
+  struct Impl;  // (named by the implementation's helpers only)
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

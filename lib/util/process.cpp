@@ -18,6 +18,10 @@ extern char** environ;
 
 namespace tune::util {
 
+namespace {
+thread_local bool helpers_tied = false;
+}  // namespace
+
 void init_spawn_attrs(posix_spawnattr_t& attr, short flags) {
   posix_spawnattr_init(&attr);
   sigset_t none, defaults;
@@ -44,8 +48,9 @@ Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path
     return fail("cannot run '", args[0], "': ", std::strerror(errno));
   const pid_t parent = ::getpid();
   // PR_SET_PDEATHSIG fires when the *thread* that forked ends: tie the helper to the driver only
-  // when that thread is the main one (helpers a short-lived thread starts are not tied).
-  const bool tie = ::gettid() == parent;
+  // when that thread is the main one or lives as long as the driver's work (a host's I/O
+  // thread: tie_helpers_to_this_thread); helpers a short-lived thread starts are not tied.
+  const bool tie = ::gettid() == parent || helpers_tied;
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -143,6 +148,10 @@ uint64_t process_start_ticks(pid_t pid) {
     ++pos;
   }
   return std::strtoull(text->c_str() + pos, nullptr, 10);
+}
+
+void tie_helpers_to_this_thread() {
+  helpers_tied = true;
 }
 
 }  // namespace tune::util

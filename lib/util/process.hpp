@@ -23,11 +23,15 @@ namespace fs = std::filesystem;
 void init_spawn_attrs(posix_spawnattr_t& attr, short flags);
 
 // Starts argv[0] (searched on PATH) with the driver's environment, in its own process group;
-// stdin is /dev/null, stdout and stderr go to `log` (truncated), or /dev/null if empty. It gets
-// SIGTERM when the thread that started it ends (PR_SET_PDEATHSIG): a killed driver leaves no
-// rsync, ssh master or upload behind.
+// stdin is /dev/null, stdout and stderr go to `log` (truncated), or /dev/null if empty. Started
+// from the main thread or one that called tie_helpers_to_this_thread, it gets SIGTERM when that
+// thread ends (PR_SET_PDEATHSIG): a killed driver leaves no rsync, ssh master or upload behind.
 [[nodiscard]] Result<pid_t> spawn_process(const std::vector<std::string>& argv,
                                           const fs::path& log);
+
+// Helpers this thread starts from now on are tied to it as to the main thread (for threads
+// that live as long as the driver's work, such as a host's I/O thread).
+void tie_helpers_to_this_thread();
 
 // The exit status (128+signal if killed) once `pid` has ended, else nullopt. Never blocks.
 [[nodiscard]] std::optional<int> try_wait(pid_t pid);

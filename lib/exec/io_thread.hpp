@@ -1,0 +1,63 @@
+// A thread that does one host's network work, so that the driver's loop never waits on a link:
+// tasks run in the order they were posted, and a tick runs every `period` seconds between them.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace tune::exec {
+
+class IoThread {
+ public:
+  using Task = std::function<void()>;
+
+  // `tick` runs on the thread every `period_s` seconds (and never at the same time as a task).
+  IoThread(double period_s, Task tick);
+  IoThread(const IoThread&) = delete;
+  IoThread& operator=(const IoThread&) = delete;
+  // Stops after the task or tick that runs now; tasks not yet run are dropped.
+  ~IoThread();
+
+  void start();
+  void post(Task task);
+
+  // Runs `f` on the thread and waits for its value (for a resume's questions, asked before the
+  // loop runs). From the thread itself, runs it at once.
+  template <class F>
+  auto call(F f) -> decltype(f()) {
+    if (std::this_thread::get_id() == thread_.get_id()) return f();
+    using R = decltype(f());
+    auto promise = std::make_shared<std::promise<R>>();
+    auto future = promise->get_future();
+    post([promise, f = std::move(f)]() mutable {
+      if constexpr (std::is_void_v<R>) {
+        f();
+        promise->set_value();
+      } else {
+        promise->set_value(f());
+      }
+    });
+    return future.get();
+  }
+
+  // Tasks posted and not yet started.
+  [[nodiscard]] size_t backlog() const;
+
+ private:
+  void loop();
+
+  double period_s_;
+  Task tick_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Task> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tune::exec

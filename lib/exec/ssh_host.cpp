@@ -1,0 +1,385 @@
+#include "exec/ssh_host.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "util/fs.hpp"
+#include "util/process.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kBinDir = ".tune-bin";
+std::string q(const std::string& s) {
+  return util::shell_quote(s);
+}
+}  // namespace
+
+bool SshHost::broken() const {
+  return !session || !ssh_is_connected(session) || ssh_get_error_code(session) == SSH_FATAL;
+}
+
+std::string SshHost::err() const {
+  return session ? ssh_get_error(session) : "no session";
+}
+
+void SshHost::close() {
+  if (shell) {
+    ssh_channel_close(shell);
+    ssh_channel_free(shell);
+  }
+  shell = nullptr;
+  if (sftp) sftp_free(sftp);
+  sftp = nullptr;
+  if (session) {
+    ssh_disconnect(session);
+    ssh_free(session);
+  }
+  session = nullptr;
+  if (master > 0) util::kill_and_reap(master);
+  master = -1;
+  if (!control_path.empty()) ::unlink(control_path.c_str());
+}
+
+std::string SshHost::remote_prefix() const {
+  return (cfg.user.empty() ? "" : cfg.user + "@") + cfg.host + ":";
+}
+
+std::string SshHost::ssh_words() const {
+  return "ssh -o ControlMaster=no -o ControlPath=" + control_path + " -o BatchMode=yes -p " +
+         std::to_string(cfg.port);
+}
+
+Result<void> SshHost::open_shell() {
+  shell = ssh_channel_new(session);
+  if (!shell || ssh_channel_open_session(shell) != SSH_OK ||
+      ssh_channel_request_exec(shell, "exec /bin/sh") != SSH_OK)
+    return fail("cannot open a shell channel: ", err());
+  return {};
+}
+
+// Runs a command in the kept shell; returns its exit status and output (stdout only).
+Result<int> SshHost::shell_run(const std::string& cmd, std::string* out) {
+  if (!shell) return run(cmd, out);
+  std::string marker = "__tune_done_" + std::to_string(++shell_seq) + "__";
+  std::string line = "{ " + cmd + "\n} </dev/null 2>&1; echo \"" + marker + " $?\"\n";
+  if (ssh_channel_write(shell, line.data(), static_cast<uint32_t>(line.size())) !=
+      static_cast<int>(line.size()))
+    return fail(cfg.name, ": ", err());
+  char tmp[4096];
+  for (;;) {
+    if (auto at = shell_buf.find(marker + " "); at != std::string::npos) {
+      auto nl = shell_buf.find('\n', at);
+      if (nl != std::string::npos) {
+        int status = std::atoi(shell_buf.c_str() + at + marker.size() + 1);
+        if (out) *out = shell_buf.substr(0, at);
+        shell_buf.erase(0, nl + 1);
+        return status;
+      }
+    }
+    int n = ssh_channel_read_timeout(shell, tmp, sizeof tmp, 0, 10000);
+    if (n > 0) {
+      shell_buf.append(tmp, static_cast<size_t>(n));
+      continue;
+    }
+    return fail(cfg.name, ": the shell channel ", n == 0 ? "timed out" : "failed", ": ", err());
+  }
+}
+
+// Runs a command (through the user's shell on the host); returns its exit status and output.
+Result<int> SshHost::run(const std::string& cmd, std::string* out) {
+  ssh_channel ch = ssh_channel_new(session);
+  if (!ch) return fail(cfg.name, ": ", err());
+  if (ssh_channel_open_session(ch) != SSH_OK ||
+      ssh_channel_request_exec(ch, cmd.c_str()) != SSH_OK) {
+    std::string e = err();
+    ssh_channel_free(ch);
+    return fail(cfg.name, ": ", e);
+  }
+  std::string buf;
+  char tmp[4096];
+  for (;;) {
+    int n = ssh_channel_read_timeout(ch, tmp, sizeof tmp, 0, 30000);
+    if (n > 0) {
+      if (buf.size() < (1u << 20)) buf.append(tmp, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == SSH_ERROR) {
+      ssh_channel_free(ch);
+      return fail(cfg.name, ": ", err());
+    }
+    if (n == 0 && (ssh_channel_is_eof(ch) || !ssh_channel_is_open(ch))) break;
+    if (n == 0) break;  // timeout
+  }
+  // stderr, for the message
+  for (;;) {
+    int n = ssh_channel_read_timeout(ch, tmp, sizeof tmp, 1, 1000);
+    if (n <= 0) break;
+    if (buf.size() < (1u << 20)) buf.append(tmp, static_cast<size_t>(n));
+  }
+  ssh_channel_send_eof(ch);
+  int status = ssh_channel_get_exit_status(ch);
+  ssh_channel_close(ch);
+  ssh_channel_free(ch);
+  if (out) *out = std::move(buf);
+  return status;
+}
+
+std::optional<uint64_t> SshHost::size_of(const std::string& path) {
+  sftp_attributes a = sftp_stat(sftp, path.c_str());
+  if (!a) return std::nullopt;
+  uint64_t size = a->size;
+  sftp_attributes_free(a);
+  return size;
+}
+
+// Reads up to `max` bytes of `path` from `offset`.
+std::optional<std::string> SshHost::read(const std::string& path, uint64_t offset, size_t max) {
+  sftp_file f = sftp_open(sftp, path.c_str(), O_RDONLY, 0);
+  if (!f) return std::nullopt;
+  std::string data;
+  if (sftp_seek64(f, offset) == 0) {
+    char buf[65536];
+    while (data.size() < max) {
+      ssize_t n = sftp_read(f, buf, std::min(sizeof buf, max - data.size()));
+      if (n <= 0) break;
+      data.append(buf, static_cast<size_t>(n));
+    }
+  }
+  sftp_close(f);
+  return data;
+}
+
+Result<void> SshHost::write(const std::string& path, std::string_view content, int mode) {
+  std::string tmp = path + ".tmp";
+  sftp_file f = sftp_open(sftp, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (!f) return fail(cfg.name, ": cannot write ", tmp, ": ", err());
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n =
+        sftp_write(f, content.data() + done, std::min<size_t>(content.size() - done, 65536));
+    if (n <= 0) {
+      sftp_close(f);
+      return fail(cfg.name, ": cannot write ", tmp, ": ", err());
+    }
+    done += static_cast<size_t>(n);
+  }
+  sftp_close(f);
+  sftp_unlink(sftp, path.c_str());
+  if (sftp_rename(sftp, tmp.c_str(), path.c_str()) != 0)
+    return fail(cfg.name, ": cannot rename ", tmp, ": ", err());
+  return {};
+}
+
+std::string SshHost::key_fingerprints() {
+  auto fingerprint = [](ssh_key key) -> std::string {
+    unsigned char* hash = nullptr;
+    size_t len = 0;
+    if (!key || ssh_get_publickey_hash(key, SSH_PUBLICKEY_HASH_SHA256, &hash, &len) != 0)
+      return "?";
+    char* text = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, len);
+    std::string out = text ? text : "?";
+    ssh_string_free_char(text);
+    ssh_clean_pubkey_hash(&hash);
+    return std::string(ssh_key_type_to_char(ssh_key_type(key))) + " " + out;
+  };
+  ssh_key sent = nullptr;
+  (void)ssh_get_server_publickey(session, &sent);
+  std::string out = "it sent " + fingerprint(sent);
+  ssh_key_free(sent);
+  // The known keys: this host's lines of known_hosts (plain names; hashed ones cannot be
+  // matched without the key being asked for).
+  std::string names = cfg.port == 22 ? cfg.host : "[" + cfg.host + "]:" + std::to_string(cfg.port);
+  auto split = [](const std::string& text, char sep) {
+    std::vector<std::string> parts;
+    size_t start = 0;
+    for (size_t at; (at = text.find(sep, start)) != std::string::npos; start = at + 1)
+      parts.push_back(text.substr(start, at - start));
+    parts.push_back(text.substr(start));
+    return parts;
+  };
+  auto text = util::read_file(util::expand_user(cfg.known_hosts), 1 << 20);
+  for (const auto& line : split(text.value_or(""), '\n')) {
+    auto words = split(line, ' ');
+    if (words.size() < 3) continue;
+    auto hosts = split(words[0], ',');
+    if (std::find(hosts.begin(), hosts.end(), names) == hosts.end()) continue;
+    ssh_key known = nullptr;
+    if (ssh_pki_import_pubkey_base64(words[2].c_str(), ssh_key_type_from_name(words[1].c_str()),
+                                     &known) == 0)
+      out += ", known: " + fingerprint(known);
+    ssh_key_free(known);
+  }
+  return out;
+}
+
+Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
+  close();
+  key_changed = false;
+  shell_buf.clear();
+  session = ssh_new();
+  if (!session) return fail("cannot create an SSH session");
+  // connect, and every blocking operation: a dead link is noticed
+  long timeout = std::lround(std::clamp(timeout_s, 1.0, 5.0));
+  int port = cfg.port;
+  ssh_options_set(session, SSH_OPTIONS_HOST, cfg.host.c_str());
+  ssh_options_set(session, SSH_OPTIONS_PORT, &port);
+  if (!cfg.user.empty()) ssh_options_set(session, SSH_OPTIONS_USER, cfg.user.c_str());
+  ssh_options_set(session, SSH_OPTIONS_TIMEOUT, &timeout);
+  std::string kh = util::expand_user(cfg.known_hosts).string();
+  ssh_options_set(session, SSH_OPTIONS_KNOWNHOSTS, kh.c_str());
+  ssh_options_set(session, SSH_OPTIONS_GLOBAL_KNOWNHOSTS, "/dev/null");
+  if (ssh_connect(session) != SSH_OK) return fail("cannot connect: ", err());
+  // A dead link must fail operations within seconds rather than hang the driver's loop:
+  // unacknowledged data times out after 5 s, an idle connection is probed after 2 s.
+  if (int fd = ssh_get_fd(session); fd >= 0) {
+    int user_timeout_ms = 5000, on = 1, idle = 2, intvl = 1, cnt = 3;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  }
+  switch (ssh_session_is_known_server(session)) {
+    case SSH_KNOWN_HOSTS_OK:
+      break;
+    case SSH_KNOWN_HOSTS_CHANGED:
+    case SSH_KNOWN_HOSTS_OTHER:
+      key_changed = true;
+      return fail("its host key differs from the one in ", kh, " (", key_fingerprints(),
+                  "): refused (possible man-in-the-middle; remove the old key if the host "
+                  "was reinstalled)");
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+      if (ssh_session_update_known_hosts(session) != SSH_OK)
+        return fail("cannot record its host key in ", kh, ": ", err());
+      spdlog::info("{}: new host key recorded in {}", cfg.name, kh);
+      break;
+    default:
+      return fail("cannot check its host key: ", err());
+  }
+  int rc = SSH_AUTH_DENIED;
+  if (!cfg.identity_file.empty()) {
+    ssh_key key = nullptr;
+    std::string path = util::expand_user(cfg.identity_file).string();
+    if (ssh_pki_import_privkey_file(path.c_str(), nullptr, nullptr, nullptr, &key) != SSH_OK)
+      return fail("cannot read identity_file ", path);
+    rc = ssh_userauth_publickey(session, nullptr, key);
+    ssh_key_free(key);
+  } else {
+    rc = ssh_userauth_agent(session, nullptr);
+    if (rc != SSH_AUTH_SUCCESS) rc = ssh_userauth_publickey_auto(session, nullptr, nullptr);
+  }
+  if (rc != SSH_AUTH_SUCCESS) return fail("public-key authentication failed: ", err());
+  sftp = sftp_new(session);
+  if (!sftp || sftp_init(sftp) != SSH_OK) return fail("cannot start SFTP: ", err());
+  // Where things go on the host.
+  std::string root = cfg.storage_path.empty() ? "~/tune_results" : cfg.storage_path;
+  if (root.starts_with("~/")) {
+    char* home = sftp_canonicalize_path(sftp, ".");
+    if (!home) return fail("cannot find the home directory: ", err());
+    root = std::string(home) + root.substr(1);
+    ssh_string_free_char(home);
+  }
+  info.name = cfg.name;
+  info.exp_dir = root + "/" + opts.exp_name;
+  std::string bin = root + "/" + kBinDir;
+  info.helpers_dir = bin + "/python";
+  std::string out;
+  auto st = run("mkdir -p -- " + q(info.exp_dir + "/.tune") + " " + q(info.helpers_dir) +
+                    " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; true",
+                &out);
+  if (!st || *st != 0)
+    return fail("cannot create ", info.exp_dir, ": ", st ? out : st.error().message);
+  int nproc = std::atoi(out.c_str());
+  auto nl = out.find('\n');
+  int ngpu = nl == std::string::npos ? 0 : std::atoi(out.c_str() + nl + 1);
+  info.cpus = cfg.cpus.value_or(nproc > 0 ? nproc : 1);
+  info.gpus = cfg.gpus.value_or(ngpu);
+  // The supervisor and the Python helper, unless the host has them already.
+  supervisor = bin + "/tune-supervisor";
+  for (auto [local, remote, mode] :
+       {std::tuple{opts.supervisor, supervisor, 0755},
+        std::tuple{opts.python_helper, info.helpers_dir + "/tune_trial.py", 0644}}) {
+    if (local.empty()) continue;
+    auto content = util::read_file(local, 64u << 20);
+    if (!content) return fail(content.error().message);
+    if (size_of(remote) == content->size()) {
+      auto there = read(remote, 0, content->size());
+      if (there && *there == *content) continue;
+    }
+    if (auto w = write(remote, *content, mode); !w) return w;
+    sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));
+  }
+  lease = info.exp_dir + "/.tune/lease";
+  shell_buf.clear();
+  if (auto sh = open_shell(); !sh) return sh;
+  // rsync goes through an OpenSSH master connection that the driver owns.
+  if (opts.syncer == "rsync") {
+    // Under the experiment's .tune dir (one driver at a time holds it), unless that path is
+    // too long for a Unix socket; a socket a killed master left is removed before the start.
+    // The master itself gets SIGTERM when the driver dies (util::spawn_process).
+    control_path =
+        (opts.head_exp_dir / ".tune" / ("ssh-" + std::to_string(index) + ".sock")).string();
+    if (control_path.size() > 100)
+      control_path = "/tmp/tune-cm-" +
+                     std::to_string(std::hash<std::string>{}(opts.head_exp_dir.string())) + "-" +
+                     std::to_string(index);
+    if (fs::exists(control_path)) {  // a master an earlier driver (or connection) left
+      std::string stop = "ssh -o ControlPath=" + util::shell_quote(control_path) +
+                         " -O exit localhost >/dev/null 2>&1";
+      (void)!std::system(stop.c_str());
+      ::unlink(control_path.c_str());
+    }
+    std::vector<std::string> cmd = {"ssh",
+                                    "-M",
+                                    "-N",
+                                    "-o",
+                                    "ControlPath=" + control_path,
+                                    "-o",
+                                    "BatchMode=yes",
+                                    "-o",
+                                    "UserKnownHostsFile=" + kh,
+                                    "-o",
+                                    "StrictHostKeyChecking=yes",
+                                    "-o",
+                                    "ServerAliveInterval=5",
+                                    "-p",
+                                    std::to_string(cfg.port)};
+    if (!cfg.identity_file.empty()) {
+      cmd.push_back("-i");
+      cmd.push_back(util::expand_user(cfg.identity_file).string());
+    }
+    if (!cfg.user.empty()) {
+      cmd.push_back("-l");
+      cmd.push_back(cfg.user);
+    }
+    cmd.push_back(cfg.host);
+    auto pid = util::spawn_process(cmd, opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log"));
+    if (!pid) return fail(pid.error().message);
+    master = *pid;
+    // (on the host's I/O thread: the loop does not wait for this)
+    for (int i = 0; i < 100 && !fs::exists(control_path); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!fs::exists(control_path))
+      return fail("the ssh master connection for rsync did not come up: ",
+                  util::last_line(opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log")));
+  }
+  return {};
+}
+
+}  // namespace tune::exec

@@ -1,0 +1,73 @@
+// One SSH worker host's connection (SPEC §7): a libssh session with an SFTP channel for files,
+// a shell kept open for commands, and an OpenSSH ControlMaster that rsync goes through. Used
+// only from the host's own I/O thread (ssh_executor.cpp): every call here may block on the
+// network for seconds.
+#pragma once
+
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "exec/ssh_executor.hpp"
+#include "util/error.hpp"
+
+namespace tune::exec {
+
+struct SshHost {
+  SshHostConfig cfg;
+  SshHostInfo info;
+  int index = 0;  // its place in the experiment's host list (names its master socket)
+  ssh_session session = nullptr;
+  sftp_session sftp = nullptr;
+  // A shell kept open on one channel: starting a trial is one line written to it, so the
+  // user's shell start-up (.bashrc and all) is paid once per connection, not per trial.
+  ssh_channel shell = nullptr;
+  std::string shell_buf;
+  uint64_t shell_seq = 0;
+  std::string supervisor;  // remote path
+  std::string lease;       // remote path
+  pid_t master = -1;       // ssh -M (for rsync)
+  std::string control_path;
+  bool key_changed = false;  // its host key is not the known one: it is not used again
+
+  SshHost() = default;
+  SshHost(const SshHost&) = delete;
+  SshHost& operator=(const SshHost&) = delete;
+  ~SshHost() { close(); }
+
+  // Connects: session, host-key check (unknown: recorded; changed: refused, key_changed set),
+  // public-key auth, SFTP, the experiment dir, the supervisor and Python helper placed, the
+  // kept shell, the rsync master. `timeout_s` (1 to 5) bounds the connect and each operation.
+  [[nodiscard]] Result<void> open(const SshOptions& opts, double timeout_s = 5);
+  void close();
+  // After a failed operation: is the connection gone (rather than, say, a missing file)?
+  [[nodiscard]] bool broken() const;
+  [[nodiscard]] std::string err() const;
+
+  // Runs a command in the kept shell; returns its exit status and output (stdout and stderr).
+  [[nodiscard]] Result<int> shell_run(const std::string& cmd, std::string* out = nullptr);
+  // Runs a command on a new exec channel (through the user's shell on the host).
+  [[nodiscard]] Result<int> run(const std::string& cmd, std::string* out = nullptr);
+  [[nodiscard]] std::optional<uint64_t> size_of(const std::string& path);
+  // Reads up to `max` bytes of `path` from `offset`.
+  [[nodiscard]] std::optional<std::string> read(const std::string& path, uint64_t offset,
+                                                size_t max);
+  // Writes `path` through a temporary name and a rename.
+  [[nodiscard]] Result<void> write(const std::string& path, std::string_view content, int mode);
+
+  // "user@host:" for rsync; the ssh command rsync runs (over the master connection).
+  [[nodiscard]] std::string remote_prefix() const;
+  [[nodiscard]] std::string ssh_words() const;
+
+ private:
+  Result<void> open_shell();
+  // "it sent SHA256:..., known: SHA256:..." (OpenSSH's form of fingerprint), as far as known.
+  std::string key_fingerprints();
+};
+
+}  // namespace tune::exec

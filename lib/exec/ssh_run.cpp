@@ -1,0 +1,234 @@
+#include "exec/ssh_run.hpp"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+
+#include "util/fs.hpp"
+#include "util/process.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+namespace {
+
+// Where checkpoints copied by one rsync wait to be published (a .sync_checkpoint_ name: what a
+// killed driver left is removed like any other unfinished copy).
+constexpr const char* kBatchStaging = ".sync_checkpoint_batch";
+
+double mono_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+std::string q(const std::string& s) {
+  return util::shell_quote(s);
+}
+
+}  // namespace
+
+void SshStats::add(const SshStats& o) {
+  start_ms.insert(start_ms.end(), o.start_ms.begin(), o.start_ms.end());
+  sync_ms.insert(sync_ms.end(), o.sync_ms.begin(), o.sync_ms.end());
+  publish_ms.insert(publish_ms.end(), o.publish_ms.begin(), o.publish_ms.end());
+  sync_poll_max_ms = std::max(sync_poll_max_ms, o.sync_poll_max_ms);
+  published_bytes += o.published_bytes;
+}
+
+std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,
+                                   const std::string& dst, const std::vector<std::string>& extra) {
+  std::string remote = c.host.remote_prefix();
+  if (c.opts.syncer != "rsync") return util::fill_template(c.opts.syncer, remote + src, dst);
+  std::vector<std::string> cmd = {"rsync", "-rlt", "-e", c.host.ssh_words()};
+  cmd.insert(cmd.end(), extra.begin(), extra.end());
+  cmd.push_back(remote + src);
+  cmd.push_back(dst);
+  return cmd;
+}
+
+namespace {
+
+// The rsync commands that bring one trial dir to the head: its files (not checkpoints, not
+// staging), then each retained checkpoint the head lacks, into a staging name first.
+void plan_sync(SyncContext& c, Run& r) {
+  if (c.opts.syncer == "none") return;
+  SshHost& h = c.host;
+  std::vector<Run::Step> steps;
+  std::error_code ec;
+  fs::create_directories(r.head_dir, ec);
+  auto rsync = [&](const std::string& src, const std::string& dst,
+                   const std::vector<std::string>& extra) { return copy_from(c, src, dst, extra); };
+  // Unchanged since the last sync (nothing in the trial dir newer than its mark, checked by
+  // the kept shell in a few ms): no rsync. Otherwise the mark is set first, so that a file
+  // written while rsync runs is seen as changed next time.
+  std::string check_out;
+  auto check =
+      h.shell_run("cd -- " + q(r.dir) + " 2>/dev/null || exit 0; if [ -e .tune_sync_mark ] && " +
+                      "[ -z \"$(find . \\( -name 'checkpoint_*' -o -name '.staged_checkpoint_*' " +
+                      "-o -name '.pending_checkpoint_*' \\) -prune -o -newer .tune_sync_mark " +
+                      "-print -quit)\" ]; then echo unchanged; else touch .tune_sync_mark; fi",
+                  &check_out);
+  if (!check) check_out.clear();
+  bool unchanged = check && check_out.find("unchanged") != std::string::npos;
+  if (!unchanged)
+    steps.push_back(
+        {rsync(r.dir + "/", r.head_dir.string() + "/",
+               {"--exclude=checkpoint_*", "--exclude=stdin.fifo", "--exclude=.tune_sync_mark",
+                "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
+                "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
+         {},
+         {},
+         {}});
+  std::vector<std::string> missing;
+  for (const auto& c : r.checkpoints)
+    if (!fs::exists(r.head_dir / c, ec)) missing.push_back(c);  // complete ones never change
+  if (c.opts.syncer == "rsync" && missing.size() > 1) {
+    // One rsync for all of them (each costs an rsync start otherwise, ~0.2 s over ssh).
+    fs::path staging = r.head_dir / kBatchStaging;
+    (void)util::remove_tree_nofollow(r.head_dir, kBatchStaging);
+    fs::create_directories(staging, ec);
+    std::string remote = h.remote_prefix();
+    std::vector<std::string> cmd = {"rsync", "-rlt", "-e", h.ssh_words()};
+    for (const auto& c : missing) cmd.push_back(remote + r.dir + "/" + c);
+    cmd.push_back(staging.string() + "/");
+    steps.push_back({std::move(cmd), staging, {}, missing});
+    missing.clear();
+  }
+  for (const auto& c : missing) {
+    fs::path staging = r.head_dir / (".sync_" + c);
+    (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + c);
+    steps.push_back(
+        {rsync(r.dir + "/" + c + "/", staging.string() + "/", {}), staging, r.head_dir / c, {}});
+  }
+  r.sync_steps = std::move(steps);
+}
+
+fs::path sync_log(const SyncContext& c, const Run& r) {
+  return c.opts.head_exp_dir / ".tune" / ("sync-" + r.id + ".log");
+}
+
+void start_next_step(SyncContext& c, Run& r) {
+  while (!r.sync_steps.empty()) {
+    r.current = std::move(r.sync_steps.front());
+    r.sync_steps.erase(r.sync_steps.begin());
+    auto pid = util::spawn_process(r.current->cmd, sync_log(c, r));
+    if (pid) {
+      r.sync_pid = *pid;
+      return;
+    }
+    spdlog::warn("trial {}: sync: {}", r.id, pid.error().message);
+  }
+  r.current.reset();
+}
+
+// Checkpoints copied together (plan_sync): each appears under its name only if the copy
+// succeeded and retention still keeps it; the rest of the staging dir goes.
+void finish_batch(SyncContext& c, Run& r, int status, double now) {
+  const Run::Step& s = *r.current;
+  std::vector<Run::Step> retry;
+  for (const auto& n : s.batch) {
+    std::error_code ec;
+    fs::path from = s.staging / n, to = r.head_dir / n;
+    if (!r.checkpoints.count(n) || fs::exists(to, ec)) continue;  // pruned, or there already
+    if (status != 0 || !fs::is_directory(from, ec)) {
+      // A failed batch publishes nothing (a source that retention pruned meanwhile fails it
+      // too): each checkpoint still kept is copied again on its own, right after.
+      fs::path staging = r.head_dir / (".sync_" + n);
+      (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + n);
+      retry.push_back(
+          {copy_from(c, r.dir + "/" + n + "/", staging.string() + "/", {}), staging, to, {}});
+      continue;
+    }
+    for (fs::recursive_directory_iterator it(from, ec), end; !ec && it != end; it.increment(ec))
+      if (it->is_regular_file(ec)) c.stats.published_bytes += it->file_size(ec);
+    fs::rename(from, to, ec);
+    if (ec) spdlog::warn("trial {}: cannot publish {}: {}", r.id, to.string(), ec.message());
+    if (auto at = r.adopted_at.find(n); at != r.adopted_at.end()) {
+      c.stats.publish_ms.push_back((now - at->second) * 1000);
+      r.adopted_at.erase(at);
+    }
+  }
+  (void)util::remove_tree_nofollow(r.head_dir, s.staging.filename().string());
+  r.sync_steps.insert(r.sync_steps.begin(), std::make_move_iterator(retry.begin()),
+                      std::make_move_iterator(retry.end()));
+}
+
+}  // namespace
+
+bool poll_sync(SyncContext& c, Run& r, double now) {
+  if (r.sync_pid > 0) {
+    auto status = util::try_wait(r.sync_pid);
+    if (!status) return true;
+    r.sync_pid = -1;
+    bool pruned = r.current && !r.current->final_path.empty() &&
+                  !r.checkpoints.count(r.current->final_path.filename().string());
+    if (r.current && !r.current->batch.empty()) {
+      finish_batch(c, r, *status, now);
+    } else if (*status != 0 && pruned) {
+      // deleted by retention while it was being copied: nothing to bring back
+      (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+    } else if (*status != 0) {
+      spdlog::warn("trial {}: sync from {} failed (exit {}): {}", r.id, c.host.cfg.name, *status,
+                   util::last_line(sync_log(c, r)));
+      if (r.current && !r.current->staging.empty())
+        (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+    } else if (pruned) {
+      // copied, but retention deleted it meanwhile: it must not reappear on the head
+      (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+    } else if (r.current && !r.current->final_path.empty()) {
+      // A checkpoint copied completely: only now does it appear under its name.
+      std::error_code ec;
+      if (!fs::exists(r.current->final_path, ec)) {
+        for (fs::recursive_directory_iterator it(r.current->staging, ec), end; !ec && it != end;
+             it.increment(ec))
+          if (it->is_regular_file(ec)) c.stats.published_bytes += it->file_size(ec);
+        fs::rename(r.current->staging, r.current->final_path, ec);
+        auto name = r.current->final_path.filename().string();
+        if (auto at = r.adopted_at.find(name); at != r.adopted_at.end()) {
+          c.stats.publish_ms.push_back((now - at->second) * 1000);
+          r.adopted_at.erase(at);
+        }
+      }
+      if (ec)
+        spdlog::warn("trial {}: cannot publish {}: {}", r.id, r.current->final_path.string(),
+                     ec.message());
+    }
+    r.current.reset();
+    if (!r.sync_steps.empty()) {
+      start_next_step(c, r);
+      return r.sync_pid > 0;
+    }
+    c.stats.sync_ms.push_back((now - r.sync_started) * 1000);
+    r.next_sync = now + c.opts.sync_period;
+  }
+  if (r.sync_due || (now >= r.next_sync && !r.exited)) {
+    r.sync_due = false;
+    r.next_sync = now + c.opts.sync_period;
+    r.sync_started = now;
+    plan_sync(c, r);
+    start_next_step(c, r);
+    if (r.sync_pid <= 0) c.stats.sync_ms.push_back((mono_now() - now) * 1000);
+    return r.sync_pid > 0;
+  }
+  return false;
+}
+
+void drop_sync(Run& r) {
+  if (r.sync_pid <= 0) return;
+  util::kill_and_reap(r.sync_pid);
+  r.sync_pid = -1;
+  if (r.current && !r.current->staging.empty())
+    (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
+  r.current.reset();
+}
+
+void remove_sync_leftovers(const fs::path& head_dir) {
+  std::error_code ec;
+  std::vector<std::string> stale;
+  for (fs::directory_iterator it(head_dir, ec), end; !ec && it != end; it.increment(ec))
+    if (auto name = it->path().filename().string(); name.starts_with(".sync_checkpoint_"))
+      stale.push_back(name);
+  for (const auto& name : stale) (void)util::remove_tree_nofollow(head_dir, name);
+}
+
+}  // namespace tune::exec

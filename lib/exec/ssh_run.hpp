@@ -1,0 +1,86 @@
+// One attempt of a trial on an SSH host as its host's I/O thread sees it, and the syncs that
+// bring its trial dir to the head: rsync (or the user's syncer) over the host's master
+// connection, each checkpoint copied under a staging name and published under its own only
+// when complete and still retained. Used only on the host's I/O thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "exec/arrivals.hpp"
+#include "exec/executor.hpp"
+#include "exec/exit_record.hpp"
+#include "exec/ssh_host.hpp"
+
+namespace tune::exec {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  std::string id;
+  int attempt = 0;
+  SshHost* host = nullptr;
+  std::string dir;      // on the host
+  fs::path head_dir;    // on the head
+  std::string record;   // on the host: where its supervisor records the exit
+  AttemptIdentity who;  // what a genuine record must say
+  bool warned_forged = false;
+  uint64_t offset = 0;
+  ArrivalReader times{0};  // stdout.times on the host
+  int sup_pid = -1;
+  std::optional<int> child_pid;
+  bool pid_asked = false;
+  bool exited = false;  // exit record read and all output delivered
+  std::optional<ExitInfo> exit;
+  std::set<std::string> checkpoints;         // retained, on the host
+  std::set<std::string> found_at_attach;     // checkpoint dirs there when re-attached
+  std::map<std::string, double> adopted_at;  // checkpoint -> when it was registered
+  // sync: a queue of commands; a checkpoint's step is published (renamed) when it succeeds
+  struct Step {
+    std::vector<std::string> cmd;
+    fs::path staging, final_path;    // empty for the files step
+    std::vector<std::string> batch;  // checkpoints copied together into `staging` (by name)
+  };
+  pid_t sync_pid = -1;
+  std::optional<Step> current;
+  std::vector<Step> sync_steps;
+  bool sync_due = false;
+  double next_sync = 0;
+  double sync_started = 0;
+};
+
+// What the log's "ssh timings" line reports (bench/bench.py reads it).
+struct SshStats {
+  std::vector<double> start_ms, sync_ms;
+  double sync_poll_max_ms = 0;     // the longest sync bookkeeping in one poll
+  std::vector<double> publish_ms;  // checkpoint registered -> complete on the head
+  uint64_t published_bytes = 0;
+  void add(const SshStats& o);
+};
+
+// What the sync functions work with: the experiment's options, the host, its timings.
+struct SyncContext {
+  const SshOptions& opts;
+  SshHost& host;
+  SshStats& stats;
+};
+
+// The command that copies `src` on the host to `dst` on the head (rsync over the host's
+// master connection, or the user's syncer template).
+[[nodiscard]] std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,
+                                                 const std::string& dst,
+                                                 const std::vector<std::string>& extra);
+// Advances a trial's sync (starts one when due or asked for); true while one runs.
+bool poll_sync(SyncContext& c, Run& r, double now);
+// Stops a trial's sync, if one runs, and drops what it was copying.
+void drop_sync(Run& r);
+// Copies of checkpoints that a sync killed with an earlier driver left half done.
+void remove_sync_leftovers(const fs::path& head_dir);
+
+}  // namespace tune::exec

@@ -1,0 +1,74 @@
+// The per-host I/O thread (exec/io_thread.hpp): tasks in order, a tick that tasks never
+// starve, call() answering, and tasks not yet run dropped at destruction.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "exec/io_thread.hpp"
+
+using namespace tune::exec;
+using namespace std::chrono_literals;
+
+TEST_CASE("io thread: tasks run in the order posted, call() returns their value", "[io_thread]") {
+  std::mutex m;
+  std::vector<int> seen;
+  IoThread io(10.0, nullptr);
+  io.start();
+  for (int i = 0; i < 100; ++i)
+    io.post([&, i] {
+      std::lock_guard lock(m);
+      seen.push_back(i);
+    });
+  int answer = io.call([&] {
+    std::lock_guard lock(m);
+    return static_cast<int>(seen.size());
+  });
+  CHECK(answer == 100);  // everything posted before it has run
+  for (int i = 0; i < 100; ++i) CHECK(seen[i] == i);
+  // From the thread itself, call() runs at once instead of waiting on itself.
+  CHECK(io.call([&] { return io.call([] { return 7; }); }) == 7);
+}
+
+TEST_CASE("io thread: the tick runs on its period even under a stream of tasks", "[io_thread]") {
+  std::atomic<int> ticks{0};
+  std::atomic<bool> flood{true};
+  IoThread io(0.01, [&] { ++ticks; });
+  io.start();
+  // Tasks that each repost themselves: the queue is never empty.
+  std::function<void()> again = [&] {
+    std::this_thread::sleep_for(1ms);
+    if (flood) io.post(again);
+  };
+  for (int i = 0; i < 4; ++i) io.post(again);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (ticks < 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  flood = false;
+  CHECK(ticks >= 5);
+}
+
+TEST_CASE("io thread: tasks not yet run are dropped when it goes", "[io_thread]") {
+  std::atomic<int> ran{0};
+  std::atomic<bool> release{false}, started{false};
+  std::thread releaser;
+  {
+    IoThread io(10.0, nullptr);
+    io.start();
+    io.post([&] {
+      started = true;
+      while (!release) std::this_thread::sleep_for(1ms);
+      ++ran;
+    });
+    while (!started) std::this_thread::sleep_for(1ms);
+    for (int i = 0; i < 10; ++i) io.post([&] { ++ran; });
+    CHECK(io.backlog() >= 9);
+    releaser = std::thread([&] {
+      std::this_thread::sleep_for(20ms);
+      release = true;
+    });
+  }  // waits for the running task only
+  releaser.join();
+  CHECK(ran == 1);
+}
