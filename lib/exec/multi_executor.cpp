@@ -13,8 +13,10 @@ Result<Attached> MultiExecutor::attach(const Launch& l) {
 }
 
 std::vector<Event> MultiExecutor::wait(double timeout_s) {
-  // Remote trials are polled: the local wait is cut short while any run there.
-  bool ssh = ssh_ && ssh_->busy();
+  // Remote hosts' events are queued by their own threads at any time (output, exits, a host
+  // that comes back with no trial there): the local wait is cut short whenever there are SSH
+  // hosts, and Slurm's while any job runs.
+  bool ssh = ssh_ != nullptr;
   bool slurm = slurm_ && slurm_->busy();
   auto events = local_.wait(ssh || slurm ? std::min(timeout_s, 0.05) : timeout_s);
   if (ssh || slurm) {

@@ -309,6 +309,32 @@ class SshTest(TuneTest):
                 self.assertTrue(log.startswith(moved[t["trial_id"]]), "attempt 1's output was lost")
                 self.assertIn("=== attempt %d ===" % t["attempt"], log)
 
+    def test_a_lone_host_lost_and_back_runs_its_trials_again(self):
+        # The only host is cut off past host_timeout_s: its trials are re-queued, and when it
+        # comes back (no trial running there any more) they start there again from their
+        # checkpoints. (The driver once stopped looking at hosts with no trial: it waited for
+        # ever.)
+        self.busy_experiment("lone", 4)
+        self.write("exp.yaml", open(os.path.join(self.dir, "exp.yaml")).read().split("hosts:")[0]
+                   + "hosts:\n" + self.host_lines((0,)) + "\n")
+        p = self.start_tune("run", "exp.yaml")
+        w1 = self.name(0)
+        self.wait_for(lambda: any(t["iteration"] >= 6 for t in self.trials("lone")),
+                      what="trials running on worker1")
+        self.cut(1)
+        try:
+            log = os.path.join(self.exp_dir("lone"), "tune.log")
+            self.wait_for(lambda: "re-queued" in open(log).read(), timeout=60,
+                          what="the host declared lost")
+        finally:
+            self.cut(1, "heal")
+        out, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("reconnected", err)
+        self.check_each_iteration_once("lone")
+        self.assertTrue(all(t["host"] == w1 for t in self.trials("lone")))
+        self.assertTrue(any(t["attempt"] >= 2 for t in self.trials("lone")))
+
     def test_sshd_killed_mid_checkpoint_sync_never_leaves_a_partial_checkpoint_on_the_head(self):
         # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy. The trial
         # runs 3 s past its first checkpoint, so the kill comes while it still runs.
