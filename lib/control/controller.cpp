@@ -753,12 +753,13 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   // crash, resume with that row missing from result.json.
   flush_result_logs(now);
   state_.elapsed_s = elapsed_before_ + (now - run_started_);
-  state_.scheduler = sched_->save();
-  searcher_->prepare_save();  // a snapshot for a later write: this one names the last acked
-  state_.search_alg = searcher_->save();
   // Checkpoints are deleted right after this write: it must survive a power loss too, or an
   // older state could name them.
   durable = durable || !pending_deletions_.empty();
+  append_scheduler_log(durable);  // first: the state then counts what the log holds
+  state_.scheduler = sched_->save();
+  searcher_->prepare_save();  // a snapshot for a later write: this one names the last acked
+  state_.search_alg = searcher_->save();
   double t0 = ex_.now();
   auto r = writer_.save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
@@ -839,6 +840,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         !r && exp_.search_alg.kind != search::SearcherKind::kRandom)
       throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +
                   ": it cannot be resumed");
+    if (auto r = restore_scheduler_log(); !r)
+      throw Fatal(r.error().message + ": it cannot be resumed");
     if (auto r = sched_->restore(state_.scheduler);
         !r && exp_.scheduler.kind != spec::SchedulerKind::kFifo)
       throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +

@@ -241,6 +241,10 @@ class Controller : private sched::Population {
   // Resume: pbt_policy.jsonl back to the length the state knows (lines of exploits the state
   // does not record as done are written again when they are carried out).
   void trim_policy_log();
+  // The scheduler's log (control/scheduler_log.cpp): its new lines appended before a state
+  // write; read back (bytes past the state's count cut off) before the scheduler is restored.
+  void append_scheduler_log(bool durable);
+  [[nodiscard]] Result<void> restore_scheduler_log();
 
   void request_stop(trial::Trial& t, Runtime& rt, StopWhy why);
   void stop_all(StopWhy why, bool now);
@@ -332,6 +336,7 @@ class Controller : private sched::Population {
   double elapsed_before_ = 0;  // earlier runs (resume)
   bool state_dirty_ = true;
   bool last_write_failed_ = false;  // back off launches until a write succeeds
+  bool sched_log_failed_ = false;   // the scheduler's log could not be appended to (said once)
   double next_state_write_ = 0;
   double next_write_error_ = 0;  // write errors are logged at most every 30 s
   double next_lease_ = 0;

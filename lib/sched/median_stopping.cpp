@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "state/seal.hpp"
+#include "util/json_ext.hpp"
+
 namespace tune::sched {
 
 void MedianStopping::on_trial_add(const std::string& trial, uint64_t index) {
@@ -121,40 +124,102 @@ void MedianStopping::on_complete(const std::string& trial, const std::optional<O
   (void)last;  // its results were all seen by on_result; a finished trial still counts
 }
 
+namespace {
+
+// {"time": [..], "score": [..]} of results [from, end) of a history.
+json slice(const std::vector<double>& time, const std::vector<double>& score, size_t from) {
+  return {
+      {"time", std::vector<double>(time.begin() + static_cast<std::ptrdiff_t>(from), time.end())},
+      {"score",
+       std::vector<double>(score.begin() + static_cast<std::ptrdiff_t>(from), score.end())}};
+}
+
+}  // namespace
+
 json MedianStopping::save() const {
   json trials = json::object();
-  for (const auto& [id, h] : trials_) trials[id] = {{"time", h.time}, {"score", h.score}};
+  for (const auto& [id, h] : trials_)
+    if (h.logged < h.time.size()) trials[id] = slice(h.time, h.score, h.logged);
   return {{"type", "median_stopping"}, {"trials", std::move(trials)}};
 }
 
+std::string MedianStopping::log_tail() const {
+  std::string out;
+  for (const auto& [id, h] : trials_) {
+    if (h.logged == h.time.size()) continue;
+    json line = slice(h.time, h.score, h.logged);
+    line["trial"] = id;
+    out += state::seal_object(util::dump_json_ext(line));  // NaN stays NaN
+    out += '\n';
+  }
+  return out;
+}
+
+void MedianStopping::log_written() {
+  for (auto& [id, h] : trials_) h.logged = h.time.size();
+}
+
+Result<void> MedianStopping::add_saved(History& h, const json& saved, const std::string& trial) {
+  const json& time = saved.is_object() ? saved.value("time", json()) : json();
+  const json& score = saved.is_object() ? saved.value("score", json()) : json();
+  if (!time.is_array() || !score.is_array() || time.size() != score.size())
+    return std::unexpected(
+        Error{"trial " + trial + ": 'time' and 'score' must be lists of one length"});
+  for (size_t i = 0; i < time.size(); ++i) {
+    // A NaN score was saved as null by older states (JSON has no NaN).
+    if (!time[i].is_number() || !(score[i].is_number() || score[i].is_null()))
+      return std::unexpected(Error{"trial " + trial + ": a value is not a number"});
+    double tm = time[i].get<double>();
+    double sc = score[i].is_null() ? std::nan("") : score[i].get<double>();
+    if (!h.time.empty() && tm < h.time.back())
+      return std::unexpected(Error{"trial " + trial + ": times must not decrease"});
+    add(h, tm, sc);
+  }
+  return {};
+}
+
+Result<void> MedianStopping::restore_log(std::string_view text, const std::string& where) {
+  from_log_.clear();
+  size_t line_no = 0;
+  for (size_t start = 0; start < text.size();) {
+    size_t nl = text.find('\n', start);
+    ++line_no;
+    auto bad = [&](const std::string& what) {
+      from_log_.clear();
+      return std::unexpected(Error{where + ":" + std::to_string(line_no) + ": " + what});
+    };
+    if (nl == std::string_view::npos) return bad("the last line is cut short");
+    std::string_view line = text.substr(start, nl - start);
+    start = nl + 1;
+    if (state::check_object(line) != state::SealCheck::kValid)
+      return bad("damaged line (its checksum does not match)");
+    json j = util::parse_json_ext(line);
+    if (j.is_discarded() || !j.is_object() || !j.contains("trial") || !j["trial"].is_string())
+      return bad("not a line of the median_stopping log");
+    std::string id = j["trial"].get<std::string>();
+    History& h = from_log_[id];
+    if (auto r = add_saved(h, j, id); !r) return bad(r.error().message);
+    h.logged = h.time.size();
+  }
+  return {};
+}
+
 Result<void> MedianStopping::restore(const json& state) {
-  auto bad = [](const std::string& what) {
+  auto bad = [this](const std::string& what) {
+    from_log_.clear();
     return std::unexpected(Error{"scheduler state (median_stopping): " + what});
   };
   if (!state.is_object() || state.value("type", "") != "median_stopping")
     return bad("not a median_stopping state");
   const auto& t = state.find("trials");
   if (t == state.end() || !t->is_object()) return bad("'trials' is not a mapping");
-  trials_.clear();
+  // The log's results first (restore_log), then the state's: those written since.
+  trials_ = std::move(from_log_);
+  from_log_.clear();
   windows_.clear();
   asked_.clear();
-  for (auto it = t->begin(); it != t->end(); ++it) {
-    const json& time = it->is_object() ? it->value("time", json()) : json();
-    const json& score = it->is_object() ? it->value("score", json()) : json();
-    if (!time.is_array() || !score.is_array() || time.size() != score.size())
-      return bad("trial " + it.key() + ": 'time' and 'score' must be lists of one length");
-    History h;
-    for (size_t i = 0; i < time.size(); ++i) {
-      // A NaN score was saved as null (JSON has no NaN).
-      if (!time[i].is_number() || !(score[i].is_number() || score[i].is_null()))
-        return bad("a value is not a number");
-      double tm = time[i].get<double>();
-      double sc = score[i].is_null() ? std::nan("") : score[i].get<double>();
-      if (!h.time.empty() && tm < h.time.back()) return bad("times must not decrease");
-      add(h, tm, sc);
-    }
-    trials_[it.key()] = std::move(h);
-  }
+  for (auto it = t->begin(); it != t->end(); ++it)
+    if (auto r = add_saved(trials_[it.key()], *it, it.key()); !r) return bad(r.error().message);
   return {};
 }
 

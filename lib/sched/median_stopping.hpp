@@ -12,6 +12,10 @@
 // t), so from the second decision at a t on, they are kept sorted for that t and updated as
 // trials report (bench/schedulers/overhead.py). Times that are asked once (seconds rather than
 // iterations) are answered naively; at most kMaxWindows times are kept.
+//
+// State: every result is needed (a running mean may be asked at any time), so the results go
+// to the scheduler's append-only log at each state write (each result once), and save() holds
+// only those not logged yet. A state written before the log existed holds them all: it loads.
 #pragma once
 
 #include <map>
@@ -29,6 +33,9 @@ class MedianStopping final : public TrialScheduler {
   void on_complete(const std::string& trial, const std::optional<Observation>& last) override;
   [[nodiscard]] json save() const override;
   [[nodiscard]] Result<void> restore(const json& state) override;
+  [[nodiscard]] std::string log_tail() const override;
+  void log_written() override;
+  [[nodiscard]] Result<void> restore_log(std::string_view text, const std::string& where) override;
 
   static constexpr size_t kMaxWindows = 1024;
 
@@ -38,6 +45,7 @@ class MedianStopping final : public TrialScheduler {
     std::vector<double> time, score;
     std::vector<double> sum;  // sum[i]: the scores of results [first at grace_period, i]
     double best = -INFINITY;  // its best score (NaN ignored)
+    size_t logged = 0;        // results [0, logged) are in the log (never in save())
   };
   // The running means over [grace_period, t] of every trial whose last result is at or past t.
   struct Window {
@@ -45,6 +53,8 @@ class MedianStopping final : public TrialScheduler {
     size_t nans = 0;             // trials whose mean is NaN (none in the window, or a NaN score)
   };
   void add(History& h, double time, double score);
+  // Adds a saved {"time": [..], "score": [..]} (a state's entry or a log line) to `h`.
+  [[nodiscard]] Result<void> add_saved(History& h, const json& saved, const std::string& trial);
   // The mean score over [grace_period, t] (NaN if it has none there); `drop_last` leaves its
   // last result out.
   [[nodiscard]] double running_mean(const History& h, double t, bool drop_last = false) const;
@@ -56,8 +66,9 @@ class MedianStopping final : public TrialScheduler {
 
   spec::SchedulerSpec spec_;
   std::map<std::string, History> trials_;
-  std::map<double, Window> windows_;  // derived from trials_: rebuilt as needed, never saved
-  std::map<double, int> asked_;       // times asked once, not yet kept as a window
+  std::map<std::string, History> from_log_;  // restore_log()'s, until restore() takes them
+  std::map<double, Window> windows_;         // derived from trials_: rebuilt as needed, never saved
+  std::map<double, int> asked_;              // times asked once, not yet kept as a window
 };
 
 }  // namespace tune::sched

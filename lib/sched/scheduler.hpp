@@ -97,6 +97,19 @@ class TrialScheduler {
   // uninterrupted one; restore() refuses a state that is not its own, naming the field.
   [[nodiscard]] virtual json save() const = 0;
   [[nodiscard]] virtual Result<void> restore(const json& state) = 0;
+  // A scheduler whose state grows with every result (median_stopping: every trial's results)
+  // keeps the bulk of it in an append-only log beside the experiment state, so that a state
+  // write costs what changed since the last one, not the whole history. log_tail(): whole lines
+  // to append before the next state write (empty: none); log_written(): they were appended, and
+  // save() leaves them out from now on. restore_log(): the log's text, up to the length the state
+  // recorded, before restore() (which then adds the state's own part); `where` names the file.
+  [[nodiscard]] virtual std::string log_tail() const { return {}; }
+  virtual void log_written() {}
+  [[nodiscard]] virtual Result<void> restore_log(std::string_view text, const std::string& where) {
+    (void)text;
+    (void)where;
+    return {};
+  }
 };
 
 // The scheduler a spec asks for; `seed` is the experiment's.

@@ -151,6 +151,7 @@ json header_json(const ExperimentState& s) {
           {"hosts", s.hosts},
           {"scheduler", s.scheduler},
           {"pbt_policy_bytes", s.pbt_policy_bytes},
+          {"scheduler_log_bytes", s.scheduler_log_bytes},
           {"search_alg", s.search_alg}};
 }
 }  // namespace
@@ -193,6 +194,8 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
   if (j.contains("search_alg")) s.search_alg = j["search_alg"];  // checked by the searcher
   if (j.contains("pbt_policy_bytes"))  // (absent in states written before pbt existed)
     s.pbt_policy_bytes = r.get<uint64_t>(j, "pbt_policy_bytes", "experiment");
+  if (j.contains("scheduler_log_bytes"))  // (absent in states written before the log existed)
+    s.scheduler_log_bytes = r.get<uint64_t>(j, "scheduler_log_bytes", "experiment");
   json trials = r.get<json>(j, "trials", "experiment");
   if (!r.ok) return std::unexpected(r.err);
   if (!trials.is_array()) return fail(where, ": 'trials' is not a list");

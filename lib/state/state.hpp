@@ -17,6 +17,9 @@ namespace fs = std::filesystem;
 
 inline constexpr int kStateVersion = 1;
 inline constexpr const char* kStateFile = "experiment_state.json";
+// The scheduler's append-only log (sched::TrialScheduler::log_tail), in the experiment dir; only
+// its first `scheduler_log_bytes` bytes belong to the state.
+inline constexpr const char* kSchedulerLog = ".tune/scheduler.log";
 
 struct ExperimentState {
   std::string name;
@@ -31,7 +34,8 @@ struct ExperimentState {
   std::map<std::string, std::string> hosts;  // host -> "up" | "unreachable" (as last seen)
   nlohmann::json scheduler;                  // the trial scheduler's own state (null for fifo)
   nlohmann::json search_alg;                 // the searcher's own state (null for random)
-  uint64_t pbt_policy_bytes = 0;  // pbt_policy.jsonl's length as of this state (control/exploit)
+  uint64_t pbt_policy_bytes = 0;     // pbt_policy.jsonl's length as of this state (control/exploit)
+  uint64_t scheduler_log_bytes = 0;  // kSchedulerLog's length as of this state
   std::vector<trial::Trial> trials;
 };
 

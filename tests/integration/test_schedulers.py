@@ -1,6 +1,6 @@
 """Schedulers on real trial processes: asha and hyperband on the digits example (scikit-learn),
-and a driver SIGKILLed at random instants of an asha and a hyperband run resumes to the same
-decisions as an uninterrupted run."""
+and a driver SIGKILLed at random instants of an asha, a hyperband and a median_stopping run
+resumes to the same decisions as an uninterrupted run."""
 import os
 import random
 import signal
@@ -119,6 +119,18 @@ class SchedulerTest(TuneTest):
         rng = random.Random(int(os.environ.get("TUNE_TEST_SEED", time.time())))
         kills = [rng.uniform(0.3, 2.5) for _ in range(3)]
         self.assertEqual(self.run_curve("hb-killed", sched, kills), straight, "kills %s" % kills)
+
+    def test_a_driver_killed_at_random_instants_resumes_to_the_same_median_decisions(self):
+        # median_stopping's results go to .tune/scheduler.log at each state write: a resume reads
+        # the log up to what the state counts, then the state's own part.
+        sched = "{type: median_stopping, grace_period: 3, min_samples_required: 2}"
+        straight = self.run_curve("med-straight", sched, [])
+        self.assertIn(("stopped", "median"), [(v[2], v[3]) for v in straight.values()])
+        log = os.path.join(self.storage, "med-straight", ".tune", "scheduler.log")
+        self.assertGreater(os.path.getsize(log), 0)
+        rng = random.Random(int(os.environ.get("TUNE_TEST_SEED", time.time())))
+        kills = [rng.uniform(0.3, 2.5) for _ in range(3)]
+        self.assertEqual(self.run_curve("med-killed", sched, kills), straight, "kills %s" % kills)
 
 
 if __name__ == "__main__":

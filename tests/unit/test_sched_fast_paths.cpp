@@ -3,6 +3,7 @@
 // naively; the schedulers are driven with seeded random results that include NaN, repeated
 // times and times that are asked once, and must agree on every decision, before and after a
 // save/restore.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <map>
@@ -136,4 +137,70 @@ TEST_CASE("asha's sorted rungs give the cutoffs of nan_percentile", "[sched]") {
     }
   }
   CHECK(stops >= 20);
+}
+
+TEST_CASE("median stopping restored from its log plus its state decides as from scratch",
+          "[sched]") {
+  int stops = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    spec::SchedulerSpec s;
+    s.kind = spec::SchedulerKind::kMedianStopping;
+    s.grace_period = static_cast<double>(seed % 3);
+    s.min_samples_required = 1 + static_cast<int>(seed % 4);
+    sched::MedianStopping fast(s);
+    NaiveMedian ref(s.grace_period, s.min_samples_required);
+    auto rs = script(seed, 12, 15);
+    std::string log;  // what the controller appended to the scheduler's log
+    for (size_t i = 0; i < rs.size(); ++i) {
+      if (i % 37 == 36) {  // a state write: the new results go to the log, the state sheds them
+        log += fast.log_tail();
+        fast.log_written();
+        CHECK(fast.log_tail().empty());
+        CHECK(fast.save()["trials"].empty());
+      }
+      if (i == rs.size() / 2 || i == rs.size() * 3 / 4) {  // a resume: log, then the state
+        std::string state = util::dump_json_ext(fast.save());
+        sched::MedianStopping again(s);
+        REQUIRE(again.restore_log(log, "scheduler.log"));
+        REQUIRE(again.restore(util::parse_json_ext(state)));
+        CHECK(util::dump_json_ext(again.save()) == state);
+        fast = std::move(again);
+      }
+      Action want = ref.on_result(rs[i]);
+      INFO("seed " << seed << ", result " << i << ": " << rs[i].trial << " at " << rs[i].time);
+      REQUIRE(fast.on_result(rs[i]).action == want);
+      stops += want == Action::kStop;
+    }
+    // The whole history, as an old state holds it (no log): loads and decides the same.
+    sched::MedianStopping whole(s), old(s);
+    for (const auto& r : rs) (void)whole.on_result(r);
+    REQUIRE(old.restore(util::parse_json_ext(util::dump_json_ext(whole.save()))));
+    for (int k = 0; k < 12; ++k) {
+      Observation next{"t" + std::to_string(k), 1000, 5.0};
+      REQUIRE(old.on_result(next).action == whole.on_result(next).action);
+    }
+  }
+  CHECK(stops >= 10);
+}
+
+TEST_CASE("median stopping refuses a damaged or cut log, naming the line", "[sched]") {
+  spec::SchedulerSpec s;
+  s.kind = spec::SchedulerKind::kMedianStopping;
+  sched::MedianStopping m(s);
+  (void)m.on_result({"a", 1, 0.5});
+  (void)m.on_result({"b", 1, 0.25});
+  std::string log = m.log_tail();
+  REQUIRE(std::count(log.begin(), log.end(), '\n') == 2);
+  sched::MedianStopping r(s);
+  REQUIRE(r.restore_log(log, "x.log"));
+  REQUIRE(r.restore(m.save()));
+  CHECK(r.save() == m.save());
+  auto cut = r.restore_log(log.substr(0, log.size() - 5), "x.log");
+  REQUIRE(!cut);
+  CHECK(cut.error().message == "x.log:2: the last line is cut short");
+  std::string flipped = log;
+  flipped[flipped.find("0.25")] = '9';  // still JSON, but not what was written
+  auto bad = r.restore_log(flipped, "x.log");
+  REQUIRE(!bad);
+  CHECK(bad.error().message == "x.log:2: damaged line (its checksum does not match)");
 }

@@ -207,3 +207,18 @@ TEST_CASE("pbt fields round-trip; a malformed pending exploit is refused", "[sta
         std::string::npos);
   }
 }
+
+TEST_CASE("the scheduler log's length round-trips; a state without it counts 0", "[state]") {
+  auto s = sample();
+  s.scheduler_log_bytes = 4567;
+  auto back = state::from_json(state::to_json(s), "f");
+  REQUIRE(back);
+  CHECK(back->scheduler_log_bytes == 4567);
+  auto j = state::to_json(s);
+  j.erase("scheduler_log_bytes");  // written before the log existed
+  auto old = state::from_json(j, "f");
+  REQUIRE(old);
+  CHECK(old->scheduler_log_bytes == 0);
+  j["scheduler_log_bytes"] = "12";
+  CHECK(!state::from_json(j, "f"));
+}
