@@ -121,7 +121,7 @@ class ReportInBrowserTest(TuneTest):
         self.assertEqual(problems, [], "console errors, exceptions or dialogs (alert ran?)")
         self.assertEqual(requests, ["file://" + out], "the page requested something else")
         self.assertEqual(checks["rendered"], "1")
-        self.assertEqual(checks["scripts"], 3, "a metric name added a script element")
+        self.assertEqual(checks["scripts"], 4, "a metric name added a script element")
         self.assertEqual(checks["rows"], 4)
         self.assertIn(EVIL, checks["metricOptions"])  # shown as text, never run
         self.assertIn("loss", checks["metricOptions"])
