@@ -149,9 +149,10 @@
   // The marks of trial t: [x, kind] for each checkpoint, decision, and its end (TERMINATED or
   // ERROR, at its last row).
   function marksOf(t) {
-    var out = t.ckpts.map(function (ci) { return [ci, "ckpt"]; });
-    t.marks.forEach(function (m) { out.push([m[0], m[1]]); });
+    var out = [];  // drawn in this order: the decisions on top
     if ((t.status === "TERMINATED" || t.status === "ERROR") && t.n) out.push([xOf(t, t.n - 1), t.status]);
+    t.ckpts.forEach(function (ci) { out.push([ci, "ckpt"]); });
+    t.marks.forEach(function (m) { out.push([m[0], m[1]]); });
     return out;
   }
   function markers(u) {
