@@ -1,11 +1,13 @@
 // The report's data layer: the fast result-row scanner (checked against the full JSON parser on
 // tricky lines and on every prefix of them), base64, the curves' binary columns, and the
 // scheduler's decisions read back from a state and pbt_policy.jsonl.
+#include <algorithm>
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "fake_executor.hpp"
 #include "report/decisions.hpp"
@@ -238,4 +240,47 @@ TEST_CASE("the scheduler's decisions: from the state and from pbt_policy.jsonl",
   CHECK(marks["00003"][1].at == 6);
   CHECK_FALSE(marks.contains("00009"));  // no such trial
   CHECK(std::string(report::mark_kind_name(report::MarkKind::kMaxT)) == "max_t");
+}
+
+TEST_CASE("a big JSON text parses the same with progress reported along the way", "[util]") {
+  std::string text = "{\"rows\": [";
+  for (int i = 0; i < 60000; ++i) text += (i ? ",\n" : "") + json{{"i", i}, {"name", "row"}}.dump();
+  text += "], \"bad\": NaN}";
+  REQUIRE(text.size() > (1u << 20));
+  std::vector<size_t> seen;
+  json j = util::parse_json_ext(text, util::kMaxJsonDepth, [&](size_t done, size_t total) {
+    CHECK(total >= text.size());
+    CHECK(done <= total);
+    seen.push_back(done);
+  });
+  REQUIRE_FALSE(j.is_discarded());
+  CHECK(util::dump_json_ext(j) == util::dump_json_ext(util::parse_json_ext(text)));
+  REQUIRE(seen.size() >= 1);
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+}
+
+TEST_CASE("loading a big state reports bytes parsed, then trials checked", "[state]") {
+  testing::ScratchDir d;
+  state::ExperimentState s;
+  s.name = "big";
+  for (int i = 0; i < 4000; ++i) {
+    trial::Trial t;
+    t.id = std::to_string(100000 + i);
+    t.name = "trial_" + t.id;
+    t.index = static_cast<uint64_t>(i);
+    t.config = {{"lr", 0.001 * i}, {"note", std::string(300, 'n')}};
+    s.trials.push_back(t);
+  }
+  REQUIRE(state::save(d.path, s, false));
+  std::map<state::LoadStage, std::vector<std::pair<size_t, size_t>>> calls;
+  auto back = state::load(d.path, [&](state::LoadStage st, size_t done, size_t total) {
+    calls[st].emplace_back(done, total);
+  });
+  REQUIRE(back.has_value());
+  CHECK(back->trials.size() == 4000);
+  REQUIRE(calls[state::LoadStage::kParse].size() >= 1);  // the file is over 1 MiB
+  CHECK(calls[state::LoadStage::kParse].back().second > (1u << 20));
+  REQUIRE_FALSE(calls[state::LoadStage::kCheck].empty());
+  CHECK(calls[state::LoadStage::kCheck].back() == std::pair<size_t, size_t>{4000, 4000});
+  CHECK(std::string(state::load_stage_label(state::LoadStage::kParse)) == "reading state");
 }
