@@ -38,8 +38,8 @@ bool state_mark(const trial::Trial& t, const std::string& scheduler, Mark& m) {
   else if (t.reason == trial::Reason::kPaused && t.cause != trial::Cause::kExploit)
     m.kind = MarkKind::kPaused;
   else
-    return false;  // an exploit carried out is in pbt_policy.jsonl
-  m.at = t.decided_at;
+    return false;                          // an exploit carried out is in pbt_policy.jsonl
+  m.x = static_cast<double>(t.iteration);  // its last row: where the decision was taken
   m.text = trial::describe_decision(t, scheduler);
   return true;
 }
@@ -62,7 +62,9 @@ void policy_marks(const state::ExperimentState& s, const std::filesystem::path& 
     if (!names.count(id)) continue;
     auto dn = names.find(donor);
     double at = j["at"].get<double>();
-    out[id].push_back({at, MarkKind::kExploited,
+    // On the curve: where it goes on from (the donor's checkpoint's iteration).
+    double x = j["donor_iteration"].is_number() ? j["donor_iteration"].get<double>() : at;
+    out[id].push_back({x, MarkKind::kExploited,
                        "exploited " + (dn != names.end() ? dn->second : donor) + " at " +
                            util::format_double(at)});
   }
@@ -86,7 +88,7 @@ std::map<std::string, std::vector<Mark>> read_decisions(const state::ExperimentS
   }
   for (auto& [id, marks] : out)
     std::stable_sort(marks.begin(), marks.end(),
-                     [](const Mark& a, const Mark& b) { return a.at < b.at; });
+                     [](const Mark& a, const Mark& b) { return a.x < b.x; });
   return out;
 }
 

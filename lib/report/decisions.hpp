@@ -18,15 +18,17 @@ enum class MarkKind { kStopped, kMaxT, kPaused, kExploited };
 // "stopped", "max_t", "paused", "exploited": the page's name for each kind.
 [[nodiscard]] const char* mark_kind_name(MarkKind k);
 
-// One decision: at which time_attr value, what, and a sentence for people ("stopped by asha at
-// 9", "exploited trial_00003_lr=0.1 at 12").
+// One decision: where on the curve (the training_iteration it was taken at: the trial's last
+// row for a stop or a pause, the restored checkpoint's for an exploit), what, and a sentence for
+// people in the scheduler's own time_attr ("stopped by asha at 9", "exploited
+// trial_00003_lr=0.1 at 12").
 struct Mark {
-  double at = 0;
+  double x = 0;
   MarkKind kind = MarkKind::kStopped;
   std::string text;
 };
 
-// Every trial's marks by trial id, in time order.
+// Every trial's marks by trial id, in x order.
 [[nodiscard]] std::map<std::string, std::vector<Mark>> read_decisions(
     const state::ExperimentState& s, const std::filesystem::path& exp_dir);
 

@@ -51,7 +51,7 @@ json trial_json(const trial::Trial& t, const fs::path& exp_dir,
   for (const auto& c : t.checkpoints) ckpts.push_back(c.iteration);
   const trial::Checkpoint* pick = best_checkpoint(t, metric, maximize);
   json mk = json::array();
-  for (const auto& m : marks) mk.push_back({m.at, mark_kind_name(m.kind), m.text});
+  for (const auto& m : marks) mk.push_back({m.x, mark_kind_name(m.kind), m.text});
   json out = {
       {"id", t.id},
       {"name", t.name},

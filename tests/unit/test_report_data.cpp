@@ -203,6 +203,7 @@ trial::Trial decided(const std::string& id, trial::Reason r, trial::Cause c, dou
   t.reason = r;
   t.cause = c;
   t.decided_at = at;
+  t.iteration = static_cast<int64_t>(at) + 1;  // its last row (time_attr is not the iteration)
   return t;
 }
 
@@ -218,10 +219,10 @@ TEST_CASE("the scheduler's decisions: from the state and from pbt_policy.jsonl",
               decided("00003", trial::Reason::kNone, trial::Cause::kNone, 0)};
   s.trials[3].exploited_from = "00000";  // carried out: the policy file has it
   s.trials[3].exploited_at = 2;
-  std::string policy = json{{"trial", "00003"}, {"donor", "00000"}, {"at", 2}}.dump() + "\n" +
-                       "{not json\n" +
-                       json{{"trial", "00009"}, {"donor", "00000"}, {"at", 1}}.dump() + "\n" +
-                       json{{"trial", "00003"}, {"donor", "00001"}, {"at", 6}}.dump() + "\n";
+  std::string policy =
+      json{{"trial", "00003"}, {"donor", "00000"}, {"at", 2}, {"donor_iteration", 1}}.dump() +
+      "\n" + "{not json\n" + json{{"trial", "00009"}, {"donor", "00000"}, {"at", 1}}.dump() + "\n" +
+      json{{"trial", "00003"}, {"donor", "00001"}, {"at", 6}}.dump() + "\n";
   s.pbt_policy_bytes = policy.size();
   // A line past the length the state knows (a crash after the append): not read.
   policy += json{{"trial", "00003"}, {"donor", "00002"}, {"at", 8}}.dump() + "\n";
@@ -229,7 +230,7 @@ TEST_CASE("the scheduler's decisions: from the state and from pbt_policy.jsonl",
   auto marks = report::read_decisions(s, d.path);
   REQUIRE(marks["00000"].size() == 1);
   CHECK(marks["00000"][0].kind == report::MarkKind::kStopped);
-  CHECK(marks["00000"][0].at == 3);
+  CHECK(marks["00000"][0].x == 4);  // on its last row
   CHECK(marks["00000"][0].text == "stopped by asha at 3");
   CHECK(marks["00001"][0].kind == report::MarkKind::kMaxT);
   CHECK(marks["00002"][0].kind == report::MarkKind::kPaused);
@@ -237,7 +238,8 @@ TEST_CASE("the scheduler's decisions: from the state and from pbt_policy.jsonl",
   REQUIRE(marks["00003"].size() == 2);  // the two exploits within the known length
   CHECK(marks["00003"][0].kind == report::MarkKind::kExploited);
   CHECK(marks["00003"][0].text == "exploited trial_00000 at 2");
-  CHECK(marks["00003"][1].at == 6);
+  CHECK(marks["00003"][0].x == 1);       // where it goes on from
+  CHECK(marks["00003"][1].x == 6);       // no donor_iteration: at
   CHECK_FALSE(marks.contains("00009"));  // no such trial
   CHECK(std::string(report::mark_kind_name(report::MarkKind::kMaxT)) == "max_t");
 }
