@@ -185,3 +185,28 @@ TEST_CASE("report_period_s and tensorboard in the experiment file", "[report][sp
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("exp.yaml:3:") == 0);
 }
+
+TEST_CASE("the page holds the curves as base64 of the gathered columns, in their own element",
+          "[report]") {
+  testing::ScratchDir d;
+  write_experiment(d.path);
+  auto r = report::gather(d.path);
+  REQUIRE(r);
+  REQUIRE_FALSE(r->series.empty());
+  std::string page = report::render_html(r->meta, r->series);
+  const std::string open = "<script type=\"application/octet-stream\" id=\"tune-series\">";
+  size_t at = page.find(open);
+  REQUIRE(at != std::string::npos);
+  at += open.size();
+  size_t end = page.find("</script>", at);
+  REQUIRE(end != std::string::npos);
+  std::string b64 = page.substr(at, end - at);
+  CHECK(b64.size() == (r->series.size() + 2) / 3 * 4);
+  CHECK(
+      b64.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") ==
+      std::string::npos);
+  // Every column the metadata names lies within the bytes.
+  for (const auto& t : r->meta["trials"])
+    for (const auto& [k, off] : t["y"].items())
+      CHECK(off.get<size_t>() + 4 * t["n"].get<size_t>() <= r->series.size());
+}
