@@ -22,6 +22,7 @@
 #include "sync/upload.hpp"
 #include "sync/workdir.hpp"
 #include "ui/live_table.hpp"
+#include "ui/progress_bar.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -217,7 +218,12 @@ int RunCommand::execute() {
 
   std::optional<state::ExperimentState> resume;
   if (has_state) {
-    auto s = state::load(dir);
+    // A bar on a terminal while a big state loads (seconds at 100,000 trials).
+    ui::StagedProgress bar(::isatty(STDERR_FILENO) != 0 && !quiet_);
+    auto s = state::load(dir, [&](state::LoadStage stage, size_t done, size_t total) {
+      bar.update(state::load_stage_label(stage), done, total);
+    });
+    bar.finish();
     if (!s) throw Fatal(s.error().message + " (the experiment cannot be resumed from it)");
     if (s->total_trials != search::trial_count(exp.space, exp.num_samples) ||
         (exp.seed && s->seed != *exp.seed))
@@ -375,6 +381,12 @@ int RunCommand::execute() {
   co.state_period_s = env_seconds("TUNE_GLOBAL_CHECKPOINT_S");
   co.base_env = environment();
   co.python_helpers_dir = python_helpers_dir();
+  // A bar on a terminal while a resume pulls checkpoints from SSH hosts.
+  ui::StagedProgress fetch_bar(::isatty(STDERR_FILENO) != 0 && !quiet_);
+  co.fetch_progress = [&](size_t done, size_t total) {
+    fetch_bar.update("pulling checkpoints", done, total);
+    if (done == total) fetch_bar.finish();
+  };
   control::Controller controller(exp, *ex, co, &table);
   int code = kExitOk;
   try {

@@ -243,15 +243,36 @@ void Controller::end_strays() {
   if (!strays.empty()) ex_.end_attempts(strays, opts_.grace_s);
 }
 
-void Controller::fetch_remote_only(trial::Trial& t) {
-  std::string host = remote_host(t);
-  if (host.empty()) return;
-  fs::path dir = trial_dir(t);
+std::vector<std::string> Controller::missing_on_head(const trial::Trial& t) const {
   std::vector<std::string> missing;
+  if (remote_host(t).empty()) return missing;
+  fs::path dir = trial_dir(t);
   std::error_code ec;
   for (const auto& c : t.checkpoints)
     if (!fs::is_directory(dir / c.dir_name(), ec)) missing.push_back(c.dir_name());
-  if (missing.empty()) return;
+  return missing;
+}
+
+void Controller::fetch_all_remote_only() {
+  std::vector<std::pair<trial::Trial*, std::vector<std::string>>> todo;
+  size_t total = 0, done = 0;
+  for (auto& t : state_.trials) {
+    if (running_.count(t.id)) continue;
+    auto missing = missing_on_head(t);
+    if (missing.empty()) continue;
+    total += missing.size();
+    todo.emplace_back(&t, std::move(missing));
+  }
+  for (auto& [t, missing] : todo) {
+    fetch_remote_only(*t, missing);
+    done += missing.size();
+    if (opts_.fetch_progress) opts_.fetch_progress(done, total);
+  }
+}
+
+void Controller::fetch_remote_only(trial::Trial& t, const std::vector<std::string>& missing) {
+  std::string host = remote_host(t);
+  fs::path dir = trial_dir(t);
   spdlog::info("trial {}: bringing {} checkpoint(s) from {} that never reached the head", t.name,
                missing.size(), host);
   auto got = ex_.fetch_checkpoints(host, dir, missing);
@@ -873,8 +894,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       }
     }
     end_strays();
-    for (auto& t : state_.trials)
-      if (!running_.count(t.id)) fetch_remote_only(t);
+    fetch_all_remote_only();
   } else {
     state_.name = exp_.name;
     state_.seed = exp_.seed.value_or(0);

@@ -49,6 +49,9 @@ struct ControllerOptions {
   // trial.restore_from: the head's copy, given to local trials with no checkpoint of their own
   // (trials on SSH hosts get the path as written in the file).
   std::optional<fs::path> warm_start;
+  // A resume pulling checkpoints that never reached the head from SSH hosts: called with the
+  // checkpoints handled so far (brought or given up on) and how many there are (a progress bar).
+  std::function<void(size_t done, size_t total)> fetch_progress;
 };
 
 // The controller is also what schedulers ask about the trials (sched::Population, exploit.cpp).
@@ -151,7 +154,11 @@ class Controller : private sched::Population {
   [[nodiscard]] std::string remote_host(const trial::Trial& t) const;
   // Resume: brings checkpoints the state names that the trial saved on its SSH host but that
   // never reached the head (its driver died first) to the head, before anything restarts.
-  void fetch_remote_only(trial::Trial& t);
+  // The checkpoints `t` (on an SSH host) recorded that are not on the head.
+  [[nodiscard]] std::vector<std::string> missing_on_head(const trial::Trial& t) const;
+  void fetch_remote_only(trial::Trial& t, const std::vector<std::string>& missing);
+  // Brings every trial's missing checkpoints (a resume), reporting progress.
+  void fetch_all_remote_only();
   // Resume: asks every host which attempts run there, and ends those no trial expects (an
   // attempt re-queued elsewhere while its host was unreachable, say), before anything starts.
   void end_strays();

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "report/decisions.hpp"
 #include "state/state.hpp"
 #include "util/json_ext.hpp"
 
@@ -13,32 +14,7 @@ namespace tune::report {
 
 using json = nlohmann::json;
 
-bool is_bookkeeping_key(const std::string& key) {
-  static const std::set<std::string> kKeys = {
-      "training_iteration", "timestamp", "pid", "iterations_since_restore", "done",
-      "trial_id",           "hostname",  "date"};
-  return kKeys.count(key) > 0;
-}
-
 namespace {
-
-// The driver's clocks: in every row, rarely worth a curve, and they would double the page.
-bool is_driver_time(const std::string& key) {
-  return key == "time_this_iter_s" || key == "time_total_s";
-}
-
-// x as {x0, n} when it is x0, x0+1, ..., x0+n-1 (the usual case: a third of the page saved).
-void put_x(json& out, json&& x) {
-  bool run = !x.empty() && x[0].is_number_integer();
-  for (size_t i = 1; run && i < x.size(); ++i)
-    run = x[i].is_number_integer() && x[i].get<int64_t>() == x[0].get<int64_t>() + int64_t(i);
-  if (run) {
-    out["x0"] = x[0];
-    out["n"] = x.size();
-  } else {
-    out["x"] = std::move(x);
-  }
-}
 
 void flatten_into(const json& v, const std::string& prefix, json& out, int depth) {
   if (v.is_object() && depth < 32) {
@@ -58,32 +34,9 @@ std::optional<double> finite(const json& v) {
   return std::isfinite(d) ? std::optional(d) : std::nullopt;
 }
 
-// Appends one result row to the series (keys unseen so far are padded with nulls).
-void add_row(Series& s, const json& row, size_t max_keys) {
-  auto it = row.find("training_iteration");
-  if (it == row.end() || !it->is_number()) {
-    ++s.bad_lines;
-    return;
-  }
-  size_t n = s.x.size();
-  s.x.push_back(*it);
-  for (const auto& [k, v] : row.items()) {
-    if (!v.is_number() || v.is_boolean() || is_bookkeeping_key(k) || is_driver_time(k)) continue;
-    if (!s.y.contains(k)) {
-      if (s.y.size() >= max_keys) continue;
-      s.y[k] = json::array();
-      for (size_t i = 0; i < n; ++i) s.y[k].push_back(nullptr);
-    }
-    auto f = finite(v);
-    s.y[k].push_back(f ? json(*f) : json(nullptr));
-  }
-  for (auto& [k, col] : s.y.items())
-    if (col.size() < n + 1) col.push_back(nullptr);
-  ++s.rows;
-}
-
 json trial_json(const trial::Trial& t, const fs::path& exp_dir,
-                const std::optional<std::string>& metric, bool maximize) {
+                const std::optional<std::string>& metric, bool maximize,
+                const std::vector<Mark>& marks, std::string& blob) {
   json last = json::object();
   for (const auto& [k, st] : t.metrics)
     if (std::isfinite(st.last)) last[k] = st.last;
@@ -97,7 +50,8 @@ json trial_json(const trial::Trial& t, const fs::path& exp_dir,
   json ckpts = json::array();
   for (const auto& c : t.checkpoints) ckpts.push_back(c.iteration);
   const trial::Checkpoint* pick = best_checkpoint(t, metric, maximize);
-  Series s = read_series(exp_dir / t.name);
+  json mk = json::array();
+  for (const auto& m : marks) mk.push_back({m.x, mark_kind_name(m.kind), m.text});
   json out = {
       {"id", t.id},
       {"name", t.name},
@@ -112,8 +66,8 @@ json trial_json(const trial::Trial& t, const fs::path& exp_dir,
       {"best", best},
       {"ckpts", ckpts},
       {"ckpt_path", pick ? json((exp_dir / t.name / pick->dir_name()).string()) : json(nullptr)},
-      {"y", std::move(s.y)}};
-  put_x(out, std::move(s.x));
+      {"marks", std::move(mk)}};
+  out.update(append_columns(read_series(exp_dir / t.name), blob));
   return out;
 }
 
@@ -173,45 +127,46 @@ size_t each_result(const fs::path& trial_dir, const std::function<void(json&&)>&
   return bad;
 }
 
-Series read_series(const fs::path& trial_dir, size_t max_keys) {
-  Series s;
-  s.bad_lines += each_result(trial_dir, [&](json&& row) { add_row(s, row, max_keys); });
-  return s;
-}
-
-Result<json> gather(const fs::path& exp_dir, const std::function<void(size_t, size_t)>& progress) {
+Result<ReportData> gather(const fs::path& exp_dir,
+                          const std::function<void(size_t, size_t)>& progress) {
   std::error_code ec;
   fs::path dir = fs::weakly_canonical(exp_dir, ec);
   if (ec) dir = fs::absolute(exp_dir);
   auto st = state::load(dir);
   if (!st) return std::unexpected(st.error());
   bool maximize = st->mode == "max";
+  auto decisions = read_decisions(*st, dir);
+  const std::vector<Mark> none;
+  ReportData data;
   json trials = json::array();
   std::map<std::string, uint64_t> counts;
   std::set<std::string> params, metrics;
   for (const auto& t : st->trials) {
     ++counts[trial::status_name(t.status)];
-    json tj = trial_json(t, dir, st->metric, maximize);
+    auto marks = decisions.find(t.id);
+    json tj = trial_json(t, dir, st->metric, maximize,
+                         marks == decisions.end() ? none : marks->second, data.series);
     for (const auto& [k, v] : tj["config"].items()) params.insert(k);
     for (const auto& [k, v] : tj["y"].items()) metrics.insert(k);
     trials.push_back(std::move(tj));
     if (progress) progress(trials.size(), st->trials.size());
   }
   json best = best_of(trials, st->metric, maximize);
-  return json{{"name", st->name},
-              {"dir", dir.string()},
-              {"phase", st->phase},
-              {"elapsed_s", st->elapsed_s},
-              {"start_time", st->start_time},
-              {"metric", st->metric ? json(*st->metric) : json(nullptr)},
-              {"mode", st->mode},
-              {"time_attr", "training_iteration"},
-              {"total_trials", st->total_trials},
-              {"counts", counts},
-              {"params", params},
-              {"metrics", metrics},
-              {"best", best},
-              {"trials", std::move(trials)}};
+  data.meta = json{{"name", st->name},
+                   {"dir", dir.string()},
+                   {"phase", st->phase},
+                   {"elapsed_s", st->elapsed_s},
+                   {"start_time", st->start_time},
+                   {"metric", st->metric ? json(*st->metric) : json(nullptr)},
+                   {"mode", st->mode},
+                   {"time_attr", "training_iteration"},
+                   {"total_trials", st->total_trials},
+                   {"counts", counts},
+                   {"params", params},
+                   {"metrics", metrics},
+                   {"best", best},
+                   {"trials", std::move(trials)}};
+  return data;
 }
 
 }  // namespace tune::report

@@ -1,6 +1,6 @@
 // What the report shows, read from an experiment dir alone: experiment_state.json (through the
-// state loader) and each trial's result.json. Nothing here needs the driver or the spec file,
-// so it works on a copied or mirrored dir and while a driver runs.
+// state loader), each trial's result.json and pbt_policy.jsonl. Nothing here needs the driver
+// or the spec file, so it works on a copied or mirrored dir and while a driver runs.
 #pragma once
 
 #include <cstddef>
@@ -10,15 +10,13 @@
 #include <optional>
 #include <string>
 
+#include "report/series.hpp"
 #include "trial/trial.hpp"
 #include "util/error.hpp"
 
 namespace tune::report {
 
 namespace fs = std::filesystem;
-
-// Result keys that are the driver's bookkeeping, not curves worth plotting.
-[[nodiscard]] bool is_bookkeeping_key(const std::string& key);
 
 // Flattens a config: nested objects become "a/b" keys; scalars are kept, arrays and anything
 // else become their JSON text.
@@ -33,27 +31,21 @@ namespace fs = std::filesystem;
 // torn or foreign lines are skipped. Returns how many lines were skipped.
 size_t each_result(const fs::path& trial_dir, const std::function<void(nlohmann::json&&)>& fn);
 
-// One trial's curves: training_iteration of each result row (x) and, per numeric top-level
-// result key, its value in each row (null where the row lacks it or it is not finite).
-struct Series {
-  nlohmann::json x = nlohmann::json::array();
-  nlohmann::json y = nlohmann::json::object();
-  size_t rows = 0, bad_lines = 0;
-};
-
-// Reads `trial_dir/result.json` line by line (a torn or foreign line is skipped and counted);
-// at most `max_keys` distinct metric keys are kept (the first ones met).
-[[nodiscard]] Series read_series(const fs::path& trial_dir, size_t max_keys = 64);
-
-// The whole report's data, as the page's script reads it:
+// The whole report's data, as the page's script reads it. `meta`:
 // {name, dir, phase, elapsed_s, start_time, metric, mode, time_attr, total_trials, counts,
 //  params, metrics, best: {trial, value, checkpoint} | null, trials: [{id, name, status, reason,
-//  host, iter, error, time_total_s, config, last, best, ckpts, ckpt_path, y, and x or, when x
-//  is x0, x0+1, ..., x0+n-1, x0 and n}]}. The driver's time_this_iter_s and time_total_s are
-//  not curves (they are in the table and the export).
+//  host, iter, error, time_total_s, config, last, best, ckpts, ckpt_path, marks: [[at, kind,
+//  text]], and the curves' places in `series` (see append_columns: n, x0 or xo, y)}]}.
+// `series`: the curves' binary columns. The driver's time_this_iter_s and time_total_s are not
+// curves (they are in the table and the export).
+struct ReportData {
+  nlohmann::json meta;
+  std::string series;
+};
+
 // Errors: the state cannot be read (named with its file).
 // `progress(done, total)` is called after each trial is read.
-[[nodiscard]] Result<nlohmann::json> gather(
-    const fs::path& exp_dir, const std::function<void(size_t, size_t)>& progress = {});
+[[nodiscard]] Result<ReportData> gather(const fs::path& exp_dir,
+                                        const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace tune::report

@@ -3,6 +3,7 @@
 #include "report/assets.inc"
 #include "report/gather.hpp"
 #include "util/atomic_file.hpp"
+#include "util/base64.hpp"
 
 namespace tune::report {
 
@@ -72,9 +73,15 @@ constexpr std::string_view kBody = R"(<header><h1 id="title"></h1><div id="sub">
 <label><input type="checkbox" id="logscale"> log scale</label>
 <span id="hover" class="muted"></span></div>
 <div id="curves"></div>
-<div class="muted legend">best trial in orange; <span class="mk-ckpt">o</span> checkpoint;
-end of a trial: <span class="mk-term">&#9632;</span> TERMINATED
-<span class="mk-err">&#10005;</span> ERROR <span class="mk-paused">&#9646;&#9646;</span> PAUSED</div>
+<div class="muted legend" id="legend">best trial in orange;
+<span class="mk-ckpt" data-mark="ckpt">o</span> checkpoint;
+the scheduler's decisions: <span class="mk-stop" data-mark="stopped">&#9660;</span> stopped
+<span class="mk-maxt" data-mark="max_t">&#9654;</span> reached max_t
+<span class="mk-paused" data-mark="paused">&#9646;&#9646;</span> paused
+<span class="mk-exploit" data-mark="exploited">&#9670;</span> exploited another trial's checkpoint
+(pbt); end of a trial: <span class="mk-term" data-mark="TERMINATED">&#9632;</span> TERMINATED
+<span class="mk-err" data-mark="ERROR">&#10005;</span> ERROR. Hover a curve for the details.
+<span id="marks-note"></span></div>
 <div id="downsampled" class="muted"></div></section>
 <section class="card"><h2>Hyperparameters against the final metric</h2>
 <canvas id="parcoords" height="320"></canvas></section>
@@ -86,10 +93,10 @@ end of a trial: <span class="mk-term">&#9632;</span> TERMINATED
 
 }  // namespace
 
-std::string render_html(const json& data) {
+std::string render_html(const json& data, std::string_view series) {
   std::string title = "tune report: " + data.value("name", std::string());
   std::string out;
-  out.reserve(kUplotJs.size() + kReportJs.size() + 4096);
+  out.reserve(kUplotJs.size() + kReportJs.size() + series.size() / 3 * 4 + 8192);
   out += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n";
   out += "<meta http-equiv=\"Content-Security-Policy\" content=\"";
   out += kCsp;
@@ -103,6 +110,9 @@ std::string render_html(const json& data) {
   out += kBody;
   out += "<script type=\"application/json\" id=\"tune-data\">";
   out += script_safe_json(data);
+  // Base64's alphabet (A-Z a-z 0-9 + / =) cannot end the element.
+  out += "</script>\n<script type=\"application/octet-stream\" id=\"tune-series\">";
+  util::base64_encode(series, out);
   out += "</script>\n<script>";
   out += kUplotJs;
   out += "</script>\n<script>";
@@ -115,7 +125,7 @@ Result<size_t> write_report(const std::filesystem::path& exp_dir, const std::fil
                             const std::function<void(size_t, size_t)>& progress) {
   auto data = gather(exp_dir, progress);
   if (!data) return std::unexpected(data.error());
-  std::string page = render_html(*data);
+  std::string page = render_html(data->meta, data->series);
   if (auto r = util::write_file_atomic(out, page, false); !r) return std::unexpected(r.error());
   return page.size();
 }

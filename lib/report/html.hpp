@@ -20,8 +20,9 @@ namespace tune::report {
 // Text safe in HTML element content and attribute values (&, <, >, ", ' escaped).
 [[nodiscard]] std::string html_escape(std::string_view s);
 
-// The whole page for `data` (as report::gather makes it).
-[[nodiscard]] std::string render_html(const nlohmann::json& data);
+// The whole page for `meta` and the curves' binary columns `series` (as report::gather makes
+// them): the metadata as JSON, the columns as base64, each in its own non-script element.
+[[nodiscard]] std::string render_html(const nlohmann::json& meta, std::string_view series = {});
 
 // Gathers `exp_dir` and writes its page to `out` atomically (temp file, rename): a reader never
 // sees half a report. Returns the bytes written. `progress(done, total)`: trials read so far.

@@ -164,7 +164,8 @@ json to_json(const ExperimentState& s) {
   return j;
 }
 
-Result<ExperimentState> from_json(const json& j, const std::string& where) {
+Result<ExperimentState> from_json(const json& j, const std::string& where,
+                                  const std::function<void(size_t, size_t)>& progress) {
   if (!j.is_object()) return fail(where, ": not a JSON object");
   if (!j.contains("version") || !j["version"].is_number_integer())
     return fail(where, ": no version field; not a tune experiment state");
@@ -200,6 +201,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
   if (!r.ok) return std::unexpected(r.err);
   if (!trials.is_array()) return fail(where, ": 'trials' is not a list");
   for (size_t i = 0; i < trials.size(); ++i) {
+    if (progress && i % 256 == 0) progress(i, trials.size());
     const json& tj = trials[i];
     std::string ctx = "trials[" + std::to_string(i) + "]";
     if (!tj.is_object()) return fail(where, ": ", ctx, " is not an object");
@@ -284,6 +286,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where) {
     }
     s.trials.push_back(std::move(t));
   }
+  if (progress) progress(trials.size(), trials.size());
   return s;
 }
 
@@ -504,13 +507,21 @@ Result<void> replay_journal(ExperimentState& s, std::string_view text, const fs:
 
 }  // namespace
 
-Result<ExperimentState> load(const fs::path& exp_dir) {
+const char* load_stage_label(LoadStage s) {
+  return s == LoadStage::kParse ? "reading state" : "checking trials";
+}
+
+Result<ExperimentState> load(const fs::path& exp_dir, const LoadProgress& progress) {
   fs::path p = exp_dir / kStateFile;
   auto text = util::read_file(p, 1ull << 32);
   if (!text) return std::unexpected(text.error());
   if (text->empty()) return fail(p.string(), ": empty file (byte 0)");
   if (auto r = check_state_seals(*text, p); !r) return std::unexpected(r.error());
-  json j = util::parse_json_ext(*text);
+  json j = progress ? util::parse_json_ext(*text, util::kMaxJsonDepth,
+                                           [&](size_t done, size_t total) {
+                                             progress(LoadStage::kParse, done, total);
+                                           })
+                    : util::parse_json_ext(*text);
   if (j.is_discarded()) {
     // Where: nlohmann's parser names the byte (NaN tokens aside, which parse_json_ext took).
     size_t at = 0;
@@ -523,7 +534,9 @@ Result<ExperimentState> load(const fs::path& exp_dir) {
     }
     return fail(p.string(), ": not valid JSON at byte ", std::to_string(at), " (torn or corrupt)");
   }
-  auto s = from_json(j, p.string());
+  auto s = from_json(j, p.string(), [&](size_t done, size_t total) {
+    if (progress) progress(LoadStage::kCheck, done, total);
+  });
   if (!s) return s;
   fs::path jp = journal_path(exp_dir);
   std::error_code ec;

@@ -43,7 +43,10 @@ struct ExperimentState {
 // {"loss": {"last": .., "min": .., "max": ..}, ...} of one trial (state file and `tune status`).
 [[nodiscard]] nlohmann::json metrics_to_json(const trial::Trial& t);
 // Validates every field; `where` names the file in messages.
-[[nodiscard]] Result<ExperimentState> from_json(const nlohmann::json& j, const std::string& where);
+// `progress(done, total)`: trials checked so far.
+[[nodiscard]] Result<ExperimentState> from_json(
+    const nlohmann::json& j, const std::string& where,
+    const std::function<void(size_t, size_t)>& progress = {});
 
 // The write-ahead journal (.tune/state.journal): one JSON line per trial launch, appended with
 // one write() before the trial's process starts, so a launch is on disk without rewriting the
@@ -126,6 +129,12 @@ struct Summary {
 [[nodiscard]] Result<void> save(const fs::path& exp_dir, const ExperimentState& s, bool durable);
 // Reads dir/experiment_state.json and replays the journal over it; a torn, empty or foreign
 // state file is a clear error (a torn last journal line is dropped).
-[[nodiscard]] Result<ExperimentState> load(const fs::path& exp_dir);
+// `progress(stage, done, total)` reports how far it got (a big state takes seconds): bytes of
+// experiment_state.json parsed, then trials checked.
+enum class LoadStage { kParse, kCheck };
+[[nodiscard]] const char* load_stage_label(LoadStage s);  // "reading state", "checking trials"
+using LoadProgress = std::function<void(LoadStage, size_t done, size_t total)>;
+[[nodiscard]] Result<ExperimentState> load(const fs::path& exp_dir,
+                                           const LoadProgress& progress = {});
 
 }  // namespace tune::state

@@ -1,5 +1,7 @@
 #include "ui/live_table.hpp"
 
+#include "ui/progress_bar.hpp"
+
 #include <spdlog/details/log_msg.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/base_sink.h>
@@ -29,6 +31,7 @@ class TableSink final : public spdlog::sinks::base_sink<std::mutex> {
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
     if (table_) table_->clear();
+    ProgressBar::erase_current();
     spdlog::memory_buf_t buf;
     formatter_->format(msg, buf);
     std::string line(buf.data(), buf.size());

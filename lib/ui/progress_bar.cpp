@@ -4,11 +4,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <mutex>
 
 #include "ui/terminal.hpp"
 #include "ui/text.hpp"
 
 namespace tune::ui {
+
+namespace {
+// The bar drawn on stderr now (the log sink erases it before a line; other threads log).
+std::mutex g_mu;
+ProgressBar* g_drawn = nullptr;
+}  // namespace
 
 ProgressBar::ProgressBar(std::string label, size_t total, bool tty, std::optional<size_t> width,
                          std::string* out)
@@ -49,14 +56,43 @@ void ProgressBar::update(size_t done) {
   last_ = now;
   size_t width = width_ ? *width_ : terminal_columns(STDERR_FILENO).value_or(80);
   // Never the last column: a full line would wrap on some terminals.
-  write("\r" + render(done, width > 1 ? width - 1 : 1) + "\x1b[K");
+  std::string line = "\r" + render(done, width > 1 ? width - 1 : 1) + "\x1b[K";
+  std::lock_guard lock(g_mu);
+  write(line);
   drawn_ = true;
+  g_drawn = this;
 }
 
 void ProgressBar::finish() {
+  std::lock_guard lock(g_mu);
+  if (g_drawn == this) g_drawn = nullptr;
   if (!drawn_) return;
   write("\r\x1b[K");
   drawn_ = false;
+}
+
+void ProgressBar::erase_current() {
+  std::lock_guard lock(g_mu);
+  if (!g_drawn) return;
+  g_drawn->write("\r\x1b[K");
+  g_drawn->drawn_ = false;
+  g_drawn = nullptr;
+}
+
+void StagedProgress::update(const std::string& label, size_t done, size_t total) {
+  if (!tty_) return;
+  if (!bar_ || label != label_) {
+    finish();
+    label_ = label;
+    bar_.emplace(label, total, tty_, width_, out_);
+    if (at_once_) bar_->show_at_once();
+  }
+  bar_->update(done);
+}
+
+void StagedProgress::finish() {
+  if (bar_) bar_->finish();
+  bar_.reset();
 }
 
 }  // namespace tune::ui

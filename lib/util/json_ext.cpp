@@ -58,12 +58,55 @@ bool rewrite_non_finite(std::string_view in, size_t max_depth, std::string& out,
   return true;
 }
 
-json parse_rewritten(std::string_view text, size_t max_depth) {
+using Progress = std::function<void(size_t, size_t)>;
+
+// A pointer into the text that calls `progress` each time it crosses a MiB boundary, so that
+// nlohmann's parser reports how far it got without a change to it.
+class CountingIt {
+ public:
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+  CountingIt() = default;
+  CountingIt(const char* p, std::string_view whole, const Progress* progress)
+      : p_(p), whole_(whole), progress_(progress) {}
+  reference operator*() const { return *p_; }
+  CountingIt& operator++() {
+    ++p_;
+    auto at = static_cast<size_t>(p_ - whole_.data());
+    if ((at & kStep) == 0 && progress_ && *progress_) (*progress_)(at, whole_.size());
+    return *this;
+  }
+  CountingIt operator++(int) {
+    CountingIt old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const CountingIt& o) const { return p_ == o.p_; }
+
+ private:
+  static constexpr size_t kStep = (1u << 20) - 1;
+  const char* p_ = nullptr;
+  std::string_view whole_;
+  const Progress* progress_ = nullptr;
+};
+
+// json::parse over `text`, reporting progress when asked to.
+json parse_counted(std::string_view text, const json::parser_callback_t& cb,
+                   const Progress* progress) {
+  if (!progress || !*progress) return json::parse(text, cb, false);
+  return json::parse(CountingIt(text.data(), text, progress),
+                     CountingIt(text.data() + text.size(), text, progress), cb, false);
+}
+
+json parse_rewritten(std::string_view text, size_t max_depth, const Progress* progress) {
   std::string rewritten;
   std::vector<NullToken> tokens;
   if (!rewrite_non_finite(text, max_depth, rewritten, tokens)) return json::value_t::discarded;
   if (std::none_of(tokens.begin(), tokens.end(), [](NullToken t) { return t != NullToken::kNull; }))
-    return json::parse(rewritten, nullptr, false);
+    return parse_counted(rewritten, nullptr, progress);
   size_t next = 0;
   bool mismatch = false;
   json::parser_callback_t restore = [&](int, json::parse_event_t event, json& value) {
@@ -88,7 +131,7 @@ json parse_rewritten(std::string_view text, size_t max_depth) {
     }
     return true;
   };
-  json j = json::parse(rewritten, restore, false);
+  json j = parse_counted(rewritten, restore, progress);
   if (mismatch || (!j.is_discarded() && next != tokens.size())) return json::value_t::discarded;
   return j;
 }
@@ -134,7 +177,9 @@ void write_ext(const json& j, std::string& out) {
 
 }  // namespace
 
-json parse_json_ext(std::string_view text, size_t max_depth) noexcept {
+namespace {
+
+json parse_ext(std::string_view text, size_t max_depth, const Progress* progress) noexcept {
   try {
     // Fast path (nearly every line): no token to restore, and too short or too few brackets to
     // nest deeper than allowed.
@@ -144,11 +189,22 @@ json parse_json_ext(std::string_view text, size_t max_depth) noexcept {
                    static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
                      return c == '{' || c == '[';
                    })) <= max_depth;
-    if (!tokens && shallow) return json::parse(text, nullptr, false);
-    return parse_rewritten(text, max_depth);
+    if (!tokens && shallow) return parse_counted(text, nullptr, progress);
+    return parse_rewritten(text, max_depth, progress);
   } catch (...) {  // bad_alloc: treat as unparsable rather than end the driver
     return json::value_t::discarded;
   }
+}
+
+}  // namespace
+
+json parse_json_ext(std::string_view text, size_t max_depth) noexcept {
+  return parse_ext(text, max_depth, nullptr);
+}
+
+json parse_json_ext(std::string_view text, size_t max_depth,
+                    const std::function<void(size_t, size_t)>& progress) noexcept {
+  return parse_ext(text, max_depth, &progress);
 }
 
 bool has_non_finite(const json& j) {

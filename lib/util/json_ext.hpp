@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -22,6 +23,12 @@ inline constexpr size_t kMaxJsonDepth = 4096;
 // UTF-8 or nesting deeper than `max_depth`. Never throws.
 [[nodiscard]] nlohmann::json parse_json_ext(std::string_view text,
                                             size_t max_depth = kMaxJsonDepth) noexcept;
+
+// Same, calling `progress(bytes parsed, total bytes)` every MiB or so (a big state file takes
+// seconds: a progress bar). `progress` must not throw.
+[[nodiscard]] nlohmann::json parse_json_ext(
+    std::string_view text, size_t max_depth,
+    const std::function<void(size_t, size_t)>& progress) noexcept;
 
 // Appends the compact form of `j` (as j.dump() writes it, invalid UTF-8 replaced by U+FFFD),
 // with non-finite floats written as NaN, Infinity and -Infinity instead of null.

@@ -121,7 +121,7 @@ class ReportInBrowserTest(TuneTest):
         self.assertEqual(problems, [], "console errors, exceptions or dialogs (alert ran?)")
         self.assertEqual(requests, ["file://" + out], "the page requested something else")
         self.assertEqual(checks["rendered"], "1")
-        self.assertEqual(checks["scripts"], 3, "a metric name added a script element")
+        self.assertEqual(checks["scripts"], 4, "a metric name added a script element")
         self.assertEqual(checks["rows"], 4)
         self.assertIn(EVIL, checks["metricOptions"])  # shown as text, never run
         self.assertIn("loss", checks["metricOptions"])
@@ -141,6 +141,60 @@ class ReportInBrowserTest(TuneTest):
         names = sorted(t["trial_name"] for t in trials.values())
         self.assertEqual(checks["firstAfterSort"], names[-1])
         self.assertEqual(checks["rowsFiltered"], 1)
+
+    def test_asha_decisions_and_checkpoints_are_marked_on_the_curves(self):
+        # The strongest first, so that the weaker ones, later, fall below asha's rung cutoffs.
+        self.write("train.py", TRAIN)
+        self.write("exp.yaml", """
+            name: asha
+            trial: {command: ["%s", "train.py"]}
+            param_space: {lr: {grid_search: [1.6, 0.8, 0.2, 0.1, 0.05, 0.025]}}
+            metric: loss
+            mode: min
+            scheduler: {type: asha, max_t: 15, grace_period: 1, reduction_factor: 3}
+            failure_config: {max_failures: 0}
+            report_period_s: 0
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=None)
+        trials = self.trials("asha")
+        want = {}
+        for t in trials:
+            if t["reason"] == "stopped":
+                kind = "max_t" if t["cause"] == "max_t" else "stopped"
+                want[kind] = want.get(kind, 0) + 1
+            if t["status"] in ("TERMINATED", "ERROR"):
+                want[t["status"]] = want.get(t["status"], 0) + 1
+            if t["checkpoints"]:
+                want["ckpt"] = want.get("ckpt", 0) + len(t["checkpoints"])
+        self.assertGreater(want.get("stopped", 0), 0, "asha stopped no trial: %s" % trials)
+        out = os.path.join(self.dir, "asha.html")
+        self.tune("report", self.exp_dir("asha"), "-o", out, check=0)
+        b = Browser()
+        try:
+            b.open("file://" + out)
+            got = b.evaluate(r"""
+            (async () => {
+              for (let i = 0; i < 100 && document.body.getAttribute("data-rendered") !== "1"; i++)
+                await new Promise((r) => setTimeout(r, 50));
+              const c = document.querySelector("#curves canvas");
+              const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+              let red = 0;  // the stop mark's colour (#c0392b), drawn nowhere else
+              for (let i = 0; i < d.length; i += 4)
+                if (Math.abs(d[i] - 0xc0) < 8 && Math.abs(d[i + 1] - 0x39) < 8 && Math.abs(d[i + 2] - 0x2b) < 8) red++;
+              return {marks: document.getElementById("curves").getAttribute("data-marks"), red,
+                      legend: Array.from(document.querySelectorAll("#legend [data-mark]")).map((e) => e.dataset.mark)};
+            })()""")
+            problems = b.problems()
+            os.makedirs(os.path.join(BUILD, "test-artifacts"), exist_ok=True)
+            b.screenshot(os.path.join(BUILD, "test-artifacts", "report-asha.png"))
+        finally:
+            b.close()
+        self.assertEqual(problems, [])
+        drawn = dict((kv.split(":")[0], int(kv.split(":")[1])) for kv in got["marks"].split())
+        self.assertEqual(drawn, want)
+        self.assertGreater(got["red"], 10, "no stop mark's pixels on the canvas")
+        for kind in ("ckpt", "stopped", "max_t", "paused", "exploited", "TERMINATED", "ERROR"):
+            self.assertIn(kind, got["legend"])
 
     def test_the_driver_refreshes_report_html_while_it_runs(self):
         self.run_experiment("live", 0.2)

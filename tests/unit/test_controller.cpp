@@ -736,3 +736,47 @@ stop: {training_iteration: 3}
   CHECK(t.failures == 0);
   CHECK(iterations(results_of(e, t)) == std::vector<int64_t>{1, 2, 3});
 }
+
+TEST_CASE("resume reports its progress pulling the checkpoints that never reached the head",
+          "[controller][resume]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"]}
+param_space: {x: {grid_search: [1, 2, 3]}}
+)");
+  FakeExecutor ex1([](const exec::Launch&) {
+    return std::make_unique<Reporter>(3, 0, [](int i, FakeContext& c) {
+      json r = {{"loss", 1.0 / i}};
+      if (i < 3) r["checkpoint"] = c.make_dir("ck" + std::to_string(i));
+      return r;
+    });
+  });
+  control::Controller c1(e, ex1, opts());
+  REQUIRE(c1.run() == kExitOk);
+  auto saved = c1.state();
+  size_t want = 0;
+  // Trials 0 and 2 ran on SSH host h1 and their checkpoints never reached the head; trial 1
+  // ran here.
+  for (size_t i : {size_t(0), size_t(2)}) {
+    auto& t = saved.trials.at(i);
+    t.host = "h1";
+    for (const auto& c : t.checkpoints) fs::remove_all(e.dir() / t.name / c.dir_name());
+    want += t.checkpoints.size();
+  }
+  REQUIRE(want >= 2);
+  auto o = opts();
+  control::ResourcePool::Host h1;
+  h1.name = "h1";
+  h1.remote = true;
+  h1.available = false;
+  o.hosts.push_back(h1);
+  std::vector<std::pair<size_t, size_t>> calls;
+  o.fetch_progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+  FakeExecutor ex2([](const exec::Launch&) { return std::make_unique<Reporter>(1, 0); });
+  control::Controller c2(e, ex2, o);
+  REQUIRE(c2.run(saved) == kExitOk);
+  REQUIRE(calls.size() == 2);  // after each trial's checkpoints
+  CHECK(calls[0].first == saved.trials[0].checkpoints.size());
+  CHECK(calls[1] == std::pair<size_t, size_t>{want, want});
+}

@@ -441,3 +441,54 @@ TEST_CASE("a progress bar fits its width and draws only on a terminal", "[ui]") 
   bar.finish();
   CHECK(out.empty());
 }
+
+TEST_CASE("a progress bar at 80 columns (snapshot)", "[ui]") {
+  std::string out;
+  ui::ProgressBar bar("pulling checkpoints", 12, true, 80, &out);
+  bar.show_at_once();
+  bar.update(5);
+  // 79 cells at most (never the last column); a 40-cell bar, 5/12 of it filled.
+  CHECK(out == "\rpulling checkpoints [################........................]  41%  5/12\x1b[K");
+  out.clear();
+  bar.update(12);
+  CHECK(out ==
+        "\rpulling checkpoints [########################################]  100%  12/12\x1b[K");
+  // A long or hostile label is cut to fit, escape sequences in it made harmless.
+  ui::ProgressBar evil(std::string(100, 'x') + "\x1b[2J", 3, true, 80, &out);
+  for (size_t done : {size_t(0), size_t(2), size_t(3)}) {
+    std::string line = evil.render(done, 79);
+    CHECK(ui::display_width(line) <= 79);
+    CHECK(line.find('\x1b') == std::string::npos);
+  }
+  out.clear();
+  ui::ProgressBar::erase_current();  // the log sink's call before a line: the bar is erased
+  CHECK(out == "\r\x1b[K");
+  out.clear();
+  bar.finish();  // already erased: nothing more
+  CHECK(out.empty());
+}
+
+TEST_CASE("staged progress: one bar per stage, nothing without a terminal", "[ui]") {
+  std::string out;
+  {
+    ui::StagedProgress off(false, 80, &out);
+    off.show_at_once();
+    off.update("reading state", 1, 2);
+    off.finish();
+  }
+  CHECK(out.empty());
+  ui::StagedProgress p(true, 80, &out);
+  p.show_at_once();
+  p.update("reading state", 1 << 20, 4 << 20);
+  CHECK(out.starts_with("\rreading state ["));
+  CHECK(out.find("25%  1048576/4194304") != std::string::npos);
+  out.clear();
+  p.update("checking trials", 0, 10);  // a new stage: the old bar erased, the new one drawn
+  CHECK(out.starts_with("\r\x1b[K\rchecking trials ["));
+  out.clear();
+  p.finish();
+  CHECK(out == "\r\x1b[K");
+  out.clear();
+  p.finish();
+  CHECK(out.empty());
+}

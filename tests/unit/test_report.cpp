@@ -1,6 +1,7 @@
 // The report: its data read from an experiment dir, the page's escaping, the periodic refresh,
 // and the experiment keys that control it.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 
 #include "fake_executor.hpp"
@@ -90,8 +91,8 @@ TEST_CASE("a hostile experiment name and metric leave the page with its own scri
           "[report]") {
   json data = {{"name", kEvil}, {"metric", kEvil}, {"trials", json::array()}};
   std::string page = report::render_html(data);
-  CHECK(count(page, "<script") == 3);  // the data, uPlot, the report's script
-  CHECK(count(page, "</script") == 3);
+  CHECK(count(page, "<script") == 4);  // the data, the curves, uPlot, the report's script
+  CHECK(count(page, "</script") == 4);
   CHECK(page.find("alert(1)") != std::string::npos);  // present, but only as escaped text
   CHECK(page.find("<title>tune report: &lt;/script&gt;") != std::string::npos);
   CHECK(page.find("Content-Security-Policy") != std::string::npos);
@@ -110,11 +111,13 @@ TEST_CASE("a trial's curves are read column by column; bad lines are skipped", "
   auto s = report::read_series(d.path / "trial_00000");
   CHECK(s.rows == 4);
   CHECK(s.bad_lines == 2);  // the row without an iteration, the torn line
-  CHECK(s.x == json{1, 2, 3, 4});
-  CHECK(s.y["loss"] == json{1.0, 0.5, 1.0 / 3, 2.0});
-  CHECK(s.y["acc"] == json{nullptr, nullptr, nullptr, nullptr});  // NaN is a gap
-  CHECK_FALSE(s.y.contains("pid"));                               // bookkeeping
-  CHECK_FALSE(s.y.contains("time_total_s"));                      // the driver's clock
+  CHECK(s.x == std::vector<double>{1, 2, 3, 4});
+  CHECK(s.x_integer);
+  CHECK(s.y["loss"] == std::vector<double>{1.0, 0.5, 1.0 / 3, 2.0});
+  REQUIRE(s.y["acc"].size() == 4);
+  for (double v : s.y["acc"]) CHECK(std::isnan(v));  // absent, or NaN: a gap
+  CHECK_FALSE(s.y.contains("pid"));                  // bookkeeping
+  CHECK_FALSE(s.y.contains("time_total_s"));         // the driver's clock
 }
 
 TEST_CASE("the report's data: counts, best trial not in ERROR, checkpoint path", "[report]") {
@@ -122,7 +125,7 @@ TEST_CASE("the report's data: counts, best trial not in ERROR, checkpoint path",
   write_experiment(d.path);
   auto r = report::gather(d.path);
   REQUIRE(r);
-  const json& j = *r;
+  const json& j = r->meta;
   CHECK(j["counts"] == json{{"ERROR", 1}, {"TERMINATED", 2}});
   CHECK(j["trials"].size() == 3);
   CHECK(j["best"]["trial"] == 2);
@@ -181,4 +184,29 @@ TEST_CASE("report_period_s and tensorboard in the experiment file", "[report][sp
   bad = spec::parse_experiment(base + "tensorboard: maybe\n", "exp.yaml");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("exp.yaml:3:") == 0);
+}
+
+TEST_CASE("the page holds the curves as base64 of the gathered columns, in their own element",
+          "[report]") {
+  testing::ScratchDir d;
+  write_experiment(d.path);
+  auto r = report::gather(d.path);
+  REQUIRE(r);
+  REQUIRE_FALSE(r->series.empty());
+  std::string page = report::render_html(r->meta, r->series);
+  const std::string open = "<script type=\"application/octet-stream\" id=\"tune-series\">";
+  size_t at = page.find(open);
+  REQUIRE(at != std::string::npos);
+  at += open.size();
+  size_t end = page.find("</script>", at);
+  REQUIRE(end != std::string::npos);
+  std::string b64 = page.substr(at, end - at);
+  CHECK(b64.size() == (r->series.size() + 2) / 3 * 4);
+  CHECK(
+      b64.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=") ==
+      std::string::npos);
+  // Every column the metadata names lies within the bytes.
+  for (const auto& t : r->meta["trials"])
+    for (const auto& [k, off] : t["y"].items())
+      CHECK(off.get<size_t>() + 4 * t["n"].get<size_t>() <= r->series.size());
 }

@@ -5,11 +5,35 @@
   "use strict";
   var D = JSON.parse(document.getElementById("tune-data").textContent);
   var MAX_POINTS = 2000; // drawn per trial; the data and the table keep every value
+  var MAX_MARKS = 5000;  // markers drawn for every trial up to this many, else the best's only
   var BEST = "#f07800";
   var trials = D.trials;
-  trials.forEach(function (t) {  // x sent as {x0, n} when it is x0, x0+1, ...
-    if (!t.x) { t.x = new Array(t.n); for (var i = 0; i < t.n; i++) t.x[i] = t.x0 + i; }
+  // The curves: little-endian columns in base64 (x as float64 unless it is x0, x0+1, ...; each
+  // metric as float32, NaN a gap), viewed in place as typed arrays.
+  var bytes = (function (s) {
+    if (Uint8Array.fromBase64) return Uint8Array.fromBase64(s);
+    var bin = atob(s), a = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) a[i] = bin.charCodeAt(i);
+    return a;
+  })(document.getElementById("tune-series").textContent);
+  var littleEndian = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+  function column(Type, off, n) {
+    if (littleEndian) return new Type(bytes.buffer, bytes.byteOffset + off, n);
+    var dv = new DataView(bytes.buffer, bytes.byteOffset + off), out = new Type(n);
+    for (var i = 0; i < n; i++) out[i] = Type === Float64Array ? dv.getFloat64(i * 8, true) : dv.getFloat32(i * 4, true);
+    return out;
+  }
+  trials.forEach(function (t) {
+    t.x = t.xo !== undefined ? column(Float64Array, t.xo, t.n) : null;  // null: x0, x0+1, ...
+    Object.keys(t.y).forEach(function (m) { t.y[m] = column(Float32Array, t.y[m], t.n); });
   });
+  function xOf(t, j) { return t.x ? t.x[j] : t.x0 + j; }
+  // The value drawn at x: that of the last row at or before x with a value (null if none).
+  function valueAt(t, ys, x) {
+    var j = t.x ? t.n - 1 : Math.min(t.n - 1, Math.floor(x - t.x0));
+    while (j >= 0 && (xOf(t, j) > x || ys[j] !== ys[j])) j--;
+    return j >= 0 ? ys[j] : null;
+  }
   var bestIdx = D.best ? D.best.trial : -1;
 
   function el(tag, text, cls) {
@@ -73,62 +97,93 @@
     document.getElementById("logscale").addEventListener("change", curves);
   }
   // Aligned data for uPlot: the union of every trial's x, decimated when it holds more than
-  // MAX_POINTS values (drawing only).
-  function aligned(metric, log) {
+  // MAX_POINTS values (drawing only). When every x is a run the union is a range: no set needed.
+  function unionOf(list) {
+    var runs = list.every(function (t) { return !t.x; });
+    if (runs) {
+      var lo = Infinity, hi = -Infinity;
+      list.forEach(function (t) { if (t.n) { lo = Math.min(lo, t.x0); hi = Math.max(hi, t.x0 + t.n - 1); } });
+      var len = hi >= lo ? hi - lo + 1 : 0;
+      return { len: len, at: function (i) { return lo + i; }, index: function (x) { return x - lo; } };
+    }
     var xs = new Set();
-    trials.forEach(function (t) { if (t.y[metric]) t.x.forEach(function (x) { xs.add(x); }); });
-    var all = Array.from(xs).sort(function (a, b) { return a - b; });
-    var step = Math.max(1, Math.ceil(all.length / MAX_POINTS));
-    var keep = step === 1 ? all : all.filter(function (_, i) { return i % step === 0 || i === all.length - 1; });
-    var pos = new Map();
-    keep.forEach(function (x, i) { pos.set(x, i); });
+    list.forEach(function (t) { for (var j = 0; j < t.n; j++) xs.add(xOf(t, j)); });
+    var all = Array.from(xs).sort(function (a, b) { return a - b; }), idx = new Map();
+    all.forEach(function (x, i) { idx.set(x, i); });
+    return { len: all.length, at: function (i) { return all[i]; }, index: function (x) { return idx.get(x); } };
+  }
+  function aligned(metric, log) {
     var order = [];
     trials.forEach(function (t, i) { if (t.y[metric] && i !== bestIdx) order.push(i); });
     if (bestIdx >= 0 && trials[bestIdx].y[metric]) order.push(bestIdx);
+    var u = unionOf(order.map(function (i) { return trials[i]; }));
+    var step = Math.max(1, Math.ceil(u.len / MAX_POINTS)), last = u.len - 1;
+    var keep = [];
+    for (var i = 0; i < u.len; i += step) keep.push(u.at(i));
+    if (u.len && last % step !== 0) keep.push(u.at(last));
     var data = [keep];
-    order.forEach(function (i) {
-      var t = trials[i], col = new Array(keep.length).fill(null), ys = t.y[metric];
-      for (var j = 0; j < t.x.length; j++) {
-        var p = pos.get(t.x[j]);
-        var v = ys[j];
-        if (p !== undefined && v !== null && !(log && v <= 0)) col[p] = v;
+    order.forEach(function (ti) {
+      var t = trials[ti], col = new Array(keep.length).fill(null), ys = t.y[metric];
+      for (var j = 0; j < t.n; j++) {
+        var k = u.index(xOf(t, j)), v = ys[j];
+        if (k === undefined || v !== v || (log && v <= 0)) continue;
+        if (k % step === 0) col[k / step] = v;
+        else if (k === last) col[keep.length - 1] = v;
       }
       data.push(col);
     });
     document.getElementById("downsampled").textContent = step > 1 ?
-      "drawn with every " + step + "th point of " + all.length + " (the table keeps exact values)" : "";
+      "drawn with every " + step + "th point of " + u.len + " (the table keeps exact values)" : "";
     return { data: data, order: order };
   }
+  // Each mark's glyph: checkpoints, the scheduler's decisions, and how a trial ended.
+  var GLYPHS = {
+    ckpt: function (c, x, y) { c.strokeStyle = "#1f6fd1"; c.lineWidth = 1; c.beginPath(); c.arc(x, y, 3.5, 0, 2 * Math.PI); c.stroke(); },
+    stopped: function (c, x, y) { c.fillStyle = "#c0392b"; c.beginPath(); c.moveTo(x - 5, y - 5); c.lineTo(x + 5, y - 5); c.lineTo(x, y + 3); c.closePath(); c.fill(); },
+    max_t: function (c, x, y) { c.fillStyle = "#2a9d4b"; c.beginPath(); c.moveTo(x - 3, y - 5); c.lineTo(x + 5, y); c.lineTo(x - 3, y + 5); c.closePath(); c.fill(); },
+    paused: function (c, x, y) { c.fillStyle = "#8a5cd1"; c.fillRect(x - 4, y - 4, 3, 8); c.fillRect(x + 1, y - 4, 3, 8); },
+    exploited: function (c, x, y) { c.fillStyle = "#0f8b8d"; c.beginPath(); c.moveTo(x, y - 5); c.lineTo(x + 5, y); c.lineTo(x, y + 5); c.lineTo(x - 5, y); c.closePath(); c.fill(); },
+    TERMINATED: function (c, x, y) { c.fillStyle = "#2a9d4b"; c.fillRect(x - 3, y - 3, 6, 6); },
+    ERROR: function (c, x, y) { c.strokeStyle = "#d1281f"; c.lineWidth = 2; c.beginPath(); c.moveTo(x - 4, y - 4); c.lineTo(x + 4, y + 4); c.moveTo(x + 4, y - 4); c.lineTo(x - 4, y + 4); c.stroke(); }
+  };
+  // The marks of trial t: [x, kind] for each checkpoint, decision, and its end (TERMINATED or
+  // ERROR, at its last row).
+  function marksOf(t) {
+    var out = [];  // drawn in this order: the decisions on top
+    if ((t.status === "TERMINATED" || t.status === "ERROR") && t.n) out.push([xOf(t, t.n - 1), t.status]);
+    t.ckpts.forEach(function (ci) { out.push([ci, "ckpt"]); });
+    t.marks.forEach(function (m) { out.push([m[0], m[1]]); });
+    return out;
+  }
   function markers(u) {
-    var ctx = u.ctx, many = drawnOrder.length > 200;
+    var metric = document.getElementById("metric").value, ctx = u.ctx, counts = {};
+    var total = 0;
+    drawnOrder.forEach(function (ti) { total += trials[ti].ckpts.length + trials[ti].marks.length + 1; });
+    var all = total <= MAX_MARKS;
+    var lo = u.scales.x.min, hi = u.scales.x.max, log = document.getElementById("logscale").checked;
     ctx.save();
-    drawnOrder.forEach(function (ti, si) {
-      if (many && ti !== bestIdx) return;
-      var t = trials[ti], ys = u.data[si + 1], xs = u.data[0];
-      var lastX = null, lastY = null;
-      for (var j = xs.length - 1; j >= 0; j--) if (ys[j] !== null) { lastX = xs[j]; lastY = ys[j]; break; }
-      if (lastX === null) return;
-      ctx.fillStyle = ctx.strokeStyle = "#1f6fd1";
-      ctx.lineWidth = 1;
-      t.ckpts.forEach(function (ci) {
-        var k = xs.indexOf(ci);
-        if (k < 0 || ys[k] === null) return;
-        ctx.beginPath();
-        ctx.arc(u.valToPos(ci, "x", true), u.valToPos(ys[k], "y", true), 3.5, 0, 2 * Math.PI);
-        ctx.stroke();
+    drawnOrder.forEach(function (ti) {
+      if (!all && ti !== bestIdx) return;
+      var t = trials[ti], ys = t.y[metric];
+      marksOf(t).forEach(function (m) {
+        var y = valueAt(t, ys, m[0]);
+        if (y === null || m[0] < lo || m[0] > hi || (log && y <= 0) || !GLYPHS[m[1]]) return;
+        GLYPHS[m[1]](ctx, u.valToPos(m[0], "x", true), u.valToPos(y, "y", true));
+        counts[m[1]] = (counts[m[1]] || 0) + 1;
       });
-      var px = u.valToPos(lastX, "x", true), py = u.valToPos(lastY, "y", true);
-      if (t.status === "ERROR") {
-        ctx.strokeStyle = "#d1281f"; ctx.lineWidth = 2; ctx.beginPath();
-        ctx.moveTo(px - 4, py - 4); ctx.lineTo(px + 4, py + 4); ctx.moveTo(px + 4, py - 4); ctx.lineTo(px - 4, py + 4);
-        ctx.stroke();
-      } else if (t.status === "TERMINATED") {
-        ctx.fillStyle = "#2a9d4b"; ctx.fillRect(px - 3, py - 3, 6, 6);
-      } else if (t.status === "PAUSED") {
-        ctx.fillStyle = "#8a5cd1"; ctx.fillRect(px - 4, py - 4, 3, 8); ctx.fillRect(px + 1, py - 4, 3, 8);
-      }
     });
     ctx.restore();
+    // What was drawn, for tests and tools: data-marks="ckpt:4 stopped:2 ...".
+    document.getElementById("curves").setAttribute("data-marks", Object.keys(counts).sort().map(function (k) {
+      return k + ":" + counts[k]; }).join(" "));
+    document.getElementById("marks-note").textContent = all ? "" :
+      "markers drawn for the best trial only (" + total + " in all)";
+  }
+  // The hover line: the trial's name and what the scheduler decided about it.
+  function describe(t) {
+    var parts = t.marks.map(function (m) { return m[2]; });
+    if (t.ckpts.length) parts.push("checkpoints at " + t.ckpts.join(", "));
+    return t.name + (parts.length ? " \u2014 " + parts.join("; ") : "");
   }
   function curves() {
     var box = document.getElementById("curves");
@@ -157,7 +212,7 @@
       hooks: {
         draw: [markers],
         setSeries: [function (u, si) {
-          document.getElementById("hover").textContent = si ? trials[a.order[si - 1]].name : "";
+          document.getElementById("hover").textContent = si ? describe(trials[a.order[si - 1]]) : "";
         }]
       }
     };

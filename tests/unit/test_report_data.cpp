@@ -1,0 +1,288 @@
+// The report's data layer: the fast result-row scanner (checked against the full JSON parser on
+// tricky lines and on every prefix of them), base64, the curves' binary columns, and the
+// scheduler's decisions read back from a state and pbt_policy.jsonl.
+#include <algorithm>
+#include <bit>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "fake_executor.hpp"
+#include "report/decisions.hpp"
+#include "report/row_scan.hpp"
+#include "report/series.hpp"
+#include "state/state.hpp"
+#include "util/base64.hpp"
+#include "util/fs.hpp"
+#include "util/json_ext.hpp"
+
+using namespace tune;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// What the full parser makes of a line, in the scanner's terms (false: not an object).
+bool reference(const std::string& line, std::vector<std::pair<std::string, double>>& nums,
+               std::vector<std::string>& keys) {
+  json j = util::parse_json_ext(line, 64);
+  if (j.is_discarded() || !j.is_object()) return false;
+  for (const auto& [k, v] : j.items()) {
+    keys.push_back(k);
+    if (v.is_number()) nums.emplace_back(k, v.get<double>());
+  }
+  return true;
+}
+
+bool same_double(double a, double b) {
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b);
+}
+
+// The scanner either declines `line` or reads exactly what the full parser reads.
+void check_agrees(const std::string& line) {
+  std::vector<report::RowField> fields;
+  if (!report::scan_row(line, fields)) return;
+  std::vector<std::pair<std::string, double>> nums;
+  std::vector<std::string> keys;
+  INFO(line);
+  REQUIRE(reference(line, nums, keys));  // accepted: must be valid
+  REQUIRE(fields.size() == keys.size());
+  size_t n = 0;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    CHECK(fields[i].key == keys[i]);
+    if (!fields[i].is_number) continue;
+    REQUIRE(n < nums.size());
+    CHECK(nums[n].first == fields[i].key);
+    CHECK(same_double(nums[n].second, fields[i].value));
+    ++n;
+  }
+  CHECK(n == nums.size());
+}
+
+const std::vector<std::string> kLines = {
+    R"({"training_iteration": 3, "loss": 0.25, "acc": -1.5e-3, "done": false})",
+    R"({"b": 1, "a": 2, "config": {"lr": 0.1, "x": [1, 2, {"y": null}]}, "s": "q\"\\\/\b\f\n\r\t\u00e9"})",
+    R"({"loss": NaN, "up": Infinity, "down": -Infinity, "n": null, "t": true})",
+    R"(  {"k" : -0 , "big": 123456789012345678901234567890, "e": 1E+2, "f": 0.5e-1}  )",
+    R"({"a": 1, "a": "x"})",  // repeated key: the full parser decides
+    R"({"k\u0041": 1})",      // escape in a key
+    "{\"caf\xC3\xA9\": 1}",   // non-ASCII
+    R"({"a": 01})",           // invalid number
+    R"({"a": 1.})",           // invalid number
+    R"({"a": .5})",           // invalid number
+    R"({"a": [1, NaN]})",     // NaN inside a value
+    R"({"a": 1} x)",          // trailing garbage
+    R"([1, 2])",              // not an object
+    R"({})",
+    R"({"a": 1e400})",               // beyond double
+    R"({"s": "tab	inside"})",  // a raw control character in a string
+};
+
+}  // namespace
+
+TEST_CASE("the row scanner reads what the full parser reads, or declines", "[report]") {
+  for (const auto& line : kLines) check_agrees(line);
+  std::vector<report::RowField> f;
+  REQUIRE(report::scan_row(kLines[0], f));
+  REQUIRE(f.size() == 4);
+  CHECK(f[0].key == "acc");  // sorted by key, as the full parser's objects
+  CHECK(f[1].key == "done");
+  CHECK_FALSE(f[1].is_number);
+  CHECK(f[2].key == "loss");
+  CHECK(f[3].key == "training_iteration");
+  CHECK(f[3].integer);
+  CHECK_FALSE(f[2].integer);
+  CHECK_FALSE(report::scan_row(kLines[4], f));   // repeated key
+  CHECK_FALSE(report::scan_row(kLines[5], f));   // escaped key
+  CHECK_FALSE(report::scan_row(kLines[6], f));   // non-ASCII
+  CHECK_FALSE(report::scan_row(kLines[12], f));  // an array
+}
+
+TEST_CASE("the row scanner on every prefix of a line (a torn write) agrees or declines",
+          "[report]") {
+  for (const auto& line : {kLines[0], kLines[1], kLines[2], kLines[3]})
+    for (size_t cut = 0; cut <= line.size(); ++cut) check_agrees(line.substr(0, cut));
+}
+
+TEST_CASE("base64 as RFC 4648 defines it", "[report][util]") {
+  const std::pair<std::string, std::string> vectors[] = {{"", ""},
+                                                         {"f", "Zg=="},
+                                                         {"fo", "Zm8="},
+                                                         {"foo", "Zm9v"},
+                                                         {"foob", "Zm9vYg=="},
+                                                         {"fooba", "Zm9vYmE="},
+                                                         {"foobar", "Zm9vYmFy"},
+                                                         {std::string("\xff\x00\xfe", 3), "/wD+"}};
+  for (const auto& [in, want] : vectors) {
+    std::string out = "x";
+    util::base64_encode(in, out);
+    CHECK(out == "x" + want);
+  }
+}
+
+namespace {
+
+template <typename T>
+T read_le(const std::string& blob, size_t off) {
+  using U = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+  U u = 0;
+  for (size_t b = 0; b < sizeof(U); ++b)
+    u |= U(static_cast<unsigned char>(blob.at(off + b))) << (8 * b);
+  return std::bit_cast<T>(u);
+}
+
+}  // namespace
+
+TEST_CASE("curves become aligned little-endian columns; x as a run when it is one", "[report]") {
+  report::Series run;
+  run.x = {5, 6, 7};
+  run.y["loss"] = {0.5, NAN, 1e300};
+  run.y["acc"] = {1, 2, 3};
+  std::string blob = "z";  // an odd start: the columns are aligned all the same
+  json where = report::append_columns(run, blob);
+  CHECK(where["n"] == 3);
+  CHECK(where["x0"] == 5);
+  CHECK_FALSE(where.contains("xo"));
+  size_t loss = where["y"]["loss"];
+  CHECK(loss % 4 == 0);
+  CHECK(read_le<float>(blob, loss) == 0.5f);
+  CHECK(std::isnan(read_le<float>(blob, loss + 4)));                           // a gap stays a gap
+  CHECK(read_le<float>(blob, loss + 8) == std::numeric_limits<float>::max());  // clamped
+  CHECK(read_le<float>(blob, size_t(where["y"]["acc"]) + 8) == 3.0f);
+
+  report::Series odd;
+  odd.x = {1, 2, 4.5};
+  odd.x_integer = false;
+  odd.y["m"] = {1, 2, 3};
+  json w2 = report::append_columns(odd, blob);
+  REQUIRE(w2.contains("xo"));
+  size_t xo = w2["xo"];
+  CHECK(xo % 8 == 0);
+  CHECK(read_le<double>(blob, xo + 16) == 4.5);
+
+  report::Series gap;  // integers, but not consecutive
+  gap.x = {1, 2, 4};
+  CHECK(report::append_columns(gap, blob).contains("xo"));
+  report::Series empty;
+  CHECK(report::append_columns(empty, blob) == json{{"n", 0}, {"x0", 0}, {"y", json::object()}});
+}
+
+TEST_CASE("a result.json read through the scanner and the full parser alike", "[report]") {
+  testing::ScratchDir d;
+  {
+    std::ofstream out(d.path / "result.json");
+    out << R"({"training_iteration": 1, "loss": 3, "note": "caf)"
+        << "\xC3\xA9"
+        << R"("})"
+        << "\n"
+        << R"({"training_iteration": 2, "loss": 2, "loss": 9})"
+        << "\n"  // full parser: last wins
+        << R"({"training_iteration": true, "loss": 1})"
+        << "\n"  // no numeric iteration
+        << R"({"training_iteration": 3.5, "loss": 1})"
+        << "\n";
+  }
+  auto s = report::read_series(d.path);
+  CHECK(s.rows == 3);
+  CHECK(s.bad_lines == 1);
+  CHECK(s.x == std::vector<double>{1, 2, 3.5});
+  CHECK_FALSE(s.x_integer);
+  CHECK(s.y["loss"] == std::vector<double>{3, 9, 1});
+}
+
+namespace {
+
+trial::Trial decided(const std::string& id, trial::Reason r, trial::Cause c, double at) {
+  trial::Trial t;
+  t.id = id;
+  t.name = "trial_" + id;
+  t.status = r == trial::Reason::kPaused ? trial::Status::kPaused : trial::Status::kTerminated;
+  t.reason = r;
+  t.cause = c;
+  t.decided_at = at;
+  t.iteration = static_cast<int64_t>(at) + 1;  // its last row (time_attr is not the iteration)
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("the scheduler's decisions: from the state and from pbt_policy.jsonl", "[report]") {
+  testing::ScratchDir d;
+  state::ExperimentState s;
+  s.scheduler = {{"type", "asha"}};
+  s.trials = {decided("00000", trial::Reason::kStopped, trial::Cause::kCutoff, 3),
+              decided("00001", trial::Reason::kStopped, trial::Cause::kMaxT, 9),
+              decided("00002", trial::Reason::kPaused, trial::Cause::kRung, 4),
+              decided("00003", trial::Reason::kNone, trial::Cause::kNone, 0)};
+  s.trials[3].exploited_from = "00000";  // carried out: the policy file has it
+  s.trials[3].exploited_at = 2;
+  std::string policy =
+      json{{"trial", "00003"}, {"donor", "00000"}, {"at", 2}, {"donor_iteration", 1}}.dump() +
+      "\n" + "{not json\n" + json{{"trial", "00009"}, {"donor", "00000"}, {"at", 1}}.dump() + "\n" +
+      json{{"trial", "00003"}, {"donor", "00001"}, {"at", 6}}.dump() + "\n";
+  s.pbt_policy_bytes = policy.size();
+  // A line past the length the state knows (a crash after the append): not read.
+  policy += json{{"trial", "00003"}, {"donor", "00002"}, {"at", 8}}.dump() + "\n";
+  { std::ofstream(d.path / "pbt_policy.jsonl") << policy; }
+  auto marks = report::read_decisions(s, d.path);
+  REQUIRE(marks["00000"].size() == 1);
+  CHECK(marks["00000"][0].kind == report::MarkKind::kStopped);
+  CHECK(marks["00000"][0].x == 4);  // on its last row
+  CHECK(marks["00000"][0].text == "stopped by asha at 3");
+  CHECK(marks["00001"][0].kind == report::MarkKind::kMaxT);
+  CHECK(marks["00002"][0].kind == report::MarkKind::kPaused);
+  CHECK(marks["00002"][0].text == "paused by asha at 4");
+  REQUIRE(marks["00003"].size() == 2);  // the two exploits within the known length
+  CHECK(marks["00003"][0].kind == report::MarkKind::kExploited);
+  CHECK(marks["00003"][0].text == "exploited trial_00000 at 2");
+  CHECK(marks["00003"][0].x == 1);       // where it goes on from
+  CHECK(marks["00003"][1].x == 6);       // no donor_iteration: at
+  CHECK_FALSE(marks.contains("00009"));  // no such trial
+  CHECK(std::string(report::mark_kind_name(report::MarkKind::kMaxT)) == "max_t");
+}
+
+TEST_CASE("a big JSON text parses the same with progress reported along the way", "[util]") {
+  std::string text = "{\"rows\": [";
+  for (int i = 0; i < 60000; ++i) text += (i ? ",\n" : "") + json{{"i", i}, {"name", "row"}}.dump();
+  text += "], \"bad\": NaN}";
+  REQUIRE(text.size() > (1u << 20));
+  std::vector<size_t> seen;
+  json j = util::parse_json_ext(text, util::kMaxJsonDepth, [&](size_t done, size_t total) {
+    CHECK(total >= text.size());
+    CHECK(done <= total);
+    seen.push_back(done);
+  });
+  REQUIRE_FALSE(j.is_discarded());
+  CHECK(util::dump_json_ext(j) == util::dump_json_ext(util::parse_json_ext(text)));
+  REQUIRE(seen.size() >= 1);
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+}
+
+TEST_CASE("loading a big state reports bytes parsed, then trials checked", "[state]") {
+  testing::ScratchDir d;
+  state::ExperimentState s;
+  s.name = "big";
+  for (int i = 0; i < 4000; ++i) {
+    trial::Trial t;
+    t.id = std::to_string(100000 + i);
+    t.name = "trial_" + t.id;
+    t.index = static_cast<uint64_t>(i);
+    t.config = {{"lr", 0.001 * i}, {"note", std::string(300, 'n')}};
+    s.trials.push_back(t);
+  }
+  REQUIRE(state::save(d.path, s, false));
+  std::map<state::LoadStage, std::vector<std::pair<size_t, size_t>>> calls;
+  auto back = state::load(d.path, [&](state::LoadStage st, size_t done, size_t total) {
+    calls[st].emplace_back(done, total);
+  });
+  REQUIRE(back.has_value());
+  CHECK(back->trials.size() == 4000);
+  REQUIRE(calls[state::LoadStage::kParse].size() >= 1);  // the file is over 1 MiB
+  CHECK(calls[state::LoadStage::kParse].back().second > (1u << 20));
+  REQUIRE_FALSE(calls[state::LoadStage::kCheck].empty());
+  CHECK(calls[state::LoadStage::kCheck].back() == std::pair<size_t, size_t>{4000, 4000});
+  CHECK(std::string(state::load_stage_label(state::LoadStage::kParse)) == "reading state");
+}
