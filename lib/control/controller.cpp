@@ -326,6 +326,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   }
   if (uint64_t at = ex_.output_offset(t.id); at != exec::Executor::kKeepOffset)
     t.stdout_offset = at;
+  notify(TrialEvent::kStart, t);
   if (exp_.trial.mode == spec::TrialMode::kStep) step_send(t, running_.at(t.id), StepOp::kStep);
   return true;
 }
@@ -605,6 +606,7 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
       }
     }
     apply_retention(t, false);
+    notify(status == Status::kError ? TrialEvent::kError : TrialEvent::kComplete, t);
     searcher_->on_complete({t.id, t.config, status == Status::kError ? std::nullopt : value_of(t),
                             t.last_result, status == Status::kError});
     scheduler_complete(t);

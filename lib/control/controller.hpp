@@ -273,6 +273,11 @@ class Controller : private sched::Population {
   void flush_result_logs(double now);
   void run_deletions();
   void draw(bool force);
+  // Tells the observer about one trial's event.
+  void notify(TrialEvent kind, const trial::Trial& t,
+              const nlohmann::json& detail = nlohmann::json()) {
+    if (observer_) observer_->on_trial_event(kind, t, detail);
+  }
   // The last mirror to upload_dir at the end of a run (Ctrl-C cancels it).
   void final_upload();
   [[nodiscard]] int exit_code() const;

@@ -496,6 +496,18 @@ struct SshExecutor::Impl {
   bool poll_sync(Run& r, double now) {
     if (r.sync_pid > 0) {
       auto status = util::try_wait(r.sync_pid);
+      if (!status && now - r.sync_started > opts.sync_timeout) {
+        // A pull that hangs (a stalled link, a stuck syncer) is killed; the next period's sync
+        // copies what it missed. An ended trial's last sync is not retried: its exit waits.
+        spdlog::warn("trial {}: sync from {} ran longer than sync_timeout ({} s): killed; {}", r.id,
+                     r.host->cfg.name, util::format_double(opts.sync_timeout),
+                     r.exited ? "the trial's last files may be missing on the head"
+                              : "retried at the next sync period");
+        drop_sync(r);
+        r.sync_steps.clear();
+        r.next_sync = now + opts.sync_period;
+        return false;
+      }
       if (!status) return true;
       r.sync_pid = -1;
       bool pruned = r.current && !r.current->final_path.empty() &&
