@@ -887,6 +887,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                 "': nothing was started");
   start_searcher();
   if (!resuming) warm_searcher();
+  if (resuming) check_stop_requests();  // asked while no driver ran
 
   if (resuming && opts_.process_started > 0)
     spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",
@@ -923,7 +924,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       ex_.renew_lease();
       next_lease_ = now + lease_period_;
     }
-    if (now >= next_dir_check_) check_experiment_dir(now);
+    if (now >= next_dir_check_) {
+      check_experiment_dir(now);
+      if (!lost_) check_stop_requests();
+    }
     if (!lost_) maybe_save_state(false, false);
     if (opts_.uploader) opts_.uploader->poll();
     // The periodic report.html: built off the loop, from the files on disk.

@@ -241,6 +241,10 @@ class Controller : private sched::Population {
   void trim_policy_log();
 
   void request_stop(trial::Trial& t, Runtime& rt, StopWhy why);
+  // `tune stop --trial` (user_stop.cpp): acts on the requests found in the experiment dir ...
+  void check_stop_requests();
+  // ... each stopping one trial: TERMINATED (reason stopped, cause user), the others run on.
+  void stop_by_user(trial::Trial& t);
   void stop_all(StopWhy why, bool now);
   void on_interrupt();
   void check_deadlines(double now);

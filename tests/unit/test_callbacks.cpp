@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <fstream>
+#include <numeric>
 #include <thread>
 
 #include "control/callbacks.hpp"
