@@ -50,6 +50,7 @@ TEST_CASE("tune stop --trial: one running trial ends TERMINATED, the others run 
   CHECK(ts[1].status == trial::Status::kTerminated);
   CHECK(ts[1].reason == trial::Reason::kStopped);
   CHECK(ts[1].cause == trial::Cause::kUser);
+  CHECK(trial::describe_decision(ts[1], "fifo") == "stopped by tune stop");
   CHECK(ts[1].iteration >= 3);
   CHECK(ts[1].iteration < 100);  // stopped within about a second (one result per tick)
   CHECK(ts[2].status == trial::Status::kTerminated);  // started in the slot it freed
