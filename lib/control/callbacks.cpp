@@ -308,6 +308,9 @@ void CallbackRunner::finish(double timeout_s) {
   }
   for (auto& cb : callbacks_) {
     std::unique_lock lk(cb->mu);
+    if ((!cb->queue.empty() || cb->busy) && timeout_s > 0)
+      spdlog::info("{}: delivering its last {} event(s) (waiting up to {} s)", cb->label,
+                   cb->queue.size() + (cb->busy ? 1 : 0), util::format_double(timeout_s));
     if (!cb->idle.wait_until(lk, deadline, [&] { return cb->queue.empty() && !cb->busy; })) {
       cb->cancel = true;
       cb->wake.notify_all();
