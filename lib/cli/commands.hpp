@@ -124,6 +124,8 @@ class StopCommand {
   std::string experiment_;
   std::optional<std::string> storage_, trial_;
   double timeout_s_ = 60;  // how long to wait for what was stopped to be gone
+  // --trial while a driver runs: asks it to stop that trial, waits until it has ended.
+  int stop_one_trial(const fs::path& dir, const std::string& driver_pid);
 };
 
 }  // namespace tune::cli

@@ -11,6 +11,7 @@
 #include "cli/common.hpp"
 #include "cli/restore_from.hpp"
 #include "cli/run_slurm.hpp"
+#include "control/callbacks.hpp"
 #include "control/controller.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/local_executor.hpp"
@@ -315,6 +316,7 @@ int RunCommand::execute() {
     so.grace_s = lo.grace_s;
     so.host_timeout_s = exp.host_timeout_s;
     so.sync_period = exp.sync.sync_period;
+    so.sync_timeout = exp.sync.sync_timeout;
     so.sync_on_checkpoint = exp.sync.sync_on_checkpoint;
     so.syncer = exp.sync.syncer;
     so.record_key = lo.record_key;
@@ -387,11 +389,22 @@ int RunCommand::execute() {
     fetch_bar.update("pulling checkpoints", done, total);
     if (done == total) fetch_bar.finish();
   };
-  control::Controller controller(exp, *ex, co, &table);
+  // callbacks: their worker threads start after the executor blocked the loop's signals.
+  control::CallbackOptions cbo;
+  cbo.log_dir = dir / ".tune" / "callbacks";
+  std::optional<control::CallbackRunner> callbacks;
+  if (!exp.callbacks.empty()) callbacks.emplace(exp, cbo);
+  std::vector<control::RunObserver*> watching{&table};
+  if (callbacks) watching.push_back(&*callbacks);
+  control::ObserverList observers(std::move(watching));
+  control::Controller controller(exp, *ex, co, &observers);
   int code = kExitOk;
   try {
     code = controller.run(std::move(resume));
+    // The events still queued get their calls (a Ctrl-C gives them a few seconds only).
+    if (callbacks) callbacks->finish(code == kExitInterrupted ? 5 : cbo.call_timeout_s + 5);
   } catch (const Fatal&) {
+    if (callbacks) callbacks->finish(5);
     throw;
   } catch (const std::exception& e) {
     // Not a refusal but a failure while running: keep what the run got so far resumable.

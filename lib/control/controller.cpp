@@ -356,6 +356,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
     finish(t, Status::kError, r.error().message);
     return false;
   }
+  notify(TrialEvent::kStart, t);
   if (exp_.trial.mode == spec::TrialMode::kStep) step_send(t, running_.at(t.id), StepOp::kStep);
   return true;
 }
@@ -638,6 +639,7 @@ void Controller::finish(trial::Trial& t, Status status, const std::string& error
       }
     }
     apply_retention(t, false);
+    notify(status == Status::kError ? TrialEvent::kError : TrialEvent::kComplete, t);
     searcher_->on_complete({t.id, t.config, status == Status::kError ? std::nullopt : value_of(t),
                             t.last_result, status == Status::kError});
     scheduler_complete(t);
@@ -920,6 +922,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                 "': nothing was started");
   start_searcher();
   if (!resuming) warm_searcher();
+  if (resuming) check_stop_requests();  // asked while no driver ran
 
   if (resuming && opts_.process_started > 0)
     spdlog::info("resumed {} trial(s): {} re-attached, start-up took {:.3f} s",
@@ -958,7 +961,10 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
       ex_.renew_lease();
       next_lease_ = now + lease_period_;
     }
-    if (now >= next_dir_check_) check_experiment_dir(now);
+    if (now >= next_dir_check_) {
+      check_experiment_dir(now);
+      if (!lost_) check_stop_requests();
+    }
     if (!lost_) maybe_save_state(false, false);
     if (opts_.uploader) opts_.uploader->poll();
     // The periodic report.html: built off the loop, from the files on disk.

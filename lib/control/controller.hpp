@@ -254,6 +254,10 @@ class Controller : private sched::Population {
   [[nodiscard]] Result<void> restore_scheduler_log();
 
   void request_stop(trial::Trial& t, Runtime& rt, StopWhy why);
+  // `tune stop --trial` (user_stop.cpp): acts on the requests found in the experiment dir ...
+  void check_stop_requests();
+  // ... each stopping one trial: TERMINATED (reason stopped, cause user), the others run on.
+  void stop_by_user(trial::Trial& t);
   void stop_all(StopWhy why, bool now);
   void on_interrupt();
   void check_deadlines(double now);
@@ -286,6 +290,11 @@ class Controller : private sched::Population {
   void flush_result_logs(double now);
   void run_deletions();
   void draw(bool force);
+  // Tells the observer about one trial's event.
+  void notify(TrialEvent kind, const trial::Trial& t,
+              const nlohmann::json& detail = nlohmann::json()) {
+    if (observer_) observer_->on_trial_event(kind, t, detail);
+  }
   // The last mirror to upload_dir at the end of a run (Ctrl-C cancels it).
   void final_upload();
   [[nodiscard]] int exit_code() const;

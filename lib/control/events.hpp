@@ -3,6 +3,10 @@
 // and a failure to draw is theirs to log.
 #pragma once
 
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <vector>
+
 #include "spec/experiment.hpp"
 #include "state/state.hpp"
 
@@ -13,6 +17,15 @@ struct RunSnapshot {
   double now = 0;
   const state::ExperimentState& state;
   const spec::Experiment& exp;
+};
+
+// What happened to one trial, in the order it happened for that trial.
+enum class TrialEvent {
+  kStart,       // an attempt started (a first start, a retry, a resume)
+  kResult,      // detail: the result row as written to result.json
+  kCheckpoint,  // detail: {"checkpoint": dir name, "iteration": N}
+  kComplete,    // it ended TERMINATED
+  kError        // it ended in ERROR (t.error says why)
 };
 
 class RunObserver {
@@ -26,6 +39,33 @@ class RunObserver {
   virtual void on_run_end(const RunSnapshot& snap) = 0;
   // Seconds until this observer next wants on_progress; the loop sleeps no longer than that.
   [[nodiscard]] virtual double seconds_until_due(double now) const = 0;
+  // One trial's event, as it happens (on the loop: observers only take note).
+  virtual void on_trial_event(TrialEvent /*kind*/, const trial::Trial& /*t*/,
+                              const nlohmann::json& /*detail*/) {}
+};
+
+// Several observers as one: each call goes to each, in order.
+class ObserverList final : public RunObserver {
+ public:
+  explicit ObserverList(std::vector<RunObserver*> list) : list_(std::move(list)) {}
+  void on_progress(const RunSnapshot& snap, bool notable) override {
+    for (auto* o : list_) o->on_progress(snap, notable);
+  }
+  void on_run_end(const RunSnapshot& snap) override {
+    for (auto* o : list_) o->on_run_end(snap);
+  }
+  [[nodiscard]] double seconds_until_due(double now) const override {
+    double due = 3600;
+    for (auto* o : list_) due = std::min(due, o->seconds_until_due(now));
+    return due;
+  }
+  void on_trial_event(TrialEvent kind, const trial::Trial& t,
+                      const nlohmann::json& detail) override {
+    for (auto* o : list_) o->on_trial_event(kind, t, detail);
+  }
+
+ private:
+  std::vector<RunObserver*> list_;
 };
 
 }  // namespace tune::control

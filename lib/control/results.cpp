@@ -200,6 +200,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
     }
   }
   rt.log.append(result);
+  notify(TrialEvent::kResult, t, result);
   t.track_metrics(flat);
   t.last_result = std::move(flat);
   searcher_->on_result(t.id, t.last_result);
@@ -245,7 +246,9 @@ void Controller::add_checkpoint(trial::Trial& t, Runtime& rt, trial::Checkpoint 
   // In seq order (copies finish in the order they were asked for, after any earlier move).
   auto at = std::find_if(t.checkpoints.begin(), t.checkpoints.end(),
                          [&](const trial::Checkpoint& k) { return k.seq > c.seq; });
+  json detail = {{"checkpoint", c.dir_name()}, {"iteration", c.iteration}};
   t.checkpoints.insert(at, std::move(c));
+  notify(TrialEvent::kCheckpoint, t, detail);
   apply_retention(t, true);
   ex_.checkpoint_registered(t.id);
   mark_dirty();

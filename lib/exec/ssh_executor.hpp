@@ -41,6 +41,7 @@ struct SshOptions {
   double grace_s = 10;
   double host_timeout_s = 120;
   double sync_period = 300;
+  double sync_timeout = 1800;  // a pull running longer is killed (retried next period)
   bool sync_on_checkpoint = true;
   std::string syncer = "rsync";  // rsync | none | "CMD {source} {target}"
   std::string record_key;        // the experiment's key for attempt nonces (exit_record.hpp)

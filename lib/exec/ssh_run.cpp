@@ -158,6 +158,18 @@ void finish_batch(SyncContext& c, Run& r, int status, double now) {
 bool poll_sync(SyncContext& c, Run& r, double now) {
   if (r.sync_pid > 0) {
     auto status = util::try_wait(r.sync_pid);
+    if (!status && now - r.sync_started > c.opts.sync_timeout) {
+      // A pull that hangs (a stalled link, a stuck syncer) is killed; the next period's sync
+      // copies what it missed. An ended trial's last sync is not retried: its exit waits.
+      spdlog::warn("trial {}: sync from {} ran longer than sync_timeout ({} s): killed; {}", r.id,
+                   c.host.cfg.name, util::format_double(c.opts.sync_timeout),
+                   r.exited ? "the trial's last files may be missing on the head"
+                            : "retried at the next sync period");
+      drop_sync(r);
+      r.sync_steps.clear();
+      r.next_sync = now + c.opts.sync_period;
+      return false;
+    }
     if (!status) return true;
     r.sync_pid = -1;
     bool pruned = r.current && !r.current->final_path.empty() &&

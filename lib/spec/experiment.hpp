@@ -53,6 +53,28 @@ struct SyncConfig {
   bool sync_on_checkpoint = true;
   std::optional<std::string> upload_dir;     // the experiment is mirrored to upload_dir/<name>
   std::optional<std::string> upload_syncer;  // "CMD {source} {target}" instead of the built-in
+  double sync_timeout = 1800;  // a pull or mirror running longer is killed (retried next period)
+};
+
+// callbacks: commands told about the run's events, one JSON object on their stdin each call.
+enum class CallbackEvent {
+  kTrialStart,
+  kTrialResult,
+  kTrialComplete,
+  kTrialError,
+  kCheckpoint,
+  kExperimentEnd
+};
+inline constexpr CallbackEvent kAllCallbackEvents[] = {
+    CallbackEvent::kTrialStart, CallbackEvent::kTrialResult, CallbackEvent::kTrialComplete,
+    CallbackEvent::kTrialError, CallbackEvent::kCheckpoint,  CallbackEvent::kExperimentEnd};
+// The name an event has in YAML and in the JSON the command gets ("trial_start").
+[[nodiscard]] const char* callback_event_name(CallbackEvent e);
+
+struct CallbackSpec {
+  std::vector<CallbackEvent> on;     // the events it gets (each once)
+  std::vector<std::string> command;  // argv, run without a shell in trial.workdir
+  std::string where;                 // "FILE:LINE:COL" of the entry, for messages
 };
 
 // A Slurm cluster (docs/SLURM.md): each trial attempt is one job (or, with use_allocation, one
@@ -140,6 +162,7 @@ struct Experiment {
   double report_period_s = 30;  // the driver rewrites <dir>/report.html this often (0 = never)
   bool tensorboard = true;      // TensorBoard event files in each trial dir
   ProgressReporterSpec progress_reporter;
+  std::vector<CallbackSpec> callbacks;
   // One line per Ray Tune name accepted in place of ours ("FILE:L:C: ... use 'KEY'").
   std::vector<std::string> warnings;
   // The whole document as run (after --set), as JSON: what a resume compares against.

@@ -47,7 +47,11 @@ constexpr std::string_view kTopKeys[] = {"name",
                                          "search_alg",
                                          "report_period_s",
                                          "tensorboard",
-                                         "progress_reporter"};
+                                         "progress_reporter",
+                                         "callbacks"};
+constexpr std::string_view kCallbackKeys[] = {"on", "command"};
+constexpr std::string_view kCallbackEvents[] = {"trial_start", "trial_result", "trial_complete",
+                                                "trial_error", "checkpoint",   "experiment_end"};
 constexpr std::string_view kReporterKeys[] = {"metric_columns", "parameter_columns", "max_rows",
                                               "sort_by_metric"};
 constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
@@ -57,8 +61,8 @@ constexpr std::string_view kCheckpointKeys[] = {"num_to_keep", "checkpoint_score
                                                 "checkpoint_score_order", "checkpoint_frequency",
                                                 "checkpoint_at_end"};
 constexpr std::string_view kFailureKeys[] = {"max_failures", "fail_fast"};
-constexpr std::string_view kSyncKeys[] = {"syncer", "sync_period", "sync_on_checkpoint",
-                                          "upload_dir", "upload_syncer"};
+constexpr std::string_view kSyncKeys[] = {"syncer",     "sync_period",   "sync_on_checkpoint",
+                                          "upload_dir", "upload_syncer", "sync_timeout"};
 constexpr std::string_view kLocalHostKeys[] = {"cpus", "gpus"};
 constexpr std::string_view kSshHostKeys[] = {"host",         "user", "port", "identity_file",
                                              "storage_path", "cpus", "gpus", "known_hosts_file"};
@@ -156,6 +160,8 @@ class Parser {
   void parse_search_common(const YAML::Node& n, Experiment& e) const;
   void parse_external(const YAML::Node& n, Experiment& e) const;
   void parse_reporter(const YAML::Node& n, Experiment& e) const;
+  void parse_callbacks(const YAML::Node& n, Experiment& e) const;
+  CallbackSpec parse_callback(const YAML::Node& n, size_t i) const;
   std::vector<ColumnSpec> parse_columns(const YAML::Node& n, std::string_view what) const;
   void check_placeholders(const YAML::Node& cmd_node, const Experiment& e) const;
 
@@ -398,6 +404,7 @@ Experiment Parser::parse(const YAML::Node& root, const Overrides& ov) {
   }
   if (auto n = root["tensorboard"]) e.tensorboard = boolean(n, "tensorboard");
   if (auto n = root["progress_reporter"]) parse_reporter(n, e);
+  if (auto n = root["callbacks"]) parse_callbacks(n, e);
   if (auto n = root["scheduler"]) parse_scheduler(n, e);
   if (auto n = root["search_alg"]) parse_search(n, e);
   check_placeholders(root["trial"]["command"], e);
@@ -630,6 +637,61 @@ void Parser::parse_reporter(const YAML::Node& n, Experiment& e) const {
 }
 
 // A list of names, or a mapping of name -> title (Ray's list or dict).
+void Parser::parse_callbacks(const YAML::Node& n, Experiment& e) const {
+  if (n.IsNull()) return;
+  if (!n.IsSequence()) error(n, "callbacks must be a list of {on: [EVENT, ...], command: [...]}");
+  for (size_t i = 0; i < n.size(); ++i) e.callbacks.push_back(parse_callback(n[i], i));
+}
+
+CallbackSpec Parser::parse_callback(const YAML::Node& n, size_t i) const {
+  const std::string what = "callbacks[" + std::to_string(i) + "]";
+  check_map(n, what);
+  check_keys(n, kCallbackKeys, what);
+  CallbackSpec c;
+  c.where = where(n);
+  auto cmd = n["command"];
+  if (!cmd) error(n, "missing required key 'command' in " + what);
+  if (cmd.IsSequence()) {
+    for (const auto& w : cmd) {
+      if (!w.IsScalar()) error(w, what + ".command: each argument must be a scalar");
+      c.command.push_back(w.Scalar());
+    }
+  } else if (cmd.IsScalar()) {
+    auto words = util::shell_split(cmd.Scalar());
+    if (!words) error(cmd, what + ".command: " + words.error().message);
+    c.command = std::move(*words);
+  } else {
+    error(cmd, what + ".command must be a list of arguments or a string");
+  }
+  if (c.command.empty() || c.command[0].empty())
+    error(cmd, what + ".command is empty: name the program to run");
+  auto on = n["on"];
+  if (!on) {  // every event
+    c.on.assign(std::begin(kAllCallbackEvents), std::end(kAllCallbackEvents));
+    return c;
+  }
+  if (on.IsScalar()) error(on, what + ".on must be a list of events, e.g. [" + on.Scalar() + "]");
+  if (!on.IsSequence() || on.size() == 0)
+    error(on, what +
+                  ".on must be a non-empty list of events (trial_start, trial_result, "
+                  "trial_complete, trial_error, checkpoint, experiment_end)");
+  for (const auto& ev : on) {
+    std::string name = ev.IsScalar() ? ev.Scalar() : "";
+    auto it = std::find(std::begin(kCallbackEvents), std::end(kCallbackEvents), name);
+    if (it == std::end(kCallbackEvents)) {
+      std::string msg =
+          "unknown callback event '" + util::printable(name, 40) + "' in " + what + ".on";
+      if (auto s = util::suggest(name, kCallbackEvents)) msg += " (did you mean '" + *s + "'?)";
+      error(ev, msg);
+    }
+    auto kind = kAllCallbackEvents[it - std::begin(kCallbackEvents)];
+    if (std::find(c.on.begin(), c.on.end(), kind) != c.on.end())
+      error(ev, "callback event '" + name + "' is listed twice in " + what + ".on");
+    c.on.push_back(kind);
+  }
+  return c;
+}
+
 std::vector<ColumnSpec> Parser::parse_columns(const YAML::Node& n, std::string_view what) const {
   std::vector<ColumnSpec> out;
   auto name = [&](const YAML::Node& k) {
@@ -727,6 +789,10 @@ void Parser::parse_sync(const YAML::Node& n, Experiment& e) const {
     auto words = util::shell_split(t);
     if (!words) error(m, "sync_config.upload_syncer: " + words.error().message);
     s.upload_syncer = t;
+  }
+  if (auto m = n["sync_timeout"]) {
+    s.sync_timeout = number(m, "sync_config.sync_timeout");
+    if (!(s.sync_timeout > 0)) error(m, "sync_config.sync_timeout must be positive (seconds)");
   }
 }
 
@@ -1317,7 +1383,8 @@ constexpr std::string_view kMutableTop[] = {"stop",
                                             "host_timeout_s",
                                             "report_period_s",
                                             "tensorboard",
-                                            "progress_reporter"};
+                                            "progress_reporter",
+                                            "callbacks"};
 constexpr std::string_view kMutableCheckpoint[] = {"num_to_keep", "checkpoint_score_attribute",
                                                    "checkpoint_score_order"};
 
@@ -1393,6 +1460,10 @@ const char* scheduler_name(SchedulerKind k) {
       return "pbt";
   }
   return "?";
+}
+
+const char* callback_event_name(CallbackEvent e) {
+  return kCallbackEvents[static_cast<size_t>(e)].data();
 }
 
 fs::path default_storage_path() {

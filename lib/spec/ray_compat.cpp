@@ -16,9 +16,9 @@ struct Failure {
 constexpr std::string_view kTuneConfigKeys[] = {
     "num_samples",   "metric",     "mode",     "max_concurrent_trials",
     "time_budget_s", "search_alg", "scheduler"};
-constexpr std::string_view kRunConfigKeys[] = {"name",       "storage_path",      "local_dir",
-                                               "stop",       "checkpoint_config", "failure_config",
-                                               "sync_config"};
+constexpr std::string_view kRunConfigKeys[] = {"name",        "storage_path",      "local_dir",
+                                               "stop",        "checkpoint_config", "failure_config",
+                                               "sync_config", "callbacks"};
 
 // One of Ray's names for a member of one of our sections.
 struct Alias {

@@ -181,7 +181,19 @@ bool Uploader::start_step() {
 bool Uploader::poll() {
   if (pid_ > 0) {
     auto status = util::try_wait(pid_);
-    if (!status) return true;
+    if (!status && mono() - started_ <= cfg_.sync_timeout) return true;
+    if (!status) {                // a hung mirror (a stalled network, a stuck syncer)
+      util::kill_and_reap(pid_);  // its whole process group
+      pid_ = -1;
+      step_ = 0;
+      queued_ = false;  // the next request after a sync period starts it again
+      ++failures_;
+      spdlog::warn(
+          "upload to {} ran longer than sync_timeout ({} s): killed; retried at the next "
+          "sync period",
+          remote_, util::format_double(cfg_.sync_timeout));
+      return false;
+    }
     pid_ = -1;
     fs::path log = exp_dir_ / ".tune" / "upload.log";
     if (*status != 0 && only_vanished(kind_of(cfg_), *status, log)) {

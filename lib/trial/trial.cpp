@@ -63,13 +63,15 @@ const char* cause_name(Cause c) {
       return "turn";
     case Cause::kExploit:
       return "exploit";
+    case Cause::kUser:
+      return "user";
   }
   return "";
 }
 
 std::optional<Cause> parse_cause(std::string_view s) {
   for (Cause c : {Cause::kNone, Cause::kCutoff, Cause::kMedian, Cause::kMaxT, Cause::kRung,
-                  Cause::kTurn, Cause::kExploit})
+                  Cause::kTurn, Cause::kExploit, Cause::kUser})
     if (s == cause_name(c)) return c;
   return std::nullopt;
 }
@@ -84,6 +86,7 @@ std::string describe_decision(const Trial& t, std::string_view scheduler) {
       (t.reason == Reason::kNone || (t.reason == Reason::kPaused && t.cause == Cause::kExploit)))
     return "exploited " + t.exploited_from + " @ " + util::format_double(t.exploited_at);
   if (t.reason != Reason::kStopped && t.reason != Reason::kPaused) return "";
+  if (t.cause == Cause::kUser) return "stopped by tune stop";
   std::string at = util::format_double(t.decided_at);
   if (t.cause == Cause::kMaxT) return "reached max_t at " + at;
   return std::string(t.reason == Reason::kStopped ? "stopped by " : "paused by ") +

@@ -40,6 +40,7 @@ enum class Cause {
   kRung,     // paused at its rung until the rest of its bracket reaches it (hyperband)
   kTurn,     // paused at its check so that trials waiting for a slot get their turn (pbt)
   kExploit,  // restarts from another trial's checkpoint with a changed config (pbt)
+  kUser,     // stopped by `tune stop --trial` (not a scheduler's doing)
 };
 
 [[nodiscard]] const char* cause_name(Cause c);

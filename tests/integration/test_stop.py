@@ -80,13 +80,68 @@ class StopTest(WaitingTrials):
         self.tune("stop", "exp", check=0)
         self.wait_for(lambda: self.processes_under(self.dir) == [], timeout=10, what="no process")
         self.assertIn("nothing of 'exp' runs", self.tune("stop", "exp", check=0).stdout)
-        self.resume_and_check()
+        # The trial stopped on its own stays stopped (TERMINATED); the other continues.
+        open(self.flag, "w").close()
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        by_id = {t["trial_id"]: t for t in self.trials("exp")}
+        self.assertEqual((by_id["00001"]["status"], by_id["00001"]["cause"]), ("TERMINATED", "user"))
+        self.assertEqual([r["i"] for r in self.results("exp", by_id["00001"])], [1, 2])
+        self.assertEqual(by_id["00001"]["attempt"], 1)
+        self.assertEqual(by_id["00000"]["status"], "TERMINATED")
+        self.assertEqual([r["i"] for r in self.results("exp", by_id["00000"])], [1, 2, 3, 4, 5])
 
     def test_an_unknown_trial_is_an_error(self):
         open(self.flag, "w").close()
         self.tune("run", "exp.yaml", "--quiet", check=0)
         p = self.tune("stop", "exp", "--trial", "nope", check=2)
         self.assertIn("no trial 'nope'", p.stderr)
+
+
+class StopOneTrialTest(WaitingTrials):
+    """`tune stop --trial` while the driver runs: that trial ends TERMINATED, the others go on,
+    and a resume keeps it as it is."""
+
+    def setUp(self):
+        super().setUp()
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "count.py", "%s"]}
+            param_space: {x: {grid_search: [1, 2, 3]}}
+            hosts: [{local: {cpus: 3}}]
+        """ % (PY, self.flag))
+
+    def test_stop_one_trial_through_the_running_driver(self):
+        proc = self.start_tune("run", "exp.yaml", "--quiet")
+        def ready():
+            ts = self.trials("exp")
+            return len(ts) == 3 and all(t["iteration"] == 2 for t in ts)
+        self.wait_for(ready, what="three trials at iteration 2")
+        p = self.tune("stop", "exp", "--trial", "trial_00001_x=2", check=0)
+        self.assertIn("stopped trial trial_00001_x=2 (TERMINATED)", p.stdout)
+        self.assertIsNone(proc.poll())  # the driver runs on
+        by_id = {t["trial_id"]: t for t in self.trials("exp")}
+        self.assertEqual((by_id["00001"]["status"], by_id["00001"]["reason"],
+                          by_id["00001"]["cause"]), ("TERMINATED", "stopped", "user"))
+        self.assertEqual(by_id["00000"]["status"], "RUNNING")
+        self.assertEqual(by_id["00002"]["status"], "RUNNING")
+        self.assertEqual(self.tune("stop", "exp", "--trial", "00001", check=0).stdout,
+                         "trial trial_00001_x=2 has ended already (TERMINATED)\n")
+        open(self.flag, "w").close()
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        def check():
+            by_id = {t["trial_id"]: t for t in self.trials("exp")}
+            for tid, rows in (("00000", [1, 2, 3, 4, 5]), ("00001", [1, 2]),
+                              ("00002", [1, 2, 3, 4, 5])):
+                self.assertEqual(by_id[tid]["status"], "TERMINATED")
+                self.assertEqual([r["i"] for r in self.results("exp", by_id[tid])], rows)
+                self.assertEqual(by_id[tid]["attempt"], 1)
+        check()
+        with open(os.path.join(self.exp_dir("exp"), "tune.log")) as f:
+            self.assertIn("stopping it (tune stop --trial); the others run on", f.read())
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        check()  # kept as it is: not restarted
+        self.assertEqual(os.listdir(os.path.join(self.exp_dir("exp"), ".tune", "stop_requests")),
+                         [])
 
 
 class RestoreFromTest(WaitingTrials):

@@ -116,6 +116,46 @@ class UploadTest(TuneTest):
             self.assertIn("file://%s/up/ -> %s/" % (mirror, self.exp_dir("up")), f.read())
         self.assertTrue(all(t["status"] == "TERMINATED" for t in self.trials("up")))
 
+    def test_a_hung_mirror_is_killed_after_sync_timeout_and_retried(self):
+        # Its first call hangs; later ones copy the tree.
+        self.write("hang_once.py", """
+            import os, shutil, sys, time
+            src, dst, marker = sys.argv[1], sys.argv[2][len("file://"):], sys.argv[3]
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                time.sleep(120)
+            shutil.copytree(src, dst, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("stdin.fifo", "lock"))
+            """)
+        mirror = os.path.join(self.dir, "mirror")
+        marker = os.path.join(self.dir, "hung")
+        self.write("up.yaml", f"""
+            trial: {{command: ["{PY}", "{TRIAL}"]}}
+            param_space: {{x: 1.0, steps: 40, sleep: 0.1}}
+            sync_config:
+              upload_dir: "file://{mirror}"
+              upload_syncer: "{PY} hang_once.py {{source}} {{target}} {marker}"
+              sync_period: 0.5
+              sync_timeout: 1
+            """)
+        started = time.time()
+        p = self.tune("run", "up.yaml", check=0, timeout=100)
+        self.assertLess(time.time() - started, 60)  # the hung call did not hold the run
+        self.assertIn("ran longer than sync_timeout (1 s): killed; retried at the next sync "
+                      "period", p.stderr)
+        self.assertTrue(os.path.exists(marker))
+        with open(os.path.join(mirror, "up", "experiment_state.json")) as f:
+            self.assertEqual(json.load(f)["phase"], "finished")  # a later mirror went through
+
+    def test_a_sync_timeout_that_is_not_positive_is_refused(self):
+        self.write("up.yaml", """
+            trial: {command: [true]}
+            param_space: {x: 1}
+            sync_config: {sync_timeout: 0}
+            """)
+        p = self.tune("run", "up.yaml", check=2)
+        self.assertIn("up.yaml:3:29: sync_config.sync_timeout must be positive", p.stderr)
+
     def test_a_mirror_overlapping_the_experiment_is_refused(self):
         storage = os.path.join(self.dir, "up", "store")  # the experiment: <dir>/up/store/up
         for url in ("file://" + storage,                  # the mirror is the experiment dir

@@ -1,0 +1,89 @@
+// `tune stop --trial` on the driver's side (fake executor): a request file stops one running
+// trial (TERMINATED, cause user) while the others run on; a resumed driver acts on a request
+// left while no driver ran (a queued trial: it never starts again).
+#include <catch2/catch.hpp>
+
+#include "control/controller.hpp"
+#include "control/stop_requests.hpp"
+#include "controller_fixtures.hpp"
+#include "fake_executor.hpp"
+
+using namespace tune;
+using testing::FakeContext;
+using testing::FakeExecutor;
+using testing::FakeProcess;
+using testing::make_exp;
+using testing::opts;
+using testing::Reporter;
+using testing::ScratchDir;
+using json = nlohmann::json;
+
+namespace {
+
+const char* kExp = R"(
+name: exp
+trial: {command: [train, "{x}"]}
+param_space: {x: {grid_search: [0, 1, 2]}}
+max_concurrent_trials: 2
+)";
+
+}  // namespace
+
+TEST_CASE("tune stop --trial: one running trial ends TERMINATED, the others run on",
+          "[controller][user_stop]") {
+  ScratchDir d;
+  auto e = make_exp(d, kExp);
+  FakeExecutor ex([&](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.argv[1] == "1")  // reports until stopped; at its 3rd result asks to stop itself
+      return std::make_unique<Reporter>(1000000, 0, [&](int i, FakeContext&) {
+        if (i == 3) REQUIRE(control::write_stop_request(e.dir(), "00001"));
+        return json{{"loss", 1.0 / i}};
+      });
+    return std::make_unique<Reporter>(20, 0);
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& ts = c.state().trials;
+  REQUIRE(ts.size() == 3);
+  CHECK(ts[0].status == trial::Status::kTerminated);
+  CHECK(ts[0].iteration == 20);
+  CHECK(ts[1].status == trial::Status::kTerminated);
+  CHECK(ts[1].reason == trial::Reason::kStopped);
+  CHECK(ts[1].cause == trial::Cause::kUser);
+  CHECK(trial::describe_decision(ts[1], "fifo") == "stopped by tune stop");
+  CHECK(ts[1].iteration >= 3);
+  CHECK(ts[1].iteration < 100);  // stopped within about a second (one result per tick)
+  CHECK(ts[2].status == trial::Status::kTerminated);  // started in the slot it freed
+  CHECK(ts[2].iteration == 20);
+  CHECK(ts[2].cause == trial::Cause::kNone);
+  CHECK(control::stop_requests(e.dir()).empty());  // acted on and removed
+}
+
+TEST_CASE("tune stop --trial: a request left while no driver ran applies on resume",
+          "[controller][user_stop]") {
+  ScratchDir d;
+  auto e = make_exp(d, kExp);
+  state::ExperimentState before;
+  {  // the first run is interrupted while the trials run
+    FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(1000000, 0); });
+    ex.interrupt_at(5);
+    control::Controller c(e, ex, opts());
+    REQUIRE(c.run() == kExitInterrupted);
+    before = c.state();
+  }
+  REQUIRE(control::write_stop_request(e.dir(), "00000"));
+  REQUIRE(control::write_stop_request(e.dir(), "99999"));  // no such trial: ignored
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(4, 0); });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run(before) == kExitOk);
+  const auto& ts = c.state().trials;
+  REQUIRE(ts.size() == 3);
+  CHECK(ts[0].status == trial::Status::kTerminated);
+  CHECK(ts[0].cause == trial::Cause::kUser);
+  CHECK(ts[0].attempt == before.trials[0].attempt);  // not restarted
+  for (size_t i : {1, 2}) {
+    CHECK(ts[i].status == trial::Status::kTerminated);
+    CHECK(ts[i].cause == trial::Cause::kNone);
+  }
+  CHECK(control::stop_requests(e.dir()).empty());
+}
