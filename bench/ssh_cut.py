@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -33,10 +34,9 @@ def log_time(line):
     return datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f").timestamp()
 
 
-def one_run(tune, tmp, hosts, host_timeout, k):
+def one_run(tune, tmp, hosts, host_timeout, name):
     h = hosts["hosts"][0]
     storage = os.path.join(tmp, "runs")
-    name = "cut%d" % k
     yaml = os.path.join(tmp, name + ".yaml")
     with open(yaml, "w") as f:
         f.write(textwrap.dedent(f"""
@@ -57,6 +57,9 @@ def one_run(tune, tmp, hosts, host_timeout, k):
                        cpus: 2}}
             """))
     log = os.path.join(storage, name, "tune.log")
+    finished = True
+    if os.path.exists(os.path.join(storage, name)):
+        sys.exit("ssh_cut: %s exists already" % os.path.join(storage, name))
     p = subprocess.Popen([tune, "run", yaml, "--quiet", "--storage-path", storage],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -73,7 +76,12 @@ def one_run(tune, tmp, hosts, host_timeout, k):
                         lost_at = log_time(line)
                         break
         subprocess.run([SCRIPT, "heal", hosts_dir_of(hosts), "1"], check=True)
-        p.wait(timeout=300)
+        try:
+            p.wait(timeout=90)  # the trials need ~20 s once the host is back
+        except subprocess.TimeoutExpired:
+            finished = False  # stuck: Ctrl-C, so that the driver still logs its figures
+            p.send_signal(signal.SIGINT)
+            p.wait(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
@@ -81,9 +89,11 @@ def one_run(tune, tmp, hosts, host_timeout, k):
     with open(log) as f:
         text = f.read()
     m = re.findall(r"longest loop stall: (\d+) ms(?:, longest wait past its timeout: (\d+) ms)?", text)
-    stall, overrun = m[-1]
-    return {"stall_ms": float(stall), "overrun_ms": float(overrun) if overrun else None,
-            "lost_after_s": None if lost_at is None else lost_at - cut_at, "rc": p.returncode}
+    stall, overrun = m[-1] if m else (None, None)  # no figure: the driver did not end normally
+    return {"stall_ms": float(stall) if stall else None,
+            "overrun_ms": float(overrun) if overrun else None,
+            "lost_after_s": None if lost_at is None else lost_at - cut_at, "rc": p.returncode,
+            "finished": finished}
 
 
 _HOSTS_DIR = {}
@@ -93,8 +103,8 @@ def hosts_dir_of(hosts):
     return _HOSTS_DIR["dir"]
 
 
-def series(tune, tmp, hosts, host_timeout, repeat):
-    runs = [one_run(tune, tmp, hosts, host_timeout, k) for k in range(repeat)]
+def series(label, tune, tmp, hosts, host_timeout, repeat):
+    runs = [one_run(tune, tmp, hosts, host_timeout, "%s%d" % (label, k)) for k in range(repeat)]
     med = lambda key: statistics.median(r[key] for r in runs if r[key] is not None) \
         if any(r[key] is not None for r in runs) else float("nan")
     return {"runs": runs, "stall_ms": med("stall_ms"), "overrun_ms": med("overrun_ms"),
@@ -117,13 +127,17 @@ def main():
             hosts = json.load(f)
         if hosts["mode"] != "netns":
             sys.exit("ssh_cut: needs network-namespace hosts (root) to cut a link")
-        out = {"tune": series(a.tune, tmp, hosts, a.host_timeout, a.repeat)}
+        out = {"tune": series("tune", a.tune, tmp, hosts, a.host_timeout, a.repeat)}
         if a.baseline_tune:
-            out["baseline"] = series(a.baseline_tune, tmp, hosts, a.host_timeout, a.repeat)
+            out["baseline"] = series("baseline", a.baseline_tune, tmp, hosts, a.host_timeout, a.repeat)
     finally:
         subprocess.run([SCRIPT, "down", _HOSTS_DIR["dir"]], stdout=subprocess.DEVNULL)
         shutil.rmtree(tmp, ignore_errors=True)
     for label, r in out.items():
+        stuck = sum(1 for x in r["runs"] if not x["finished"])
+        if stuck:
+            print("%s: %d of %d runs never finished after the host came back (stopped by Ctrl-C "
+                  "90 s after the heal)" % (label, stuck, len(r["runs"])))
         over = r["overrun_ms"]
         print("%-9s longest loop stall %7.0f ms   longest wait past timeout %7s ms   "
               "host lost %5.2f s after the cut (host_timeout_s %g)   runs: %s" % (
