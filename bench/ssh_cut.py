@@ -143,7 +143,8 @@ def main():
               "host lost %5.2f s after the cut (host_timeout_s %g)   runs: %s" % (
                   label, r["stall_ms"], "n/a" if over != over else "%.0f" % over,
                   r["lost_after_s"], a.host_timeout,
-                  ", ".join("%.0f/%s/%.2f" % (x["stall_ms"], x["overrun_ms"], x["lost_after_s"] or -1)
+                  ", ".join("%s/%s/%s" % (x["stall_ms"], x["overrun_ms"],
+                                          "-" if x["lost_after_s"] is None else "%.2f" % x["lost_after_s"])
                             for x in r["runs"])))
     if "baseline" in out:
         b, t = out["baseline"], out["tune"]
