@@ -433,6 +433,7 @@ SlurmExecutor::~SlurmExecutor() {
     impl_->cv.notify_all();
   }
   impl_->worker.join();
+  impl_->cancel_at_exit();
 }
 
 Result<void> SlurmExecutor::start(const Launch& l) {

@@ -148,6 +148,10 @@ struct SlurmExecutor::Impl {
   void cancel(const std::string& job, const std::string& trial_name, bool term_only);
   void release_held(uint64_t seq);
   void verify_runs();
+  // With the worker gone: the cancels it had not made yet, jobs sbatch answered for attempts
+  // stopped meanwhile, and held cancels squeue confirms. A driver that ends never leaves a job
+  // it was asked to stop.
+  void cancel_at_exit();
   // Whether squeue lists `j` under the job name of this experiment's trial `trial_name` (and,
   // with squeue --me, as this user's).
   bool named_ours(const JobInfo& j, const std::string& trial_name) const {

@@ -77,6 +77,30 @@ void SlurmExecutor::Impl::release_held(uint64_t seq) {
   held = std::move(keep);
 }
 
+void SlurmExecutor::Impl::cancel_at_exit() {
+  for (auto& a : answers) {
+    if (!a.job) continue;
+    ours.insert(*a.job);
+    auto it = runs.find(a.trial_id);
+    if (it == runs.end() || it->second.gen != a.gen || it->second.stop_asked)
+      cancel(*a.job, it == runs.end() ? "" : it->second.trial_name, false);
+  }
+  answers.clear();
+  if (!held.empty()) {
+    if (auto q = client->queue()) {
+      last_seen.clear();
+      for (auto& j : *q) last_seen[j.id] = std::move(j);
+      release_held(UINT64_MAX);
+    } else {
+      spdlog::warn("{}", q.error().message);
+    }
+  }
+  for (auto [ids, term] : {std::pair{&cancel_term, true}, {&cancel_kill, false}})
+    if (!ids->empty())
+      if (auto r = client->cancel(*ids, term); !r) spdlog::warn("{}", r.error().message);
+  cancel_term.clear(), cancel_kill.clear();
+}
+
 // Job ids read back from the state or a .job file become ours once squeue lists them so.
 void SlurmExecutor::Impl::verify_runs() {
   for (auto& [id, r] : runs) {

@@ -4,10 +4,12 @@
 // pieces it is made of (squeue parsing, sbatch options, the scripts Slurm runs).
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -30,9 +32,11 @@ struct FakeSlurm final : exec::SlurmClient {
   std::map<std::string, std::string> names, comments;  // job id -> --job-name, --comment
   std::vector<std::pair<std::vector<std::string>, bool>> cancels;
   int queue_calls = 0;
-  std::string fail_submit;  // non-empty: sbatch fails with this message
+  std::string fail_submit;                     // non-empty: sbatch fails with this message
+  std::atomic<int> submit_ms{0}, queue_ms{0};  // how long sbatch and squeue take
 
   Result<std::string> submit(const std::vector<std::string>& args, const fs::path&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(submit_ms.load()));
     std::lock_guard lk(m);
     if (!fail_submit.empty()) return fail(fail_submit);
     submitted.push_back(args);
@@ -46,6 +50,7 @@ struct FakeSlurm final : exec::SlurmClient {
   }
   Result<void> test_only(const std::vector<std::string>&) override { return {}; }
   Result<std::vector<exec::JobInfo>> queue() override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(queue_ms.load()));
     std::lock_guard lk(m);
     ++queue_calls;
     std::string text;
@@ -95,9 +100,27 @@ struct FakeSlurm final : exec::SlurmClient {
   }
 };
 
+// Hands the executor a client that forwards to a fake the test keeps (it outlives the executor).
+struct Forward final : exec::SlurmClient {
+  std::shared_ptr<FakeSlurm> f;
+  explicit Forward(std::shared_ptr<FakeSlurm> fake) : f(std::move(fake)) {}
+  Result<std::string> submit(const std::vector<std::string>& a, const fs::path& p) override {
+    return f->submit(a, p);
+  }
+  Result<void> test_only(const std::vector<std::string>& a) override { return f->test_only(a); }
+  Result<std::vector<exec::JobInfo>> queue() override { return f->queue(); }
+  Result<exec::Accounting> accounting(const std::vector<std::string>& ids) override {
+    return f->accounting(ids);
+  }
+  Result<void> cancel(const std::vector<std::string>& ids, bool term) override {
+    return f->cancel(ids, term);
+  }
+};
+
 struct Fixture {
   fs::path dir = fs::temp_directory_path() / ("tune-slurm-" + std::to_string(::getpid()));
   std::string key = std::string(32, 'c');
+  std::shared_ptr<FakeSlurm> owned;
   FakeSlurm* fake = nullptr;
   std::unique_ptr<exec::SlurmExecutor> ex;
   std::vector<exec::Event> events;
@@ -115,9 +138,9 @@ struct Fixture {
     o.scan_s = 0.01;
     o.record_wait_s = 0.1;
     o.job.signal_grace_s = 30;
-    auto f = std::make_unique<FakeSlurm>();
-    fake = f.get();
-    ex = std::make_unique<exec::SlurmExecutor>(o, std::move(f));
+    owned = std::make_shared<FakeSlurm>();
+    fake = owned.get();
+    ex = std::make_unique<exec::SlurmExecutor>(o, std::make_unique<Forward>(owned));
   }
   ~Fixture() {
     ex.reset();
@@ -370,6 +393,36 @@ TEST_CASE("stop: SIGTERM to the batch shell, scancel after the grace; a pending 
   f.record("00005", 1, "driver_stop");
   REQUIRE(f.pump([&] { return f.exit_of("00005").has_value(); }));
   CHECK(f.exit_of("00005")->reason == "driver_stop");  // ours: passed on as it is
+}
+
+TEST_CASE("a driver that ends right after stopping its trials leaves no job behind", "[slurm]") {
+  // A job stopped while squeue still called it pending ends at once; the driver may then exit
+  // before the worker has run its scancel (busy in a slow squeue): the cancel must still be made.
+  Fixture f;
+  REQUIRE(f.ex->start(f.launch("00001")));
+  REQUIRE(f.pump([&] { return !f.job_of("00001").empty(); }));
+  std::string job = f.job_of("00001");
+  f.settle(0.2);
+  f.fake->queue_ms = 400;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the worker is in squeue
+  f.ex->stop("00001", false);
+  REQUIRE(f.pump([&] { return f.exit_of("00001").has_value(); }));
+  f.ex.reset();
+  CHECK(f.fake->cancelled(job));
+}
+
+TEST_CASE("a job sbatch answers after its attempt was stopped is cancelled, even at exit",
+          "[slurm]") {
+  Fixture f;
+  f.fake->submit_ms = 300;
+  REQUIRE(f.ex->start(f.launch("00001")));
+  f.settle(0.1);  // sbatch is running
+  f.ex->stop("00001", false);
+  f.ex.reset();  // before its answer reached the loop
+  REQUIRE(f.fake->submits() == 1);
+  std::string job = f.job_of("00001");
+  REQUIRE_FALSE(job.empty());
+  CHECK(f.fake->cancelled(job));
 }
 
 TEST_CASE("a failing sbatch is retried, then the attempt fails with Slurm's message", "[slurm]") {
