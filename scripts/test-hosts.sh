@@ -13,6 +13,9 @@
 #   scripts/test-hosts.sh start STATE_DIR K start worker K's sshd again (same host key)
 #   scripts/test-hosts.sh rekey STATE_DIR K give worker K a new host key (restarts its sshd)
 #   scripts/test-hosts.sh slow STATE_DIR K RATE  limit what worker K sends (tc tbf, e.g. 8mbit)
+#   scripts/test-hosts.sh fill STATE_DIR K DIR SIZE  worker K sees a SIZE tmpfs at DIR (relative
+#                                          to its storage path): a disk that fills up (netns mode)
+#   scripts/test-hosts.sh unfill STATE_DIR K DIR   takes that tmpfs away again
 #
 # hosts.json: {"mode", "user", "identity_file", "known_hosts", "storage_path",
 #              "hosts": [{"name", "host", "port", "storage_path"}]}
@@ -177,6 +180,18 @@ slow)
   ns=$(cat "$w/netns"); wv="tn$(cat "$D/net")w${3}"
   ip netns exec "$ns" tc qdisc replace dev "$wv" root tbf rate "${4:?RATE}" burst 32kbit latency 2s
   ;;
+fill)
+  k=${3:?K}; w="$D/w$k"; dir=${4:?DIR}; size=${5:?SIZE}
+  [ "$(cat "$D/mode")" = netns ] || { echo "test-hosts: fill needs netns mode" >&2; exit 1; }
+  case "$dir" in /*|*..*) echo "test-hosts: DIR must be relative, without .." >&2; exit 1 ;; esac
+  mkdir -p "$w/root/$dir"
+  nsenter -t "$(cat "$w/sshd.pid")" -m -- mount -t tmpfs -o "size=$size,mode=0777" tmpfs "$MOUNT/$dir"
+  ;;
+unfill)
+  k=${3:?K}; w="$D/w$k"; dir=${4:?DIR}
+  case "$dir" in /*|*..*) echo "test-hosts: DIR must be relative, without .." >&2; exit 1 ;; esac
+  nsenter -t "$(cat "$w/sshd.pid")" -m -- umount -l "$MOUNT/$dir"
+  ;;
 rekey)
   k=${3:?K}; w="$D/w$k"
   # (loopback mode: the sessions outlive their listener; `kill` ends them later)
@@ -188,7 +203,7 @@ rekey)
   start_sshd "$k"
   ;;
 *)
-  echo "usage: test-hosts.sh up|down|cut|heal|kill|start|rekey|slow STATE_DIR [N|K] [RATE]" >&2
+  echo "usage: test-hosts.sh up|down|cut|heal|kill|start|rekey|slow|fill|unfill STATE_DIR [N|K] [RATE|DIR SIZE]" >&2
   exit 2
   ;;
 esac

@@ -299,9 +299,12 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
     ExitInfo info;
     info.attempt = r->attempt;
     info.reason = "supervisor_died";
-    info.error = "the trial's supervisor on " + w.name +
-                 " is gone without recording the trial's exit (killed, or the host's disk is "
-                 "full)";
+    std::string full = w.h.full_note(r->dir);
+    info.error = full.empty() ? "the trial's supervisor on " + w.name +
+                                    " is gone without recording the trial's exit (killed?)"
+                              : "the trial's supervisor on " + w.name +
+                                    " could not record the trial's exit: the disk holding " +
+                                    r->dir + " is full" + full;
     info.pid = r->child_pid;
     spdlog::warn("trial {}: {}{}", r->head_dir.filename().string(), info.error,
                  r->child_pid ? "; ending its trial, pid " + std::to_string(*r->child_pid)
@@ -560,8 +563,11 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   cmd += " <<'TUNE_NONCE' >/dev/null 2>&1 & echo $! )\n" + r.who.nonce + "\nTUNE_NONCE";
   if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
     (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
-    if (auto written = w.h.write(r.dir + "/params.json", *params, 0644); !written)
-      spdlog::warn("{}", written.error().message);
+    if (auto written = w.h.write(r.dir + "/params.json", *params, 0644); !written) {
+      check(w);
+      if (!w.up) return lost("host " + w.name + " is unreachable");
+      return failed(written.error().message);
+    }
   }
   check(w);
   if (!w.up) return lost("host " + w.name + " is unreachable");

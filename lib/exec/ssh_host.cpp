@@ -147,6 +147,20 @@ std::optional<uint64_t> SshHost::size_of(const std::string& path) {
   return size;
 }
 
+std::optional<uint64_t> SshHost::free_bytes(const std::string& path) {
+  sftp_statvfs_t v = sftp_statvfs(sftp, path.c_str());
+  if (!v) return std::nullopt;
+  uint64_t free = v->f_bavail * (v->f_frsize ? v->f_frsize : v->f_bsize);
+  sftp_statvfs_free(v);
+  return free;
+}
+
+std::string SshHost::full_note(const std::string& path) {
+  auto free = free_bytes(path);
+  if (!free || *free >= (1u << 20)) return "";
+  return ": No space left on device (" + std::to_string(*free / 1024) + " KiB free)";
+}
+
 // Reads up to `max` bytes of `path` from `offset`.
 std::optional<std::string> SshHost::read(const std::string& path, uint64_t offset, size_t max) {
   sftp_file f = sftp_open(sftp, path.c_str(), O_RDONLY, 0);
@@ -164,17 +178,26 @@ std::optional<std::string> SshHost::read(const std::string& path, uint64_t offse
   return data;
 }
 
+namespace {
+std::string path_dir(const std::string& path) {
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
+}
+}  // namespace
+
 Result<void> SshHost::write(const std::string& path, std::string_view content, int mode) {
   std::string tmp = path + ".tmp";
   sftp_file f = sftp_open(sftp, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
-  if (!f) return fail(cfg.name, ": cannot write ", tmp, ": ", err());
+  if (!f) return fail(cfg.name, ": cannot write ", tmp, ": ", err(), full_note(path_dir(path)));
   size_t done = 0;
   while (done < content.size()) {
     ssize_t n =
         sftp_write(f, content.data() + done, std::min<size_t>(content.size() - done, 65536));
     if (n <= 0) {
+      std::string why = err();
       sftp_close(f);
-      return fail(cfg.name, ": cannot write ", tmp, ": ", err());
+      sftp_unlink(sftp, tmp.c_str());
+      return fail(cfg.name, ": cannot write ", tmp, ": ", why, full_note(path_dir(path)));
     }
     done += static_cast<size_t>(n);
   }

@@ -53,6 +53,10 @@ struct SshHost {
   [[nodiscard]] Result<int> shell_run(const std::string& cmd, std::string* out = nullptr);
   // Runs a command on a new exec channel (through the user's shell on the host).
   [[nodiscard]] Result<int> run(const std::string& cmd, std::string* out = nullptr);
+  // Bytes free for this user on the filesystem holding `path` (statvfs over SFTP), if known.
+  std::optional<uint64_t> free_bytes(const std::string& path);
+  // "" or, where that filesystem is (nearly) full, ": No space left on device (N KiB free)".
+  std::string full_note(const std::string& path);
   [[nodiscard]] std::optional<uint64_t> size_of(const std::string& path);
   // Reads up to `max` bytes of `path` from `offset`.
   [[nodiscard]] std::optional<std::string> read(const std::string& path, uint64_t offset,

@@ -568,6 +568,39 @@ class SshTest(TuneTest):
                          "the first attempt's trial still runs beside the retry")
 
 
+    def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
+        # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial
+        # prints 12 MB. The driver must not wait forever for an exit record that cannot be
+        # written: it ends the attempt, says why, and finishes.
+        if self.hosts["mode"] != "netns":
+            self.skipTest("needs netns mode (root) to give a worker its own small disk")
+        self.write("big.py", """
+            import json, time
+            for i in range(1, 241):
+                print(json.dumps({"i": i, "pad": "x" * 50000}), flush=True)
+                time.sleep(0.01)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: dfull
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'big.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            failure_config: {{max_failures: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", "dfull", "4m"], check=True,
+                       timeout=30)
+        try:
+            run = self.start_tune("run", "exp.yaml")
+            out, err = run.communicate(timeout=120)
+        finally:
+            subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "dfull"], timeout=30)
+        t = self.trials("dfull")[0]
+        self.assertEqual(t["status"], "ERROR", err)
+        with open(os.path.join(self.exp_dir("dfull"), "tune.log")) as f:
+            log = f.read()
+        self.assertIn("No space left on device", log)
+
     def test_a_driver_killed_right_after_a_remote_launch_finds_the_attempt_on_resume(self):
         # kill -9 as soon as the remote supervisor runs (before any state write could name the
         # host): the resume must re-attach attempt 1 on the worker, not start attempt 2 beside it.
