@@ -692,11 +692,12 @@ Result<void> SshExecutor::make_staging(const std::string& trial_id, const fs::pa
   auto it = impl_->where.find(trial_id);
   if (it == impl_->where.end()) return fail("internal: no remote run for ", trial_id);
   Worker* w = it->second;
-  // Waited for (a step-mode save on an SSH host): on a dead link, up to the host's timeouts.
-  return w->io->call([impl = impl_.get(), w, &trial_id, &name]() -> Result<void> {
+  // Posted, not waited for: the host's thread runs its tasks in order, so the dir exists before
+  // the save command that follows (also posted) reaches the trial; a failure is logged there
+  // and the trial's save then fails on its own.
+  w->io->post([impl = impl_.get(), w, trial_id, name] {
     auto run = w->runs.find(trial_id);
-    if (run == w->runs.end()) return fail("internal: no remote run for ", trial_id);
-    if (!w->up) return fail("host ", w->name, " is unreachable");
+    if (run == w->runs.end() || !w->up) return;
     auto& r = run->second;
     std::string out;
     auto st = w->h.shell_run(q(w->h.supervisor) + " --rm " + q(r.dir) + " " + q(name) +
@@ -704,11 +705,14 @@ Result<void> SshExecutor::make_staging(const std::string& trial_id, const fs::pa
                              &out);
     if (!st) {
       impl->check(*w);
-      return std::unexpected(st.error());
+      spdlog::warn("trial {}: cannot make {}: {}", r.head_dir.filename().string(), name,
+                   st.error().message);
+    } else if (*st != 0) {
+      spdlog::warn("trial {}: cannot make {} on {}: {}", r.head_dir.filename().string(), name,
+                   w->name, util::printable(out, 300));
     }
-    if (*st != 0) return fail(w->name, ": ", util::printable(out, 300));
-    return {};
   });
+  return {};
 }
 
 void SshExecutor::stop(const std::string& trial_id, bool now) {
