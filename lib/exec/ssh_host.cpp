@@ -59,9 +59,44 @@ std::string SshHost::remote_prefix() const {
   return (cfg.user.empty() ? "" : cfg.user + "@") + cfg.host + ":";
 }
 
+// The options of every ssh the driver starts for this host. A mux client whose master is gone
+// falls back to a connection of its own: with these it checks the host key as the master
+// does, and it gives up on a link that died (a banner or an answer that never comes) instead
+// of holding a sync, and the trial's exit behind it, for ever.
+std::vector<std::string> SshHost::ssh_options() const {
+  std::vector<std::string> o = {
+      "-o", "BatchMode=yes",
+      "-o", "UserKnownHostsFile=" + util::expand_user(cfg.known_hosts).string(),
+      "-o", "StrictHostKeyChecking=yes",
+      "-o", "ConnectTimeout=10",
+      "-o", "ServerAliveInterval=5",
+      "-o", "ServerAliveCountMax=3",
+      "-p", std::to_string(cfg.port)};
+  if (!cfg.identity_file.empty()) {
+    o.push_back("-i");
+    o.push_back(util::expand_user(cfg.identity_file).string());
+  }
+  if (!cfg.user.empty()) {
+    o.push_back("-l");
+    o.push_back(cfg.user);
+  }
+  return o;
+}
+
+namespace {
+// One word of rsync's -e command: rsync splits it at spaces and honours single and double
+// quotes (no backslashes).
+std::string rsync_e_word(const std::string& w) {
+  if (w.find_first_of(" \t'\"") == std::string::npos) return w;
+  if (w.find('\'') == std::string::npos) return "'" + w + "'";
+  return "\"" + w + "\"";
+}
+}  // namespace
+
 std::string SshHost::ssh_words() const {
-  return "ssh -o ControlMaster=no -o ControlPath=" + control_path + " -o BatchMode=yes -p " +
-         std::to_string(cfg.port);
+  std::string out = "ssh -o ControlMaster=no -o " + rsync_e_word("ControlPath=" + control_path);
+  for (const auto& w : ssh_options()) out += " " + rsync_e_word(w);
+  return out;
 }
 
 Result<void> SshHost::open_shell() {
@@ -368,29 +403,9 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
       (void)!std::system(stop.c_str());
       ::unlink(control_path.c_str());
     }
-    std::vector<std::string> cmd = {"ssh",
-                                    "-M",
-                                    "-N",
-                                    "-o",
-                                    "ControlPath=" + control_path,
-                                    "-o",
-                                    "BatchMode=yes",
-                                    "-o",
-                                    "UserKnownHostsFile=" + kh,
-                                    "-o",
-                                    "StrictHostKeyChecking=yes",
-                                    "-o",
-                                    "ServerAliveInterval=5",
-                                    "-p",
-                                    std::to_string(cfg.port)};
-    if (!cfg.identity_file.empty()) {
-      cmd.push_back("-i");
-      cmd.push_back(util::expand_user(cfg.identity_file).string());
-    }
-    if (!cfg.user.empty()) {
-      cmd.push_back("-l");
-      cmd.push_back(cfg.user);
-    }
+    std::vector<std::string> cmd = {"ssh", "-M", "-N", "-o", "ControlPath=" + control_path};
+    auto common = ssh_options();
+    cmd.insert(cmd.end(), common.begin(), common.end());
     cmd.push_back(cfg.host);
     auto pid = util::spawn_process(cmd, opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log"));
     if (!pid) return fail(pid.error().message);

@@ -66,6 +66,7 @@ struct SshHost {
 
   // "user@host:" for rsync; the ssh command rsync runs (over the master connection).
   [[nodiscard]] std::string remote_prefix() const;
+  [[nodiscard]] std::vector<std::string> ssh_options() const;
   [[nodiscard]] std::string ssh_words() const;
 
  private:
