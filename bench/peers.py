@@ -168,11 +168,9 @@ def checkpoints(tmp, c):
             storage = tempfile.mkdtemp(dir=tmp)
             wall = run_tune(yaml, storage)
             with open(os.path.join(storage, "ckpt-" + syncer, "tune.log")) as f:
-                line = [l for l in f if "ssh timings:" in l][-1]
-            nums = [float(w) for w in line.split("ssh timings:")[1].replace(",", " ").replace(";", " ").split()
-                    if w.replace(".", "", 1).isdigit()]
-            results[syncer] = {"wall_s": wall, "published": nums[5], "bytes_moved": nums[6],
-                               "publish_ms": nums[7]}
+                t = bench.ssh_timings([l for l in f if "ssh timings:" in l][-1])
+            results[syncer] = {"wall_s": wall, "published": t["published"],
+                               "bytes_moved": t["bytes_moved"], "publish_ms": t["publish_ms"]}
             shutil.rmtree(storage, ignore_errors=True)
         retained = c["trials"] * c["keep"] * (c["checkpoint_mb"] << 20)
         r = results["rsync"]

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "util/process.hpp"
@@ -41,6 +42,18 @@ void IoThread::post(Task task) {
   wake_.notify_one();
 }
 
+void IoThread::tick_within(double s) {
+  auto at = std::chrono::steady_clock::now() +
+            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(std::max(0.0, s)));
+  {
+    std::lock_guard lock(mutex_);
+    if (at >= soon_) return;
+    soon_ = at;
+  }
+  wake_.notify_one();
+}
+
 size_t IoThread::backlog() const {
   std::lock_guard lock(mutex_);
   return tasks_.size();
@@ -54,11 +67,13 @@ void IoThread::loop() {
   auto next_tick = clock::now() + period;
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    bool tick = clock::now() >= next_tick;  // first when due: tasks never starve the tick
+    auto due = std::min(next_tick, soon_);
+    bool tick = clock::now() >= due;  // first when due: tasks never starve the tick
     if (!tick && tasks_.empty()) {
-      wake_.wait_until(lock, next_tick, [&] { return stopping_ || !tasks_.empty(); });
+      wake_.wait_until(lock, due, [&] { return stopping_ || !tasks_.empty() || soon_ < due; });
       continue;
     }
+    if (tick) soon_ = clock::time_point::max();  // a tick_within() from the tick itself stays
     Task task;
     if (!tick) {
       task = std::move(tasks_.front());

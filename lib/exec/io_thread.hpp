@@ -2,6 +2,7 @@
 // tasks run in the order they were posted, and a tick runs every `period` seconds between them.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -45,6 +46,10 @@ class IoThread {
     return future.get();
   }
 
+  // The next tick runs within `s` seconds (sooner than its period; a later period is kept):
+  // for a host where output is expected soon (an attempt just started, a line just sent).
+  void tick_within(double s);
+
   // Tasks posted and not yet started.
   [[nodiscard]] size_t backlog() const;
 
@@ -56,6 +61,7 @@ class IoThread {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Task> tasks_;
+  std::chrono::steady_clock::time_point soon_ = std::chrono::steady_clock::time_point::max();
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -29,6 +29,8 @@ namespace {
 
 constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
 constexpr double kPollPeriod = 0.2;       // remote output and exits are looked at this often
+constexpr double kPollSoon = 0.005;       // ... and this soon after a start, a line sent or output
+                                          // read, the gap doubling while nothing comes
 constexpr size_t kReadChunk = 4u << 20;   // per trial per poll
 
 double clock_s(clockid_t id) {
@@ -75,6 +77,7 @@ struct Worker {
   double last_ok = 0;           // the last answer it gave (monotonic): a dead link dates from there
   std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
   bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
+  double poll_gap = kPollPeriod;  // until the next poll (kPollSoon after activity, doubling)
   SshStats stats;
   std::atomic<bool> lease_queued{false};
   std::unique_ptr<IoThread> io;  // last: stopped (joined) before the rest goes
@@ -242,8 +245,13 @@ struct SshExecutor::Impl {
   }
 
   void check_supervisors(Worker& w, double now);
-  void poll(Worker& w);
+  bool poll(Worker& w);  // true if it read output
   void tick(Worker& w);
+  // Output is likely soon (an attempt started, a line sent): poll again within kPollSoon.
+  static void expect_output(Worker& w) {
+    w.poll_gap = kPollSoon;
+    w.io->tick_within(kPollSoon);
+  }
   Result<void> ensure_workdir(Worker& w);
   void push_logs(Worker& w, const Run& r);
   void start_on_host(Worker& w, const Launch& l, Run r);
@@ -322,7 +330,8 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
 
 // One look at each attempt on the host: its exit record, new output and when it arrived, its
 // syncs. An attempt's exit is handed on after all its output and its end-of-trial sync.
-void SshExecutor::Impl::poll(Worker& w) {
+bool SshExecutor::Impl::poll(Worker& w) {
+  bool any_output = false;
   double t = mono();
   check_supervisors(w, t);
   auto sync = sync_context(w);
@@ -348,6 +357,11 @@ void SshExecutor::Impl::poll(Worker& w) {
             r.times.feed(*notes, ev.arrivals, ev.started);
           emit(std::move(ev));
           read_some = true;  // exit only once all output is read
+          any_output = true;
+          if (r.started_at >= 0) {
+            w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
+            r.started_at = -1;
+          }
         }
       }
       if (r.exit && w.up && !read_some) {
@@ -367,12 +381,15 @@ void SshExecutor::Impl::poll(Worker& w) {
     }
   }
   for (const auto& id : done) w.runs.erase(id);
+  return any_output;
 }
 
 void SshExecutor::Impl::tick(Worker& w) {
   if (!w.ready) return;
   tend(w, mono());
-  poll(w);
+  // Polled often while output flows or is expected, every kPollPeriod when the host is quiet.
+  w.poll_gap = poll(w) ? kPollSoon : std::min(w.poll_gap * 2, kPollPeriod);
+  if (w.poll_gap < kPollPeriod) w.io->tick_within(w.poll_gap);
 }
 
 // trial.sync_workdir: the workdir's copy on the host is current before a trial starts there.
@@ -456,12 +473,13 @@ SshExecutor::~SshExecutor() {
   }
   if (!all.start_ms.empty())
     spdlog::info(
-        "ssh timings: {} starts, median {:.2f} ms; {} syncs, median {:.2f} ms; longest "
+        "ssh timings: {} starts, median {:.2f} ms; first output read {:.2f} ms after the start "
+        "(median); {} syncs, median {:.2f} ms; longest "
         "sync bookkeeping in one loop turn {:.2f} ms; {} checkpoints published, {} bytes, "
         "median {:.2f} ms after registration",
-        all.start_ms.size(), median_of(all.start_ms), all.sync_ms.size(), median_of(all.sync_ms),
-        all.sync_poll_max_ms, all.publish_ms.size(), all.published_bytes,
-        median_of(all.publish_ms));
+        all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
+        all.sync_ms.size(), median_of(all.sync_ms), all.sync_poll_max_ms, all.publish_ms.size(),
+        all.published_bytes, median_of(all.publish_ms));
 }
 
 std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& configs) {
@@ -590,6 +608,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   double t0 = mono();
   auto st = w.h.shell_run(cmd, &out);
   w.stats.start_ms.push_back((mono() - t0) * 1000);
+  r.started_at = t0;
   if (!st) return lost(st.error().message);
   if (*st != 0)
     return failed(w.name + ": cannot start the supervisor: " + util::printable(out, 300));
@@ -604,6 +623,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   where.from = r.offset;
   emit(std::move(where));
   w.runs[l.trial_id] = std::move(r);
+  expect_output(w);
 }
 
 Result<void> SshExecutor::start(const Launch& l) {
@@ -684,6 +704,8 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
       impl->check(*w);
     else if (*st != 0)
       spdlog::warn("trial {}: cannot send a command to its stdin on {}", trial_id, w->name);
+    else
+      Impl::expect_output(*w);  // its answer (step mode)
   });
 }
 

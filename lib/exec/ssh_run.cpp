@@ -30,6 +30,7 @@ std::string q(const std::string& s) {
 void SshStats::add(const SshStats& o) {
   start_ms.insert(start_ms.end(), o.start_ms.begin(), o.start_ms.end());
   sync_ms.insert(sync_ms.end(), o.sync_ms.begin(), o.sync_ms.end());
+  first_output_ms.insert(first_output_ms.end(), o.first_output_ms.begin(), o.first_output_ms.end());
   publish_ms.insert(publish_ms.end(), o.publish_ms.begin(), o.publish_ms.end());
   sync_poll_max_ms = std::max(sync_poll_max_ms, o.sync_poll_max_ms);
   published_bytes += o.published_bytes;

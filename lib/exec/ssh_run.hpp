@@ -53,13 +53,15 @@ struct Run {
   bool sync_due = false;
   double next_sync = 0;
   double sync_started = 0;
+  double started_at = -1;  // when this driver started it (monotonic); -1 once output was read
 };
 
 // What the log's "ssh timings" line reports (bench/bench.py reads it).
 struct SshStats {
   std::vector<double> start_ms, sync_ms;
-  double sync_poll_max_ms = 0;     // the longest sync bookkeeping in one poll
-  std::vector<double> publish_ms;  // checkpoint registered -> complete on the head
+  std::vector<double> first_output_ms;  // started -> its first output read on the head
+  double sync_poll_max_ms = 0;          // the longest sync bookkeeping in one poll
+  std::vector<double> publish_ms;       // checkpoint registered -> complete on the head
   uint64_t published_bytes = 0;
   void add(const SshStats& o);
 };

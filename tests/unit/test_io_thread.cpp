@@ -1,5 +1,5 @@
 // The per-host I/O thread (exec/io_thread.hpp): tasks in order, a tick that tasks never
-// starve, call() answering, and tasks not yet run dropped at destruction.
+// starve, call() answering, tasks not yet run dropped at destruction, and ticks brought forward.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -71,4 +71,35 @@ TEST_CASE("io thread: tasks not yet run are dropped when it goes", "[io_thread]"
   }  // waits for the running task only
   releaser.join();
   CHECK(ran == 1);
+}
+
+TEST_CASE("io thread: tick_within brings the next tick forward, also from the tick itself",
+          "[io_thread]") {
+  std::atomic<int> ticks{0};
+  std::atomic<int> chain{0};  // ticks still to ask for a quick next one
+  IoThread* self = nullptr;
+  IoThread io(3600.0, [&] {
+    ++ticks;
+    if (chain > 0) {
+      --chain;
+      self->tick_within(0.001);
+    }
+  });
+  self = &io;
+  io.start();
+  io.tick_within(0.001);  // from outside: a tick long before its hour
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (ticks < 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  REQUIRE(ticks == 1);
+  chain = 3;
+  io.tick_within(0.001);  // a tick that asks for the next one, three times over
+  while (ticks < 5 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  CHECK(ticks == 5);
+  std::this_thread::sleep_for(50ms);
+  CHECK(ticks == 5);  // and then back to its period
+  // A later request never delays an earlier one.
+  io.tick_within(0.001);
+  io.tick_within(3000.0);
+  while (ticks < 6 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  CHECK(ticks == 6);
 }
