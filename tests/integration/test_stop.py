@@ -2,6 +2,7 @@
 experiment resumes afterwards."""
 import json
 import os
+import shutil
 import signal
 import time
 import unittest
@@ -322,6 +323,50 @@ class RestoreFromTest(WaitingTrials):
         p = self.tune("run", "exp.yaml", "--restore-from", self.exp_dir("exp"), "--name", "copy",
                       check=2)
         self.assertIn("already holds an experiment", p.stderr)
+
+    def test_a_pending_stop_request_and_callback_output_stay_with_the_source(self):
+        """`tune stop --trial` while no driver runs leaves a request for the source's next run;
+        a copy made with --restore-from (a directory, or a mirror that holds one) does not
+        inherit it, nor the source's callback output."""
+        self.write("exp.yaml", """
+            trial: {command: ["%s", "count.py", "%s"]}
+            param_space: {x: {grid_search: [1, 2]}}
+            callbacks: [{on: [trial_start], command: ["cat"]}]
+        """ % (PY, self.flag))
+        proc = self.start_tune("run", "exp.yaml", "--quiet")
+        self.wait_waiting()
+        self.tune("stop", "exp", check=0)
+        proc.communicate(timeout=60)
+        p = self.tune("stop", "exp", "--trial", "00001", check=0)
+        self.assertIn("TERMINATED when the experiment resumes", p.stdout)
+        src = self.exp_dir("exp")
+        requests = os.path.join(src, ".tune", "stop_requests")
+        callbacks = os.path.join(src, ".tune", "callbacks")
+        self.assertEqual(os.listdir(requests), ["00001"])
+        self.assertTrue(os.listdir(callbacks))  # the callback's output of the first run
+        with open(os.path.join(callbacks, "older.stdout"), "w") as f:  # one the copy won't remake
+            f.write("from the source\n")
+        # A mirror an older tune made could hold both: planted there, as the copy would be.
+        mirror = os.path.join(self.dir, "mirror", "exp")
+        shutil.copytree(src, mirror)
+        open(self.flag, "w").close()
+        for name, source in (("copy", src), ("back", "file://" + mirror)):
+            self.tune("run", "exp.yaml", "--restore-from", source, "--name", name, "--quiet",
+                      check=0)
+            for t in self.trials(name):  # trial 00001 too: the request was for the source
+                self.assertEqual(t["status"], "TERMINATED")
+                self.assertNotEqual(t.get("cause"), "user")
+                self.assertEqual([r["i"] for r in self.results(name, t)], [1, 2, 3, 4, 5])
+            copied = os.path.join(self.exp_dir(name), ".tune")
+            self.assertFalse(os.path.exists(os.path.join(copied, "stop_requests", "00001")))
+            self.assertFalse(os.path.exists(os.path.join(copied, "callbacks", "older.stdout")))
+            self.assertTrue(os.listdir(os.path.join(copied, "callbacks")))  # its own output
+        # The source keeps its request: its own resume stops trial 00001 as asked.
+        self.assertEqual(os.listdir(requests), ["00001"])
+        self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0)
+        by_id = {t["trial_id"]: t for t in self.trials("exp")}
+        self.assertEqual((by_id["00001"]["status"], by_id["00001"]["cause"]), ("TERMINATED", "user"))
+        self.assertEqual([r["i"] for r in self.results("exp", by_id["00001"])], [1, 2])
 
     def test_from_a_file_mirror(self):
         open(self.flag, "w").close()
