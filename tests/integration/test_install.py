@@ -241,6 +241,17 @@ class InstallTest(TuneTest):
         p = run(["tune", "run", "exp.yaml", "--quiet"], env=self.installed_env(prefix), cwd=self.dir)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertEqual([t["status"] for t in self.trials("tiny")], ["TERMINATED"] * 2)
+        # A tune copied away from its helpers says, in one line, every place it looked.
+        lone = os.path.join(self.dir, "lone", "bin")
+        os.makedirs(lone)
+        shutil.copy(os.path.join(prefix, "bin", "tune"), lone)
+        p = run([os.path.join(lone, "tune"), "run", "exp.yaml", "--name", "lone", "--quiet"],
+                env=self.installed_env(prefix), cwd=self.dir)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        for place in (os.path.join(lone, "tune-agent"),
+                      os.path.join(self.dir, "lone", "libexec", "tune", "tune-agent"), "$TUNE_AGENT"):
+            self.assertIn(place, p.stderr)
 
     def test_version_names_the_commit(self):
         p = run([TUNE, "--version"])
