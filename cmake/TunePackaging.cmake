@@ -1,5 +1,9 @@
 # What `cmake --install` puts beside the binaries (apps/ and lib/ install those, the Python and
-# C++ helpers): the man page, shell completions and the documentation; then the .deb (CPack).
+# C++ helpers): the man page, shell completions, the documentation with the Debian copyright
+# file and changelog; then the .deb (CPack).
+
+# Debian's man pages and changelogs are gzip -9n'd (cmake/TuneGzip.cmake); gzip is essential.
+find_program(GZIP_PROGRAM gzip REQUIRED)
 
 # The man page, made at build time by help2man from the built tune's --help texts (one source:
 # the command line's own definitions). Without help2man the build goes on and the install says
@@ -19,8 +23,14 @@ if(TUNE_MAN_PAGE AND HELP2MAN_PROGRAM AND EXISTS "${HELP2MAN_PROGRAM}")
     DEPENDS tune ${PROJECT_SOURCE_DIR}/apps/tune/man/tune.h2m
             ${PROJECT_SOURCE_DIR}/cmake/TuneManPage.cmake
     COMMENT "Generating the man page tune.1 (help2man)")
-  add_custom_target(tune_man ALL DEPENDS ${TUNE_MAN_FILE})
-  install(FILES ${TUNE_MAN_FILE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+  add_custom_command(
+    OUTPUT ${TUNE_MAN_FILE}.gz
+    COMMAND ${CMAKE_COMMAND} -DGZIP=${GZIP_PROGRAM} -DFROM=${TUNE_MAN_FILE} -DTO=${TUNE_MAN_FILE}.gz
+            -P ${PROJECT_SOURCE_DIR}/cmake/TuneGzip.cmake
+    DEPENDS ${TUNE_MAN_FILE} ${PROJECT_SOURCE_DIR}/cmake/TuneGzip.cmake
+    COMMENT "Compressing the man page tune.1.gz")
+  add_custom_target(tune_man ALL DEPENDS ${TUNE_MAN_FILE}.gz)
+  install(FILES ${TUNE_MAN_FILE}.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 elseif(TUNE_MAN_PAGE)
   message(STATUS "help2man not found: no man page (apt-get install help2man)")
   install(CODE "message(STATUS \"Skipping the man page tune.1: help2man was not found when \
@@ -40,18 +50,27 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
         FILES_MATCHING PATTERN "*.md")
 
-# cpack -G DEB (in the build dir): tune_<version>_<arch>.deb. The shared libraries' packages
+# cpack -G DEB (in the build dir): tune_<version>-1_<arch>.deb. The shared libraries' packages
 # come from dpkg-shlibdeps over the installed binaries; the programs tune runs are named here.
+# The "-1" (a Debian revision) makes it a non-native package, whose changelog is
+# changelog.Debian.gz.
+set(TUNE_DEB_MAINTAINER "tune maintainers <tune@localhost>"
+    CACHE STRING "The .deb's Maintainer field and its changelog's signature")
 set(CPACK_PACKAGE_NAME tune)
 set(CPACK_PACKAGE_VENDOR "tune")
 set(CPACK_PACKAGE_VERSION "${TUNE_DEB_VERSION}")
+set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
+set(TUNE_DEB_FULL_VERSION "${CPACK_PACKAGE_VERSION}-${CPACK_DEBIAN_PACKAGE_RELEASE}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "hyperparameter tuning for any training script, on this machine or over SSH")
+# Lines under 80 columns (CPack indents each one into the control file's Description).
 set(CPACK_PACKAGE_DESCRIPTION
-    "tune runs hyperparameter searches over any training program described in a YAML file: \
-trials as supervised subprocesses, checkpoint retention, schedulers (ASHA, HyperBand, PBT), \
-TPE search, resume after a crash, SSH worker hosts and Slurm.")
-set(CPACK_PACKAGE_CONTACT "tune maintainers <tune@localhost>")
+    "tune runs hyperparameter searches over any training program described in a\n\
+YAML file: trials as supervised subprocesses, checkpoint retention, schedulers\n\
+(ASHA, HyperBand, PBT), TPE search, resume after a crash, SSH worker hosts and\n\
+Slurm. A trial reports JSON lines on its standard output. Ray Tune's option\n\
+names and layouts are accepted as well as tune's own.")
+set(CPACK_PACKAGE_CONTACT "${TUNE_DEB_MAINTAINER}")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
@@ -61,3 +80,29 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS "rsync, openssh-client, python3")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-optuna, slurm-client")
 set(CPACK_GENERATOR DEB)
 include(CPack)
+
+# What Debian wants in /usr/share/doc/tune beside the documentation: the machine-readable
+# copyright file (the project's licence, and third_party/'s), and the package's changelog, one
+# entry naming the version built, dated by its commit (so the same commit gives the same file).
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
+if(TUNE_SOURCE_DATE)
+  set(_saved_epoch "$ENV{SOURCE_DATE_EPOCH}")
+  set(ENV{SOURCE_DATE_EPOCH} "${TUNE_SOURCE_DATE}")  # string(TIMESTAMP) honours it
+endif()
+string(TIMESTAMP TUNE_DEB_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
+if(TUNE_SOURCE_DATE)
+  set(ENV{SOURCE_DATE_EPOCH} "${_saved_epoch}")
+endif()
+set(_changelog ${CMAKE_BINARY_DIR}/debian/changelog)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/debian/changelog.in ${_changelog} @ONLY)
+add_custom_command(
+  OUTPUT ${_changelog}.Debian.gz
+  COMMAND ${CMAKE_COMMAND} -DGZIP=${GZIP_PROGRAM} -DFROM=${_changelog}
+          -DTO=${_changelog}.Debian.gz -P ${PROJECT_SOURCE_DIR}/cmake/TuneGzip.cmake
+  DEPENDS ${_changelog} ${PROJECT_SOURCE_DIR}/cmake/TuneGzip.cmake
+  COMMENT "Compressing the Debian changelog")
+add_custom_target(tune_deb_changelog ALL DEPENDS ${_changelog}.Debian.gz)
+install(FILES ${_changelog}.Debian.gz DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# What lintian reports on purpose (each override says why).
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/debian/lintian-overrides
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides RENAME tune)

@@ -3,7 +3,7 @@
 # Idempotent and quick when everything is already there.
 #   scripts/setup.sh            build dependencies + build
 #   scripts/setup.sh --test     also what the test suite needs (Optuna for tune_optuna, help2man
-#                               for the man page, dpkg-dev for the .deb, zsh)
+#                               for the man page, dpkg-dev and lintian for the .deb, zsh)
 #   scripts/setup.sh --bench    also what bench/peers.py and bench/schedulers compare against
 #                               (GNU parallel, Optuna; scikit-learn through --test)
 #   scripts/setup.sh --fuzz     also clang-16 and libFuzzer (scripts/fuzz.sh)
@@ -36,8 +36,9 @@ if [ "$want_tests" = 1 ]; then
   # tune_optuna, the shipped external searcher, runs Optuna's samplers (integration.extsearch).
   packages+=(python3-optuna)
   # The man page (help2man, rendered by man-db's man), the .deb (cpack runs dpkg-shlibdeps, in
-  # dpkg-dev) and the zsh completion (integration.install, integration.completion).
-  packages+=(help2man man-db dpkg-dev zsh)
+  # dpkg-dev, checked by lintian) and the zsh completion (integration.install,
+  # integration.completion).
+  packages+=(help2man man-db dpkg-dev lintian zsh)
   command -v npm >/dev/null || packages+=(nodejs npm)
 fi
 if [ "$want_examples" = 1 ]; then

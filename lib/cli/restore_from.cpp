@@ -21,6 +21,10 @@ void copy_tree(const fs::path& from, const fs::path& to) {
        it.increment(ec)) {
     fs::path rel = it->path().lexically_relative(from);
     if (rel == ".tune/lock" || rel == ".tune/lease") continue;
+    if (sync::is_local_only(rel)) {  // pending stop requests, callbacks' output: the source's
+      if (it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
+    }
     fs::path dest = to / rel;
     auto st = it->symlink_status(ec);
     if (ec) break;

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 void restore_from(const std::string& source, const fs::path& dir, const spec::SyncConfig& sync);
 
 // Copies the tree `from` into `to` (created): directories, regular files and symlinks; a
-// driver's lock and lease and fifos are left out. Throws Fatal naming what failed.
+// driver's lock and lease, fifos, and the experiment's local-only dirs (pending stop requests,
+// the callbacks' output: sync::kLocalOnlyDirs) are left out. Throws Fatal naming what failed.
 void copy_tree(const fs::path& from, const fs::path& to);
 
 }  // namespace tune::cli

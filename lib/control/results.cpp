@@ -274,7 +274,9 @@ void Controller::apply_retention(trial::Trial& t, bool can_run) {
 }
 
 void Controller::step_next(trial::Trial& t, Runtime& rt, const json& result) {
-  if (rt.stop_why != StopWhy::kNone) {  // a stop was asked meanwhile (budget)
+  if (rt.stop_why != StopWhy::kNone) {  // a stop was asked meanwhile (budget, tune stop)
+    // tune stop's deadline was for the step in flight: the final save gets a grace of its own.
+    if (t.cause == trial::Cause::kUser) rt.kill_deadline = ex_.now() + opts_.grace_s;
     step_save(t, rt, true);
     return;
   }

@@ -37,10 +37,13 @@ void Controller::stop_by_user(trial::Trial& t) {
         rt.stop_why == StopWhy::kScheduler)
       return;  // ending TERMINATED already
     if (exp_.trial.mode == spec::TrialMode::kStep) {
-      // After the command in flight is answered: saved if checkpoint_at_end, then stopped.
+      // After the command in flight is answered: saved if checkpoint_at_end, then stopped. The
+      // command in flight gets the grace period (a long epoch is not waited for: SIGTERM then);
+      // its answer starts the save's and the stop's own.
       rt.stop_why = StopWhy::kNone;
       request_stop(t, rt, StopWhy::kScheduler);
       rt.stop_why = StopWhy::kScheduler;
+      if (rt.kill_deadline < 0) rt.kill_deadline = ex_.now() + opts_.grace_s;
     } else {
       rt.stop_why = StopWhy::kScheduler;  // later results are ignored
       decided_stops_.push_back(t.id);     // the signal goes once the state records the stop

@@ -638,27 +638,40 @@ void wait_for_agent(const fs::path& attempt_log, double timeout_s) {
   ::close(fd);  // releases the lock if it was taken
 }
 
+Result<fs::path> find_helper_program(const std::string& name, const char* env_var,
+                                     const fs::path& self) {
+  if (const char* env = std::getenv(env_var); env && *env) {
+    if (::access(env, X_OK) == 0) return fs::path(env);
+    return fail("cannot run ", name, " at '", util::printable(env, 200), "' (", env_var,
+                "): ", std::strerror(errno));
+  }
+  std::vector<fs::path> places;  // beside tune (a build dir), then as installed
+  if (!self.empty())
+    places = {self.parent_path() / name,
+              self.parent_path().parent_path() / "libexec" / "tune" / name};
+  std::string tried;
+  for (const auto& p : places) {
+    if (::access(p.c_str(), X_OK) == 0) return p;
+    tried += (tried.empty() ? "'" : ", '") + p.lexically_normal().string() + "'";
+  }
+  if (tried.empty()) tried = "nowhere (the path of the running tune is unknown)";
+  return fail("cannot find ", name, ": looked in ", tried, " and $", env_var,
+              " (unset); install it there or set ", env_var, " to its path");
+}
+
 namespace {
-Result<fs::path> find_beside(const char* name, const char* env_var) {
-  if (const char* env = std::getenv(env_var); env && *env) return fs::path(env);
+fs::path self_exe() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path p = self.parent_path() / name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-    p = self.parent_path().parent_path() / "libexec" / "tune" / name;
-    if (::access(p.c_str(), X_OK) == 0) return p;
-  }
-  return fail("cannot find ", name, " beside '", self.string(), "' (set ", env_var,
-              " to its path)");
+  return ec ? fs::path() : self;
 }
 }  // namespace
 
 Result<fs::path> find_supervisor() {
-  return find_beside("tune-supervisor", "TUNE_SUPERVISOR");
+  return find_helper_program("tune-supervisor", "TUNE_SUPERVISOR", self_exe());
 }
 Result<fs::path> find_agent() {
-  return find_beside("tune-agent", "TUNE_AGENT");
+  return find_helper_program("tune-agent", "TUNE_AGENT", self_exe());
 }
 
 }  // namespace tune::exec

@@ -57,8 +57,12 @@ class LocalExecutor final : public Executor {
 void wait_for_agent(const fs::path& attempt_log, double timeout_s);
 
 // Finds tune-supervisor (pushed to SSH hosts) and tune-agent: $TUNE_SUPERVISOR / $TUNE_AGENT,
-// else beside the running tune binary.
+// else beside the running tune binary (a build dir), else in ../libexec/tune/ next to it (an
+// install). The error names every place it looked.
 [[nodiscard]] Result<fs::path> find_supervisor();
 [[nodiscard]] Result<fs::path> find_agent();
+// The same for any helper `name`, `self` being the tune binary's path ("" if unknown).
+[[nodiscard]] Result<fs::path> find_helper_program(const std::string& name, const char* env_var,
+                                                   const fs::path& self);
 
 }  // namespace tune::exec

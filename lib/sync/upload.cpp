@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "util/atomic_file.hpp"
@@ -42,8 +43,9 @@ std::string local_path(const std::string& url) {
 }
 
 // What is never mirrored: the driver's lock, lease and journal, FIFOs, unfinished checkpoints,
-// atomic-write temp files, and the uploader's own files. rsync patterns (unanchored ones match
-// at any depth) and aws globs (where * crosses '/').
+// atomic-write temp files, the uploader's own files, and the local-only dirs (kLocalOnlyDirs,
+// which a download leaves behind too: an older mirror may hold them). rsync patterns
+// (unanchored ones match at any depth) and aws globs (where * crosses '/').
 const std::vector<std::string> kRsyncExcludes = {
     "/.tune/lock",           "/.tune/lease",         "/.tune/state.journal",
     "/.tune/upload/",        "/.tune/upload.log",    "stdin.fifo",
@@ -53,6 +55,9 @@ const std::vector<std::string> kAwsExcludes = {
     ".tune/lock",       ".tune/lease",          ".tune/state.journal",    ".tune/upload/*",
     ".tune/upload.log", "*stdin.fifo",          "*.pending_checkpoint_*", "*.staged_checkpoint_*",
     "*.tmp.*",          "experiment_state.json"};
+const std::vector<std::string> kRsyncLocalOnly = {"/.tune/stop_requests/", "/.tune/callbacks/"};
+const std::vector<std::string> kAwsLocalOnly = {".tune/stop_requests/*", ".tune/callbacks/*"};
+const char* const kGsLocalOnly = R"(^\.tune/(stop_requests|callbacks)/.*$)";
 
 std::vector<std::string> aws_base() {
   std::vector<std::string> cmd = {"aws"};
@@ -66,7 +71,7 @@ std::vector<std::string> aws_base() {
 
 // The gsutil -x regex for the excludes.
 std::string gs_exclude_regex() {
-  return R"((^|.*/)(stdin\.fifo|\.pending_checkpoint_[^/]*|\.staged_checkpoint_[^/]*|[^/]*\.tmp\.[^/]*)(/.*)?$|^\.tune/(lock|lease|state\.journal|upload.*)$|^experiment_state\.json$)";
+  return R"((^|.*/)(stdin\.fifo|\.pending_checkpoint_[^/]*|\.staged_checkpoint_[^/]*|[^/]*\.tmp\.[^/]*)(/.*)?$|^\.tune/(lock|lease|state\.journal|upload.*)$|^\.tune/(stop_requests|callbacks)/.*$|^experiment_state\.json$)";
 }
 
 // Step 1 (the tree) and step 2 (the state snapshot) of a mirror.
@@ -79,6 +84,7 @@ std::vector<std::string> upload_command(Kind kind, const fs::path& exp, const st
       if (step == 1) {
         cmd = {"rsync", "-rlt", "--delete", "--mkpath"};
         for (const auto& e : kRsyncExcludes) cmd.push_back("--exclude=" + e);
+        for (const auto& e : kRsyncLocalOnly) cmd.push_back("--exclude=" + e);
         cmd.push_back(exp.string() + "/");
         cmd.push_back(local_path(remote) + "/");
       } else {
@@ -91,6 +97,7 @@ std::vector<std::string> upload_command(Kind kind, const fs::path& exp, const st
         for (const char* w : {"s3", "sync", "--delete", "--no-progress", "--only-show-errors"})
           cmd.push_back(w);
         for (const auto& e : kAwsExcludes) cmd.push_back("--exclude=" + e);
+        for (const auto& e : kAwsLocalOnly) cmd.push_back("--exclude=" + e);
         cmd.push_back(exp.string());
         cmd.push_back(remote);
       } else {
@@ -131,6 +138,21 @@ bool only_vanished(Kind kind, int status, const fs::path& log) {
 }
 
 }  // namespace
+
+bool is_local_only(const fs::path& rel) {
+  auto it = rel.begin();
+  if (it == rel.end() || *it != ".tune" || ++it == rel.end()) return false;
+  return std::any_of(std::begin(kLocalOnlyDirs), std::end(kLocalOnlyDirs),
+                     [&](const char* d) { return *it == fs::path(d).filename(); });
+}
+
+void drop_local_only(const fs::path& exp_dir) {
+  for (const char* d : kLocalOnlyDirs) {
+    std::error_code ec;
+    fs::remove_all(exp_dir / d, ec);
+    if (ec) spdlog::warn("cannot remove '{}': {}", (exp_dir / d).string(), ec.message());
+  }
+}
 
 Uploader::Uploader(fs::path exp_dir, const std::string& name, const spec::SyncConfig& cfg)
     : exp_dir_(std::move(exp_dir)), remote_(remote_of(cfg, name)), cfg_(cfg) {}
@@ -286,16 +308,20 @@ Result<void> Uploader::download(const fs::path& exp_dir, const std::string& name
   std::vector<std::string> cmd;
   switch (kind_of(cfg)) {
     case Kind::kFile:
-      cmd = {"rsync", "-rlt", local_path(remote) + "/", exp_dir.string() + "/"};
+      cmd = {"rsync", "-rlt"};
+      for (const auto& e : kRsyncLocalOnly) cmd.push_back("--exclude=" + e);
+      cmd.push_back(local_path(remote) + "/");
+      cmd.push_back(exp_dir.string() + "/");
       break;
     case Kind::kS3:
       cmd = aws_base();
       for (const char* w : {"s3", "sync", "--no-progress", "--only-show-errors"}) cmd.push_back(w);
+      for (const auto& e : kAwsLocalOnly) cmd.push_back("--exclude=" + e);
       cmd.push_back(remote);
       cmd.push_back(exp_dir.string());
       break;
     case Kind::kGs:
-      cmd = {"gsutil", "-m", "-q", "rsync", "-r", remote, exp_dir.string()};
+      cmd = {"gsutil", "-m", "-q", "rsync", "-r", "-x", kGsLocalOnly, remote, exp_dir.string()};
       break;
     case Kind::kTemplate:
       cmd = util::fill_template(*cfg.upload_syncer, remote + "/", exp_dir.string() + "/");
@@ -307,6 +333,7 @@ Result<void> Uploader::download(const fs::path& exp_dir, const std::string& name
   if (*rc != 0)
     return fail("cannot download the experiment from '", remote, "' (", cmd[0], " exit ",
                 std::to_string(*rc), "): ", util::last_line(log));
+  drop_local_only(exp_dir);  // what a custom syncer (or an older mirror) brought anyway
   return {};
 }
 

@@ -21,6 +21,15 @@ namespace tune::sync {
 
 namespace fs = std::filesystem;
 
+// What belongs to the experiment dir where it is and never travels with it: pending
+// `tune stop --trial` requests (for this copy's driver) and the callbacks' output. Not mirrored,
+// not downloaded, not copied by --restore-from.
+inline constexpr const char* kLocalOnlyDirs[] = {".tune/stop_requests", ".tune/callbacks"};
+// True for those dirs and anything inside them (`rel`: relative to the experiment dir).
+[[nodiscard]] bool is_local_only(const fs::path& rel);
+// Removes them from a downloaded copy (a custom upload_syncer, or an older mirror, holds them).
+void drop_local_only(const fs::path& exp_dir);
+
 class Uploader {
  public:
   Uploader(fs::path exp_dir, const std::string& name, const spec::SyncConfig& cfg);

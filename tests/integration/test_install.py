@@ -2,6 +2,7 @@
 root with `dpkg -x`, runs the quickstart with nothing of the build tree on its paths; `cmake
 --install` into a temporary prefix lays out the same files; `tune --version` names the commit."""
 import glob
+import gzip
 import os
 import re
 import shutil
@@ -22,12 +23,15 @@ INSTALLED = [
     "share/tune/python/tune_optuna/searcher.py",
     "lib/python3/dist-packages/tune.pth",
     "include/tune/trial.hpp",
-    "share/man/man1/tune.1",
+    "share/man/man1/tune.1.gz",
     "share/bash-completion/completions/tune",
     "share/zsh/vendor-completions/_tune",
     "share/doc/tune/README.md",
     "share/doc/tune/docs/CLI.md",
     "share/doc/tune/docs/EXPERIMENT.md",
+    "share/doc/tune/copyright",
+    "share/doc/tune/changelog.Debian.gz",
+    "share/lintian/overrides/tune",
 ]
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's: its dist-packages is where tune.pth goes
 
@@ -71,6 +75,65 @@ class InstallTest(TuneTest):
                 env=env, cwd=self.dir)
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(all(line.startswith(want) for line in p.stdout.split()), p.stdout)
+
+    def check_man_page(self, prefix):
+        """The page is gzipped as Debian wants (-9, no name or time stamp in the header), names
+        every subcommand, and man-db renders it."""
+        path = os.path.join(prefix, "share", "man", "man1", "tune.1.gz")
+        with open(path, "rb") as f:
+            header = f.read(10)
+        self.assertEqual(header[:2], b"\x1f\x8b")
+        self.assertEqual(header[3] & 0x08, 0, "gzip header holds a file name (gzip -n)")
+        self.assertEqual(header[4:8], b"\0\0\0\0", "gzip header holds a time stamp (gzip -n)")
+        with gzip.open(path, "rt") as f:
+            page = f.read()
+        for sub in ("run", "validate", "status", "ls", "checkpoints ls", "checkpoints best",
+                    "report", "export", "stop"):
+            self.assertIn('.SS "tune %s"' % sub, page)
+        p = run(["man", "-l", path], env=dict(self.env, MANWIDTH="100", MANPAGER="cat", PAGER="cat"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        text = p.stdout.replace("\u2010", "-")
+        self.assertRegex(text, r"NAME\n +tune - hyperparameter tuning")
+        for flag in ("--restore-from", "--include-errored", "--all-results", "TUNE_STORAGE_PATH"):
+            self.assertIn(flag, text)
+
+    def check_debian_docs(self, prefix, version):
+        """/usr/share/doc/tune/copyright in Debian's machine-readable format: every third_party/
+        component has a Files paragraph, and every licence named has its text; the changelog's
+        one entry is this package's version."""
+        with open(os.path.join(prefix, "share", "doc", "tune", "copyright")) as f:
+            paragraphs = [dict(re.findall(r"^([A-Za-z-]+):[ \t]*(.*)$", para, re.M))
+                          for para in f.read().split("\n\n") if para.strip()]
+        self.assertEqual(paragraphs[0].get("Format"),
+                         "https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/")
+        files = {p["Files"]: p for p in paragraphs if "Files" in p}
+        self.assertIn("*", files)
+        for component in os.listdir(os.path.join(SOURCE, "third_party")):
+            if os.path.isdir(os.path.join(SOURCE, "third_party", component)):
+                self.assertIn("third_party/%s/*" % component, files, "no copyright paragraph")
+        self.assertEqual(files["third_party/uplot/*"]["License"], "Expat")
+        texts = {p["License"] for p in paragraphs if "License" in p and "Files" not in p}
+        for p in files.values():
+            self.assertTrue(p.get("Copyright"), p)
+            self.assertIn(p["License"], texts, "a licence without its text")
+        with gzip.open(os.path.join(prefix, "share", "doc", "tune", "changelog.Debian.gz"), "rt") as f:
+            changelog = f.read()
+        self.assertRegex(changelog.split("\n")[0],
+                         r"^tune \(%s\) unstable; urgency=medium$" % re.escape(version))
+        self.assertRegex(changelog, r"\n -- .+ <.+>  \w{3}, \d\d \w{3} \d{4} [\d:]{8} \+0000\n")
+
+    def check_lintian(self, deb):
+        """Debian's lintian finds no error and no warning but the placeholder maintainer
+        address's (when the build was configured with the default TUNE_DEB_MAINTAINER)."""
+        if not shutil.which("lintian"):
+            self.skipTest("lintian is not installed (scripts/setup.sh --test installs it)")
+        p = run(["lintian", "--no-cfg", deb], timeout=300)
+        self.assertIn(p.returncode, (0, 2), p.stderr)  # 2: an error tag (1: lintian failed)
+        tags = [line for line in p.stdout.splitlines() if re.match(r"^[EW]: ", line)]
+        maintainer = run(["dpkg-deb", "-f", deb, "Maintainer"]).stdout.strip()
+        if maintainer.endswith("@localhost>"):
+            tags = [t for t in tags if not re.match(r"^E: tune: bogus-mail-host(-in-debian-changelog)? ", t)]
+        self.assertEqual(tags, [], p.stdout)
 
     def run_quickstart(self, prefix):
         """configs/quickstart.yaml with `tune` from PATH (the installed one): its trial program
@@ -128,7 +191,8 @@ class InstallTest(TuneTest):
         arch = run(["dpkg", "--print-architecture"]).stdout.strip()
         self.assertEqual(os.path.basename(deb), "tune_%s_%s.deb" % (fields["Version"], arch))
         self.assertEqual(fields["Package"], "tune")
-        self.assertRegex(fields["Version"], r"^[0-9][A-Za-z0-9.+~]*$")
+        # Upstream version, then the Debian revision (a non-native package).
+        self.assertRegex(fields["Version"], r"^[0-9][A-Za-z0-9.+~]*-1$")
         depends = {d.split()[0] for d in fields["Depends"].split(", ")}
         # The shared libraries (dpkg-shlibdeps over the binaries) and the programs tune runs.
         for want in ("libyaml-cpp", "libssh-", "libspdlog", "libfmt", "libstdc++6", "rsync",
@@ -140,10 +204,13 @@ class InstallTest(TuneTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         prefix = os.path.join(root, "usr")
         self.check_layout(prefix)
+        self.check_debian_docs(prefix, fields["Version"])
+        self.check_man_page(prefix)
         p = run([os.path.join(prefix, "bin", "tune"), "--version"])
         self.assertEqual(p.stdout, run([TUNE, "--version"]).stdout)
         self.check_python_helper(prefix)
         self.run_quickstart(prefix)
+        self.check_lintian(deb)  # last: it skips the rest when lintian is missing
 
     def test_cmake_install_into_a_prefix(self):
         prefix = os.path.join(self.dir, "prefix")
@@ -158,17 +225,7 @@ class InstallTest(TuneTest):
             """)
         p = run(["g++", "-std=c++20", "-fsyntax-only", "-I", os.path.join(prefix, "include"), src])
         self.assertEqual(p.returncode, 0, p.stderr)
-        # The man page names every subcommand and renders.
-        with open(os.path.join(prefix, "share", "man", "man1", "tune.1")) as f:
-            page = f.read()
-        for sub in ("run", "validate", "status", "ls", "checkpoints ls", "checkpoints best",
-                    "report", "export", "stop"):
-            self.assertIn('.SS "tune %s"' % sub, page)
-        p = run(["man", "-l", os.path.join(prefix, "share", "man", "man1", "tune.1")],
-                env=dict(self.env, MANWIDTH="100", MANPAGER="cat", PAGER="cat"))
-        self.assertEqual(p.returncode, 0, p.stderr)
-        for flag in ("--restore-from", "--include-errored", "--all-results", "TUNE_STORAGE_PATH"):
-            self.assertIn(flag, p.stdout.replace("\u2010", "-"))
+        self.check_man_page(prefix)
         # A trial started by the installed binary runs (agent found in libexec/tune).
         self.write("trial.sh", """
             #!/bin/sh
@@ -184,6 +241,17 @@ class InstallTest(TuneTest):
         p = run(["tune", "run", "exp.yaml", "--quiet"], env=self.installed_env(prefix), cwd=self.dir)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertEqual([t["status"] for t in self.trials("tiny")], ["TERMINATED"] * 2)
+        # A tune copied away from its helpers says, in one line, every place it looked.
+        lone = os.path.join(self.dir, "lone", "bin")
+        os.makedirs(lone)
+        shutil.copy(os.path.join(prefix, "bin", "tune"), lone)
+        p = run([os.path.join(lone, "tune"), "run", "exp.yaml", "--name", "lone", "--quiet"],
+                env=self.installed_env(prefix), cwd=self.dir)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        for place in (os.path.join(lone, "tune-agent"),
+                      os.path.join(self.dir, "lone", "libexec", "tune", "tune-agent"), "$TUNE_AGENT"):
+            self.assertIn(place, p.stderr)
 
     def test_version_names_the_commit(self):
         p = run([TUNE, "--version"])

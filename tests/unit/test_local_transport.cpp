@@ -289,3 +289,55 @@ TEST_CASE("local transport: a resume lists the attempts still running here and c
   REQUIRE(a->exit);
   CHECK(a->exit->find("\"driver_stop\"") != std::string::npos);  // stopped, not killed
 }
+
+TEST_CASE("finding tune-agent: beside tune, then ../libexec/tune/; the error names every place",
+          "[local][helpers]") {
+  char tmpl[] = "/tmp/tune-find-XXXXXX";
+  fs::path root = ::mkdtemp(tmpl);
+  fs::path self = root / "bin" / "tune";
+  fs::create_directories(root / "bin");
+  const char* var = "TUNE_TEST_FIND_HELPER";
+  ::unsetenv(var);
+
+  auto missing = exec::find_helper_program("tune-agent", var, self);
+  REQUIRE_FALSE(missing);
+  const std::string& msg = missing.error().message;
+  CHECK(msg.find("cannot find tune-agent") != std::string::npos);
+  CHECK(msg.find("'" + (root / "bin" / "tune-agent").string() + "'") != std::string::npos);
+  CHECK(msg.find("'" + (root / "libexec" / "tune" / "tune-agent").string() + "'") !=
+        std::string::npos);
+  CHECK(msg.find("$TUNE_TEST_FIND_HELPER (unset)") != std::string::npos);
+  CHECK(msg.find('\n') == std::string::npos);  // one line
+
+  auto make_exe = [](const fs::path& p) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << "#!/bin/sh\n";
+    fs::permissions(p, fs::perms::owner_all);
+  };
+  make_exe(root / "libexec" / "tune" / "tune-agent");  // as installed
+  auto installed = exec::find_helper_program("tune-agent", var, self);
+  REQUIRE(installed);
+  CHECK(*installed == root / "libexec" / "tune" / "tune-agent");
+  make_exe(root / "bin" / "tune-agent");  // beside it (a build dir) comes first
+  auto beside = exec::find_helper_program("tune-agent", var, self);
+  REQUIRE(beside);
+  CHECK(*beside == root / "bin" / "tune-agent");
+
+  // The variable wins, and must name a program that can run.
+  ::setenv(var, (root / "nope").c_str(), 1);
+  auto bad = exec::find_helper_program("tune-agent", var, self);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("'" + (root / "nope").string() + "' (TUNE_TEST_FIND_HELPER)") !=
+        std::string::npos);
+  ::setenv(var, (root / "bin" / "tune-agent").c_str(), 1);
+  auto from_env = exec::find_helper_program("tune-agent", var, self);
+  REQUIRE(from_env);
+  CHECK(*from_env == root / "bin" / "tune-agent");
+  ::unsetenv(var);
+
+  // The running binary's path unknown: said so.
+  auto unknown = exec::find_helper_program("tune-agent", var, fs::path());
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().message.find("path of the running tune is unknown") != std::string::npos);
+  fs::remove_all(root);
+}

@@ -1,7 +1,10 @@
 // `tune stop --trial` on the driver's side (fake executor): a request file stops one running
 // trial (TERMINATED, cause user) while the others run on; a resumed driver acts on a request
-// left while no driver ran (a queued trial: it never starts again).
+// left while no driver ran (a queued trial: it never starts again); in step mode the trial is
+// stopped after the step in flight (saved at end), or after the grace period if that step runs on.
 #include <catch2/catch.hpp>
+
+#include <fstream>
 
 #include "control/controller.hpp"
 #include "control/stop_requests.hpp"
@@ -17,6 +20,7 @@ using testing::opts;
 using testing::Reporter;
 using testing::ScratchDir;
 using json = nlohmann::json;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -86,4 +90,110 @@ TEST_CASE("tune stop --trial: a request left while no driver ran applies on resu
     CHECK(ts[i].cause == trial::Cause::kNone);
   }
   CHECK(control::stop_requests(e.dir()).empty());
+}
+
+namespace {
+
+// Step mode: answers each command at once, except that it asks for its own stop at step
+// `ask_at` and then takes `slow_s` (fake seconds) to answer the next step; saves on request.
+struct UserStopped : FakeProcess {
+  fs::path exp_dir;
+  int ask_at;
+  double slow_s;
+  int iter = 0;
+  double answer_at = -1;  // when the slow step's answer is due
+  double asked_at = -1;   // when it wrote the stop request
+  std::vector<int>* saves;
+  UserStopped(fs::path dir, int at, double slow, std::vector<int>* s)
+      : exp_dir(std::move(dir)), ask_at(at), slow_s(slow), saves(s) {}
+  void on_stdin(FakeContext& c, const std::string& line) override {
+    auto cmd = json::parse(line);
+    if (cmd["op"] == "step") {
+      if (++iter == ask_at + 1) {  // the step in flight when the request is read
+        answer_at = c.ex->now() + slow_s;
+        return;
+      }
+      if (iter == ask_at) {
+        REQUIRE(control::write_stop_request(exp_dir, "00000"));
+        asked_at = c.ex->now();
+      }
+      c.print(json{{"loss", 1.0 / iter}}.dump());
+    } else if (cmd["op"] == "save") {
+      std::string p = cmd["path"];
+      std::ofstream(fs::path(p) / "it") << iter;
+      saves->push_back(iter);
+      c.print(json{{"saved", p}}.dump());
+    } else if (cmd["op"] == "stop") {
+      c.exit(0);
+    }
+  }
+  double stopped_at = -1;
+  void on_stop(FakeContext& c, bool now) override {
+    stopped_at = c.ex->now();
+    FakeProcess::on_stop(c, now);
+  }
+  void on_tick(FakeContext& c, double now) override {
+    if (answer_at >= 0 && now >= answer_at) {
+      answer_at = -1;
+      c.print(json{{"loss", 1.0 / iter}}.dump());
+    }
+  }
+};
+
+const char* kStepExp = R"(
+name: exp
+trial: {command: [train], mode: step}
+param_space: {x: 1}
+checkpoint_config: {checkpoint_at_end: true}
+)";
+
+}  // namespace
+
+TEST_CASE("tune stop --trial in step mode: after the step in flight, saved at end",
+          "[controller][user_stop][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, kStepExp);
+  std::vector<int> saves;
+  FakeExecutor ex([&](const exec::Launch&) {
+    return std::make_unique<UserStopped>(e.dir(), 3, 1.5, &saves);  // within the grace (2 s)
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& t = c.state().trials.at(0);
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.cause == trial::Cause::kUser);
+  CHECK(ex.stops.empty());  // no signal: asked over stdin
+  CHECK(ex.stdin_log["00000"].back() == R"({"op":"stop"})");
+  REQUIRE(!saves.empty());
+  CHECK(saves.back() == t.iteration);  // checkpoint_at_end
+  REQUIRE(!t.checkpoints.empty());
+  CHECK(t.checkpoints.back().iteration == t.iteration);
+  CHECK(t.iteration >= 4);
+}
+
+TEST_CASE("tune stop --trial in step mode: a step longer than the grace period is not waited for",
+          "[controller][user_stop][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, kStepExp);
+  std::vector<int> saves;
+  UserStopped* proc = nullptr;
+  FakeExecutor ex([&](const exec::Launch&) {
+    auto p = std::make_unique<UserStopped>(e.dir(), 3, 1000, &saves);  // a long epoch
+    proc = p.get();
+    return p;
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  const auto& t = c.state().trials.at(0);
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.reason == trial::Reason::kStopped);
+  CHECK(t.cause == trial::Cause::kUser);
+  REQUIRE(ex.stops.size() == 1);
+  CHECK_FALSE(ex.stops[0].second);  // SIGTERM after the grace period
+  // The grace period (2 s) after the request was read (within a second of being written), long
+  // before the step would have been answered.
+  CHECK(proc->stopped_at - proc->asked_at <= 3.5);
+  CHECK(t.iteration == 3);
+  CHECK(saves.empty());
+  CHECK(t.failures == 0);
 }
