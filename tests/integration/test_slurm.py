@@ -243,15 +243,7 @@ class SlurmTest(TuneTest):
         self.assertEqual(jobs_named("tune-slalloc-"), [])
         # The driver itself in an allocation of 2 CPUs (sbatch --wrap): each trial is a job step
         # of it, on a CPU of its own, two at a time.
-        out = os.path.join(self.dir, "driver.out")
-        env = dict(self.env)
-        env.pop("SLURM_JOB_ID", None)
-        driver = subprocess.run(
-            ["sbatch", "--parsable", "--job-name=slalloc-driver", "--ntasks=2",
-             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir,
-             "--wrap", "exec '%s' run slalloc.yaml" % TUNE],
-            env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
-        driver = driver.split(";")[0]
+        driver, out = self.sbatch_driver("slalloc")
         steps_seen = set()
 
         def driver_done():
@@ -288,6 +280,45 @@ class SlurmTest(TuneTest):
         # squeue --steps listed them under the trial's job name while they ran.
         self.assertTrue(steps_seen, "no step of the driver's allocation was seen")
         self.assertTrue(all(s.startswith(driver + ".") for s in steps_seen), steps_seen)
+
+        # Ctrl-C (SIGINT to the driver, which the batch shell exec'd) ends the steps, not the
+        # allocation: the driver exits 130 on its own, no trial failed.
+        self.experiment("slalint", 2, 300, 0.1, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        driver, out = self.sbatch_driver("slalint")
+        try:
+            self.wait_for(lambda: len(self.trials("slalint")) == 2 and all(
+                self.results("slalint", t) for t in self.trials("slalint")), timeout=60,
+                what="both trials reporting")
+            slurm("scancel", "--batch", "--signal=INT", driver)
+            info = []
+
+            def ended():
+                time.sleep(0.3)
+                text = slurm("scontrol", "show", "job", driver, check=False)
+                info[:] = [text]
+                return re.search(r"JobState=(FAILED|COMPLETED|CANCELLED)", text)
+            self.wait_for(ended, timeout=60, what="the driver's allocation to end")
+        finally:
+            slurm("scancel", driver, check=False)
+        self.assertIn("JobState=FAILED", info[0])  # not CANCELLED: nobody cancelled it
+        self.assertIn("ExitCode=130:0", info[0])
+        for t in self.trials("slalint"):
+            self.assertEqual(t["status"], "PENDING", t["trial_name"])
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            self.assertLess(len(self.results("slalint", t)), 300, t["trial_name"])
+
+    def sbatch_driver(self, name):
+        """Submits `tune run NAME.yaml` as a batch job of 2 one-CPU tasks: (job id, its output)."""
+        out = os.path.join(self.dir, name + "-driver.out")
+        env = dict(self.env)
+        env.pop("SLURM_JOB_ID", None)
+        driver = subprocess.run(
+            ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=2",
+             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir,
+             "--wrap", "exec '%s' run %s.yaml" % (TUNE, name)],
+            env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+        return driver.split(";")[0], out
 
     def test_bad_partition_is_a_config_error(self):
         self.experiment("slbad", 2, 3, 0.1, partition="nosuch")
