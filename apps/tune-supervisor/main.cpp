@@ -5,8 +5,9 @@
 //   PROGRAM ARGS...
 //
 // Started by the driver in a new session, with the attempt's nonce (a secret the trial never
-// sees) on its stdin. With STDIN=fifo it makes TRIAL_DIR/stdin.fifo and keeps it open (a
-// step-mode trial reads its commands there and never sees EOF); with STDIN=null the trial's
+// sees) on its stdin (in a Slurm job: the job's key, from which it derives the nonce of this run
+// of the job; see attempt_nonce below). With STDIN=fifo it makes TRIAL_DIR/stdin.fifo and keeps it
+// open (a step-mode trial reads its commands there and never sees EOF); with STDIN=null the trial's
 // stdin is /dev/null. It starts PROGRAM in its own process group with stdout/stderr appended to
 // TRIAL_DIR/stdout.log and stderr.log (after an "=== attempt N ===" line when an earlier attempt
 // wrote there), and when the trial's process ends it kills and reaps every process the attempt
@@ -23,30 +24,68 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "agent/nonce.hpp"
 #include "agent/supervise.hpp"
 #include "remote_ops.hpp"
 
 namespace {
 
-// The attempt's nonce: hex digits on stdin up to EOF (nothing if stdin is a terminal).
-std::string read_nonce() {
-  std::string nonce;
-  if (::isatty(0)) return nonce;
+// What stdin holds, up to EOF (at most 256 bytes; nothing if stdin is a terminal).
+std::string read_stdin() {
+  std::string text;
+  if (::isatty(0)) return text;
   char buf[128];
   for (;;) {
     ssize_t n = ::read(0, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    for (ssize_t i = 0; i < n && nonce.size() < 64; ++i)
-      if (std::strchr("0123456789abcdef", buf[i]) && buf[i]) nonce += buf[i];
+    text.append(buf, static_cast<size_t>(std::min<ssize_t>(n, 256 - ssize_t(text.size()))));
   }
-  return nonce;
+  return text;
+}
+
+// A decimal number of at most 9 digits, or -1.
+long decimal(const char* s) {
+  if (!s || !*s || std::strlen(s) > 9 || std::strspn(s, "0123456789") != std::strlen(s)) return -1;
+  return std::atol(s);
+}
+
+// The attempt's nonce from what stdin holds: the nonce itself (hex digits), or, in a Slurm job,
+// `slurm-job:FIRST:JOBKEY`: the job's first attempt and its key, from which the nonce of this
+// run of the job derives (its id and SLURM_RESTART_COUNT). This run is attempt FIRST + the
+// restart count; an ATTEMPT argument saying otherwise is refused (nullopt, with a message).
+std::optional<std::string> attempt_nonce(const std::string& in, const char* attempt) {
+  std::string nonce;
+  static constexpr std::string_view kSlurm = "slurm-job:";
+  if (in.compare(0, kSlurm.size(), kSlurm) != 0) {
+    for (char c : in)
+      if (nonce.size() < 64 && c && std::strchr("0123456789abcdef", c)) nonce += c;
+    return nonce;
+  }
+  std::string rest = in.substr(kSlurm.size());
+  size_t colon = rest.find(':');
+  std::string first = rest.substr(0, colon);
+  std::string key = colon == std::string::npos ? "" : rest.substr(colon + 1, 32);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* count = std::getenv("SLURM_RESTART_COUNT");
+  long a0 = decimal(first.c_str()), k = count ? decimal(count) : 0, att = decimal(attempt);
+  if (a0 < 1 || k < 0 || decimal(job) < 0 || !tune::agent::valid_nonce_key(key) || att != a0 + k) {
+    std::fprintf(stderr,
+                 "tune-supervisor: attempt %s is not run %s of a Slurm job first run as attempt "
+                 "%s (SLURM_JOB_ID=%s): not run\n",
+                 attempt, count ? count : "0", first.c_str(), job ? job : "");
+    return std::nullopt;
+  }
+  return tune::agent::slurm_run_nonce(key, job, k);
 }
 
 }  // namespace
@@ -64,7 +103,9 @@ int main(int argc, char** argv) {
   // Its memory and environment stay unreadable to the trial (same user): the nonce is secret.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   tune::agent::Attempt a;
-  a.nonce = read_nonce();
+  auto nonce = attempt_nonce(read_stdin(), argv[2]);
+  if (!nonce) return 2;
+  a.nonce = std::move(*nonce);
   a.dir = argv[1];
   a.attempt = argv[2];
   a.lease = argv[3];

@@ -17,9 +17,24 @@ std::optional<control::ResourcePool::Host> start_slurm(const spec::Experiment& e
     if (x.kind == spec::HostSpec::Kind::kSlurm) h = &x;
   if (!h) return std::nullopt;
   const auto& s = h->slurm;
-  if (s.use_allocation)
-    throw Fatal(exp.source_file.string() +
-                ": hosts.slurm.use_allocation is not implemented yet (submit jobs instead)");
+  if (s.use_allocation) {
+    // Steps of the allocation the driver runs in: it must run in one, and what only a job of
+    // its own could have is the allocation's already.
+    const char* job = std::getenv("SLURM_JOB_ID");
+    if (!job || !*job || std::string(job).find_first_not_of("0123456789") != std::string::npos)
+      throw Fatal(exp.source_file.string() +
+                  ": hosts.slurm.use_allocation: tune is not running inside a Slurm allocation "
+                  "(SLURM_JOB_ID is not set): start it under salloc or sbatch, or drop "
+                  "use_allocation to submit a job per trial");
+    for (auto [key, set] : {std::pair{"partition", !s.partition.empty()},
+                            {"account", !s.account.empty()},
+                            {"time_limit", !s.time_limit.empty()},
+                            {"sbatch_args", !s.sbatch_args.empty()}})
+      if (set)
+        throw Fatal(exp.source_file.string() + ": hosts.slurm." + key +
+                    " does not go with use_allocation (trials run as steps of the driver's own "
+                    "allocation, which has its own)");
+  }
   auto supervisor = exec::find_supervisor();
   if (!supervisor) throw Fatal(supervisor.error());
   exec::SlurmOptions so;
@@ -39,6 +54,7 @@ std::optional<control::ResourcePool::Host> start_slurm(const spec::Experiment& e
   so.lease = lo.lease_file;
   so.orphan_timeout_s = exp.orphan_timeout_s;
   so.record_key = lo.record_key;
+  so.use_allocation = s.use_allocation;
   if (const char* p = std::getenv("TUNE_SLURM_POLL_S"); p && std::atof(p) > 0)
     so.poll_s = std::atof(p);
   out.emplace(so, std::make_unique<exec::CommandSlurmClient>());

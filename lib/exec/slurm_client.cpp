@@ -293,4 +293,30 @@ Result<void> CommandSlurmClient::cancel(const std::vector<std::string>& ids, boo
   return {};
 }
 
+Result<std::string> CommandSlurmClient::start_step(const std::vector<std::string>& args,
+                                                   const fs::path& launch, const fs::path& log) {
+  std::vector<std::string> argv = {"srun"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"/bin/sh", launch.string()});
+  auto pid = util::spawn_process(argv, log);
+  if (!pid) return std::unexpected(pid.error());
+  return std::to_string(*pid);
+}
+
+std::vector<std::string> CommandSlurmClient::ended_steps(const std::vector<std::string>& ids) {
+  std::vector<std::string> ended;
+  for (const auto& id : ids) {
+    pid_t pid = static_cast<pid_t>(std::atol(id.c_str()));
+    int status = 0;
+    pid_t got = pid > 0 ? ::waitpid(pid, &status, WNOHANG) : -1;
+    if (got == pid || (got < 0 && errno == ECHILD)) ended.push_back(id);
+  }
+  return ended;
+}
+
+void CommandSlurmClient::signal_steps(const std::vector<std::string>& ids, int sig) {
+  for (const auto& id : ids)
+    if (pid_t pid = static_cast<pid_t>(std::atol(id.c_str())); pid > 0) ::kill(pid, sig);
+}
+
 }  // namespace tune::exec

@@ -78,6 +78,24 @@ class SlurmClient {
   // scancel [--batch --signal=TERM] IDS: one call for all of them.
   [[nodiscard]] virtual Result<void> cancel(const std::vector<std::string>& ids,
                                             bool term_batch_only) = 0;
+
+  // use_allocation: job steps of the allocation the driver runs in.
+  // `srun ARGS /bin/sh LAUNCH` in the background, its own messages in `log`: an id for the step
+  // (its srun's pid, as text).
+  [[nodiscard]] virtual Result<std::string> start_step(const std::vector<std::string>& args,
+                                                       const fs::path& launch,
+                                                       const fs::path& log) {
+    (void)args, (void)launch, (void)log;
+    return fail("job steps are not supported by this Slurm client");
+  }
+  // Which of these steps have ended (their srun exited and was reaped).
+  [[nodiscard]] virtual std::vector<std::string> ended_steps(const std::vector<std::string>& ids) {
+    (void)ids;
+    return {};
+  }
+  // Signals the steps' sruns, which pass SIGTERM and SIGUSR1 on to the step's task (the
+  // supervisor: stop the trial; kill it now). Never the allocation itself.
+  virtual void signal_steps(const std::vector<std::string>& ids, int sig) { (void)ids, (void)sig; }
 };
 
 class CommandSlurmClient final : public SlurmClient {
@@ -87,6 +105,10 @@ class CommandSlurmClient final : public SlurmClient {
   Result<std::vector<JobInfo>> queue() override;
   Result<Accounting> accounting(const std::vector<std::string>& ids) override;
   Result<void> cancel(const std::vector<std::string>& ids, bool term_batch_only) override;
+  Result<std::string> start_step(const std::vector<std::string>& args, const fs::path& launch,
+                                 const fs::path& log) override;
+  std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override;
+  void signal_steps(const std::vector<std::string>& ids, int sig) override;
 };
 
 // Runs argv (argv[0] searched on PATH, no shell) to its end or `timeout_s`, stdin /dev/null.

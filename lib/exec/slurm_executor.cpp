@@ -24,6 +24,7 @@
 #include "exec/exit_record.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/process.hpp"
 
 namespace tune::exec {
 
@@ -43,13 +44,16 @@ std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
 }  // namespace
 
 void SlurmExecutor::Impl::worker_main() {
+  // Job steps' sruns get SIGTERM if the driver dies (they pass it on to the trial): a step never
+  // outlives its driver, whose allocation it belongs to.
+  if (o.use_allocation) util::tie_helpers_to_this_thread();
   double next_poll = 0;
   std::unique_lock lk(m);
   while (!quit) {
     double nap = std::clamp(next_poll - mono(), 0.0, 0.2);
     cv.wait_for(lk, std::chrono::duration<double>(nap), [&] {
       return quit || !submits.empty() || !cancel_term.empty() || !cancel_kill.empty() ||
-             !acct_ask.empty() || mono() >= next_poll;
+             !acct_ask.empty() || !step_signals.empty() || mono() >= next_poll;
     });
     if (quit) break;
     std::deque<Submit> todo;
@@ -62,6 +66,10 @@ void SlurmExecutor::Impl::worker_main() {
     if (acct_mode == Acct::kOff) ask.clear();
     bool poll = poll_now || mono() >= next_poll;
     poll_now = false;
+    if (o.use_allocation) {
+      steps_worker_turn(lk, todo, poll, next_poll);
+      continue;
+    }
     lk.unlock();
     std::vector<Submitted> done;
     for (auto& s : todo) {
@@ -118,12 +126,33 @@ void SlurmExecutor::Impl::do_submit(Submit& s, Submitted& out) {
       out.job = std::unexpected(r.error());
       return;
     }
+  if (o.use_allocation) {
+    out.job = client->start_step(
+        s.args, s.launch_file,
+        s.launch.trial_dir / ("slurm-step.a" + std::to_string(s.launch.attempt) + ".out"));
+    return;
+  }
   out.job = client->submit(s.args, s.stub);
   if (out.job) {
-    std::string line = *out.job + " " + std::to_string(s.launch.attempt) + "\n";
+    std::string a = std::to_string(s.launch.attempt);
+    std::string line = *out.job + " " + a + " " + a + "\n";
     if (auto w = util::write_file_atomic(s.job_file, line, true); !w)
       spdlog::warn("{}", w.error().message);
   }
+}
+
+std::string SlurmExecutor::Impl::launch_text(const Launch& l, int first) const {
+  std::string name = l.trial_dir.filename().string();
+  SupervisorCall call;
+  call.supervisor = o.supervisor;
+  call.lease = o.lease;
+  call.orphan_timeout_s = o.orphan_timeout_s;
+  call.grace_s = std::max(1.0, o.job.signal_grace_s - 2);
+  call.record = o.exp_dir / record_path(name);
+  // A step is never requeued by Slurm: its supervisor gets the attempt's own nonce.
+  call.secret = o.use_allocation ? attempt_nonce(o.record_key, name, l.attempt)
+                                 : slurm_job_secret(o.record_key, name, first);
+  return launch_script(l, call);
 }
 
 Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
@@ -135,17 +164,12 @@ Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
   s.launch_file = slurm_dir / (name + ".a" + std::to_string(l.attempt) + ".launch");
   s.stub = slurm_dir / (name + ".sbatch");
   s.job_file = job_file_path(o.exp_dir, name);
-  SupervisorCall call;
-  call.supervisor = o.supervisor;
-  call.lease = o.lease;
-  call.orphan_timeout_s = o.orphan_timeout_s;
-  call.grace_s = std::max(1.0, o.job.signal_grace_s - 2);
-  call.record = o.exp_dir / record_path(name);
-  call.nonce = attempt_nonce(o.record_key, name, l.attempt);
-  s.launch_text = launch_script(l, call);
+  s.launch_text = launch_text(l, l.attempt);  // a new job: this attempt is its first run
   std::string jn = job_name(o.exp_name, name);
   s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name);
-  s.args = sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
+  s.args = o.use_allocation
+               ? srun_options(o.job, jn, l.trial_dir)
+               : sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
   return s;
 }
 
@@ -191,7 +215,7 @@ void SlurmExecutor::Impl::end_run(Run& r, ExitInfo info) {
 // A decision on a job Slurm ended or lost, when no exit record says how the attempt ended.
 void SlurmExecutor::Impl::judge(Run& r, double now) {
   auto it = last_seen.find(r.job_id);
-  if (it != last_seen.end() && !named_ours(it->second, r.trial_name))
+  if (it != last_seen.end() && !listed_ours(it->second, r.trial_name))
     it = last_seen.end();  // someone else's job (an id read back from a file): not this attempt
   if (it == last_seen.end()) {
     // Not listed (ended and purged after MinJobAge, or never seen): after three answers.
@@ -215,7 +239,7 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
     ExitInfo e;  // Slurm requeued it (preemption, `scontrol requeue`, a node lost)
     e.reason = "host_lost";
     e.error = "slurm job " + r.job_id + " was requeued by Slurm";
-    maybe_requeued[r.trial_id] = r.job_id;
+    maybe_requeued[r.trial_id] = {r.job_id, r.first_attempt};
     end_run(r, std::move(e));
     return;
   }
@@ -234,6 +258,9 @@ ExitInfo SlurmExecutor::Impl::ended_without_record(const Run& r, const JobInfo& 
                 j.state == JobState::kNodeFail;
   e.reason =
       slurms || (j.state == JobState::kCancelled && r.stop_asked) ? "host_lost" : "supervisor_died";
+  // A rerun of a requeued job that found no launch file prepared for its restart count (Slurm
+  // requeued it more often than this driver saw) exits 0 without starting anything.
+  if (j.state == JobState::kCompleted && r.attempt > r.first_attempt) e.reason = "host_lost";
   if (r.stop_asked) e.reason = "driver_stop";
   e.error = "slurm job " + r.job_id + " ended " + j.state_text;
   if (j.exit_code) e.error += " (exit code " + std::to_string(*j.exit_code) + ")";
@@ -295,7 +322,7 @@ void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
     if (info.reason == "driver_stop" && !r.stop_asked) {
       // Signalled by Slurm (time limit, preemption, requeue) or cancelled by someone: the
       // attempt is re-queued from its checkpoint, unless Slurm ended it twice without one.
-      maybe_requeued[r.trial_id] = r.job_id;
+      if (!o.use_allocation) maybe_requeued[r.trial_id] = {r.job_id, r.first_attempt};
       int& n = slurm_ends[r.trial_id];
       if (++n >= 2) {
         n = 0;
@@ -323,25 +350,31 @@ void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
 // holds it for a rerun, else in a new one.
 void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
   auto prev = maybe_requeued.find(r.trial_id);
-  std::string job = prev == maybe_requeued.end() ? "" : prev->second;
+  std::string job = prev == maybe_requeued.end() ? "" : prev->second.first;
+  int first = prev == maybe_requeued.end() ? r.attempt : prev->second.second;
   auto it = last_seen.find(job);
-  if (it != last_seen.end() && !named_ours(it->second, r.trial_name)) it = last_seen.end();
+  if (it != last_seen.end() && !listed_ours(it->second, r.trial_name)) it = last_seen.end();
   bool pending = it != last_seen.end() && (it->second.state == JobState::kPending ||
                                            it->second.state == JobState::kRequeued);
   bool running = it != last_seen.end() && it->second.state == JobState::kRunning;
   if (running && now - r.deciding_since < 60) return;  // still finishing its last run
   if (prev != maybe_requeued.end()) maybe_requeued.erase(prev);
-  if (pending) {
+  // Slurm's rerun is run K = attempt - first of the job (SLURM_RESTART_COUNT): this attempt
+  // runs there only if it comes after the job's first run.
+  if (pending && first >= 1 && r.attempt > first) {
     auto& s = *r.pending;
     std::error_code ec;
     fs::create_directories(slurm_dir, ec);
-    auto w = util::write_file_atomic(next_launch_file(slurm_dir, r.trial_name, job), s.launch_text,
-                                     false);
-    if (w) w = util::write_file_atomic(s.job_file, job + " " + std::to_string(r.attempt) + "\n");
+    int k = r.attempt - first;
+    auto w = util::write_file_atomic(next_launch_file(slurm_dir, r.trial_name, job, k),
+                                     launch_text(s.launch, first), false);
+    if (w)
+      w = util::write_file_atomic(
+          s.job_file, job + " " + std::to_string(r.attempt) + " " + std::to_string(first) + "\n");
     if (w) {
-      spdlog::info("trial {} attempt {}: runs when Slurm restarts its requeued job {}",
-                   r.trial_name, r.attempt, job);
-      r.job_id = job;
+      spdlog::info("trial {} attempt {}: runs when Slurm restarts its requeued job {} (run {})",
+                   r.trial_name, r.attempt, job, k);
+      set_job(r, job, first);
       r.phase = Phase::kSubmitted;
       r.judged_after = seen_seq;
       r.pending.reset();
@@ -358,11 +391,12 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
 void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
   std::vector<Submitted> got;
   std::optional<std::vector<JobInfo>> snap;
-  std::vector<std::string> errors;
+  std::vector<std::string> errors, ended_steps;
   uint64_t seq = 0;
   {
     std::lock_guard lk(m);
     got.swap(answers);
+    ended_steps.swap(steps_ended);
     snap.swap(snapshot);
     errors.swap(worker_errors);
     seq = snapshot_seq;
@@ -396,7 +430,7 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
       waiting.push_back(r.trial_id);
       continue;
     }
-    r.job_id = *a.job;
+    set_job(r, *a.job, r.attempt);
     r.phase = Phase::kSubmitted;
     r.judged_after = seq;
     r.pending.reset();
@@ -404,6 +438,7 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
     got_job(r);
     if (r.stop_asked) cancel(r.job_id, r.trial_name, false);
   }
+  if (o.use_allocation) judge_steps(ended_steps, now);
   if (snap) {
     last_seen.clear();
     for (auto& j : *snap) last_seen[j.id] = std::move(j);
@@ -447,9 +482,9 @@ Result<void> SlurmExecutor::start(const Launch& l) {
   r.trial_id = l.trial_id;
   r.trial_name = l.trial_dir.filename().string();
   r.attempt = l.attempt;
+  r.first_attempt = l.attempt;
   r.dir = l.trial_dir;
   r.offset = l.stdout_offset;
-  r.nonce = attempt_nonce(impl.o.record_key, r.trial_name, l.attempt);
   r.times = ArrivalReader(l.attempt);
   r.pending = impl.make_submit(l, gen);
   impl.slurm_ends.try_emplace(l.trial_id, 0);

@@ -27,16 +27,20 @@ struct SlurmOptions {
   double scan_s = 0.5;        // trial files read this often
   double record_wait_s = 10;  // after Slurm says a job ended, how long its exit record may lag
   std::string host_name = "slurm";
+  // Trials as job steps (srun --exclusive) of the allocation the driver runs in, not as jobs.
+  bool use_allocation = false;
 };
 
 // Where the executor keeps its scripts and job files in the experiment dir.
 inline constexpr const char* kSlurmDir = ".tune/slurm";
 
-// What <exp>/.tune/slurm/<trial>.job says: the job running an attempt (for re-attaching and for
-// `tune status`).
+// What <exp>/.tune/slurm/<trial>.job says (`JOBID ATTEMPT FIRST`): the job running an attempt
+// and the attempt the job ran first (for re-attaching and for `tune status`). A file without
+// FIRST (an older tune's) means FIRST = ATTEMPT.
 struct JobFile {
   std::string job_id;
   int attempt = 0;
+  int first_attempt = 0;  // the job's first run; run K of the job is attempt first_attempt + K
 };
 [[nodiscard]] std::optional<JobFile> read_job_file(const fs::path& exp_dir,
                                                    const std::string& trial_name);
@@ -46,6 +50,19 @@ struct JobFile {
 // died between sbatch's answer and writing it down) and tell it from anyone else's.
 [[nodiscard]] std::string job_mark(std::string_view key, const std::string& trial_name,
                                    int attempt);
+// A Slurm job's own key (32 hex digits), for the job first run as attempt `first_attempt`.
+[[nodiscard]] std::string slurm_job_key(std::string_view key, const std::string& trial_name,
+                                        int first_attempt);
+// What the job's supervisor reads on stdin: `slurm-job:FIRST:JOBKEY` (tune-supervisor derives
+// each run's nonce from it, the job id and SLURM_RESTART_COUNT).
+[[nodiscard]] std::string slurm_job_secret(std::string_view key, const std::string& trial_name,
+                                           int first_attempt);
+// The nonce of attempt `attempt` run by job `job_id` first run as attempt `first_attempt` (run
+// K = attempt - first_attempt of the job): what its supervisor derives and writes in its record.
+[[nodiscard]] std::string slurm_attempt_nonce(std::string_view key, const std::string& trial_name,
+                                              int first_attempt, const std::string& job_id,
+                                              int attempt);
+
 // The attempt a job's comment marks, if it is `job_mark(key, trial_name, N)` for some N.
 [[nodiscard]] std::optional<int> marked_attempt(std::string_view key, const std::string& trial_name,
                                                 std::string_view comment);
@@ -87,6 +104,7 @@ class SlurmExecutor final : public Executor {
   [[nodiscard]] uint64_t accounting_calls() const;
 
  private:
+  Result<Attached> attach_step(const Launch& launch);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

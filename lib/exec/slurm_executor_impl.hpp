@@ -1,6 +1,7 @@
 // The Slurm executor's insides, shared by slurm_executor.cpp (submitting, polling, reading the
-// trials' files) and slurm_resume.cpp (which jobs are this experiment's: cancels, re-attaching
-// after a crash, the jobs a resume finds). Not part of the interface: include only from those.
+// trials' files), slurm_resume.cpp (which jobs are this experiment's: cancels, re-attaching
+// after a crash, the jobs a resume finds) and slurm_steps.cpp (use_allocation: job steps). Not
+// part of the interface: include only from those.
 #pragma once
 
 #include <time.h>
@@ -16,6 +17,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "exec/exit_record.hpp"
 #include "exec/slurm_executor.hpp"
 
 namespace tune::exec {
@@ -79,14 +81,20 @@ struct SlurmExecutor::Impl {
   std::vector<std::string> acct_answered;  // asked, and answered (found or not)
   std::vector<JobInfo> acct_answers;
   uint64_t acct_calls = 0;
+  // use_allocation: the steps whose srun runs (the worker's), signals for them, and those that
+  // ended (for the loop).
+  std::vector<std::string> live_steps;
+  std::vector<std::pair<std::string, int>> step_signals;
+  std::vector<std::string> steps_ended;
   std::thread worker;
 
   // --- the loop's own ---
   struct Run {
     std::string trial_id, trial_name;
     int attempt = 0;
+    int first_attempt = 0;  // the attempt the job ran first (attempt - first: SLURM_RESTART_COUNT)
     fs::path dir;
-    std::string nonce;
+    std::string nonce;  // known once the job is: derived from its id and the run's count
     Phase phase = Phase::kWaiting;
     uint64_t gen = 0;
     std::optional<Submit> pending;  // waiting for room under max_jobs
@@ -95,7 +103,7 @@ struct SlurmExecutor::Impl {
     JobState state = JobState::kUnknown;
     bool seen_running = false, grew = false;
     int missing = 0;
-    double ended_at = -1;  // when squeue first said the job ended without a record
+    double ended_at = -1;  // when squeue (a step: its srun) first said it ended, no record
     uint64_t offset = 0;
     bool stop_asked = false;
     double kill_at = -1;
@@ -107,8 +115,9 @@ struct SlurmExecutor::Impl {
   };
   std::map<std::string, Run> runs;
   std::deque<std::string> waiting;  // trial ids in submission order
-  // The job of a trial's previous attempt, if Slurm may have requeued it.
-  std::unordered_map<std::string, std::string> maybe_requeued;
+  // The job of a trial's previous attempt (and the attempt it ran first), if Slurm may have
+  // requeued it.
+  std::unordered_map<std::string, std::pair<std::string, int>> maybe_requeued;
   std::unordered_map<std::string, int> slurm_ends;  // Slurm's ends since the last checkpoint
   std::unordered_map<std::string, JobInfo> last_seen;
   uint64_t seen_seq = 0;
@@ -135,7 +144,19 @@ struct SlurmExecutor::Impl {
 
   void worker_main();
   void do_submit(Submit& s, Submitted& out);
+  void steps_worker_turn(std::unique_lock<std::mutex>& lk, std::deque<Submit>& todo, bool poll,
+                         double& next_poll);
   Submit make_submit(const Launch& l, uint64_t gen);
+  // The launch file of attempt l run by a job first run as attempt `first`.
+  std::string launch_text(const Launch& l, int first) const;
+  // r's attempt runs in `job`, first run as attempt `first`: its nonce follows.
+  void set_job(Run& r, const std::string& job, int first) {
+    r.job_id = job;
+    r.first_attempt = first;
+    r.nonce = o.use_allocation
+                  ? attempt_nonce(o.record_key, r.trial_name, r.attempt)  // a step: no requeue
+                  : slurm_attempt_nonce(o.record_key, r.trial_name, first, job, r.attempt);
+  }
   void hand_over();
   void take_answers(std::vector<Event>& out, double now);
   void judge(Run& r, double now);
@@ -148,14 +169,27 @@ struct SlurmExecutor::Impl {
   void cancel(const std::string& job, const std::string& trial_name, bool term_only);
   void release_held(uint64_t seq);
   void verify_runs();
+  // use_allocation: a step whose srun ended without the supervisor's record ends its attempt
+  // (after record_wait_s: the record may lag).
+  void judge_steps(const std::vector<std::string>& ended, double now);
   // With the worker gone: the cancels it had not made yet, jobs sbatch answered for attempts
   // stopped meanwhile, and held cancels squeue confirms. A driver that ends never leaves a job
   // it was asked to stop.
   void cancel_at_exit();
-  // Whether squeue lists `j` under the job name of this experiment's trial `trial_name` (and,
-  // with squeue --me, as this user's).
-  bool named_ours(const JobInfo& j, const std::string& trial_name) const {
-    return j.name == job_name(o.exp_name, trial_name);
+  // Whether squeue lists `j` as a job of this experiment's trial `trial_name`: under the trial's
+  // job name (with squeue --me, as this user's) and with one of its attempts' marks in the
+  // comment. A name alone is not enough: any job of the user's may be named tune-<exp>-<trial>,
+  // but only tune can make the mark (job_mark).
+  bool listed_ours(const JobInfo& j, const std::string& trial_name) const {
+    return j.name == job_name(o.exp_name, trial_name) &&
+           marked_attempt(o.record_key, trial_name, j.comment).has_value();
+  }
+  // How squeue lists a job that is not trial_name's, for the log.
+  std::string not_ours(const JobInfo& j, const std::string& trial_name) const {
+    std::string want = job_name(o.exp_name, trial_name);
+    if (j.name != want) return "squeue lists it as '" + j.name + "', not as " + want;
+    return "squeue lists it as " + want + " without this experiment's mark (comment '" +
+           j.comment.substr(0, 60) + "')";
   }
   void got_job(const Run& r) { new_jobs.emplace_back(r.trial_id, r.job_id); }
 };

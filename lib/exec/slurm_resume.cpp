@@ -1,9 +1,13 @@
 // Which Slurm jobs are this experiment's, and what a new driver finds of an earlier one's: job
 // files and marks, cancels only of our own jobs, re-attaching and the jobs a resume ends.
+#include <signal.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
 
+#include "agent/nonce.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/slurm_executor_impl.hpp"
 #include "util/atomic_file.hpp"
@@ -20,14 +24,43 @@ std::optional<JobFile> read_job_file(const fs::path& exp_dir, const std::string&
   f.job_id = text->substr(0, sp);
   if (f.job_id.empty() || f.job_id.find_first_not_of("0123456789") != std::string::npos)
     return std::nullopt;
-  f.attempt = std::atoi(text->c_str() + sp + 1);
-  if (f.attempt < 1) return std::nullopt;
+  // ATTEMPT [FIRST]: decimal numbers, FIRST <= ATTEMPT
+  std::string rest = text->substr(sp + 1);
+  size_t sp2 = rest.find(' ');
+  std::string a = rest.substr(0, sp2), first = sp2 == std::string::npos ? "" : rest.substr(sp2 + 1);
+  while (!first.empty() && (first.back() == '\n' || first.back() == ' ')) first.pop_back();
+  while (!a.empty() && a.back() == '\n') a.pop_back();
+  auto number = [](const std::string& s) {
+    return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == std::string::npos
+               ? std::atoi(s.c_str())
+               : -1;
+  };
+  f.attempt = number(a);
+  f.first_attempt = first.empty() ? f.attempt : number(first);
+  if (f.attempt < 1 || f.first_attempt < 1 || f.first_attempt > f.attempt) return std::nullopt;
   return f;
 }
 
 std::string job_mark(std::string_view key, const std::string& trial_name, int attempt) {
   return "tune:" + std::to_string(attempt) + ":" +
          attempt_nonce(key, trial_name + "/job", attempt).substr(0, 16);
+}
+
+std::string slurm_job_key(std::string_view key, const std::string& trial_name, int first_attempt) {
+  return attempt_nonce(key, trial_name + "/slurm-job-key", first_attempt);
+}
+
+std::string slurm_job_secret(std::string_view key, const std::string& trial_name,
+                             int first_attempt) {
+  return "slurm-job:" + std::to_string(first_attempt) + ":" +
+         slurm_job_key(key, trial_name, first_attempt);
+}
+
+std::string slurm_attempt_nonce(std::string_view key, const std::string& trial_name,
+                                int first_attempt, const std::string& job_id, int attempt) {
+  if (job_id.empty() || attempt < first_attempt) return "";
+  return agent::slurm_run_nonce(slurm_job_key(key, trial_name, first_attempt), job_id,
+                                attempt - first_attempt);
 }
 
 std::optional<int> marked_attempt(std::string_view key, const std::string& trial_name,
@@ -47,6 +80,15 @@ std::optional<int> marked_attempt(std::string_view key, const std::string& trial
 void SlurmExecutor::Impl::cancel(const std::string& job, const std::string& trial_name,
                                  bool term_only) {
   std::lock_guard lk(m);
+  if (o.use_allocation) {
+    // A step: its srun passes SIGTERM on to the supervisor (stop the trial); SIGUSR1 (kill it
+    // now), then SIGTERM, which also ends an srun still waiting for CPUs. Never scancel: the
+    // allocation is the driver's own.
+    if (!term_only) step_signals.emplace_back(job, SIGUSR1);
+    step_signals.emplace_back(job, SIGTERM);
+    cv.notify_all();
+    return;
+  }
   if (ours.count(job))
     (term_only ? cancel_term : cancel_kill).push_back(job);
   else
@@ -64,11 +106,9 @@ void SlurmExecutor::Impl::release_held(uint64_t seq) {
     }
     auto it = last_seen.find(h.job);
     if (it == last_seen.end()) continue;  // not listed: nothing to cancel
-    if (!named_ours(it->second, h.trial_name)) {
-      spdlog::warn(
-          "not cancelling slurm job {}: squeue lists it as '{}', not as {} (tune cancels only "
-          "its own jobs)",
-          h.job, it->second.name, job_name(o.exp_name, h.trial_name));
+    if (!listed_ours(it->second, h.trial_name)) {
+      spdlog::warn("not cancelling slurm job {}: {} (tune cancels only its own jobs)", h.job,
+                   not_ours(it->second, h.trial_name));
       continue;
     }
     ours.insert(h.job);
@@ -78,6 +118,17 @@ void SlurmExecutor::Impl::release_held(uint64_t seq) {
 }
 
 void SlurmExecutor::Impl::cancel_at_exit() {
+  if (o.use_allocation) {  // steps still running when the driver ends: killed, recorded
+    for (auto& a : answers)
+      if (a.job) live_steps.push_back(*a.job);
+    answers.clear();
+    auto ended = client->ended_steps(live_steps);
+    std::erase_if(live_steps, [&](const std::string& id) {
+      return std::find(ended.begin(), ended.end(), id) != ended.end();
+    });
+    for (int sig : {SIGUSR1, SIGTERM}) client->signal_steps(live_steps, sig);
+    return;
+  }
   for (auto& a : answers) {
     if (!a.job) continue;
     ours.insert(*a.job);
@@ -106,11 +157,12 @@ void SlurmExecutor::Impl::verify_runs() {
   for (auto& [id, r] : runs) {
     if (r.job_id.empty() || ours.count(r.job_id)) continue;
     auto it = last_seen.find(r.job_id);
-    if (it != last_seen.end() && named_ours(it->second, r.trial_name)) ours.insert(r.job_id);
+    if (it != last_seen.end() && listed_ours(it->second, r.trial_name)) ours.insert(r.job_id);
   }
 }
 
 Result<void> SlurmExecutor::check() {
+  if (impl_->o.use_allocation) return {};  // no sbatch: steps of the driver's own allocation
   // The job's name and comment are how tune knows its own jobs again: not the user's to set.
   for (const auto& a : impl_->o.job.sbatch_args)
     for (const char* own : {"--job-name", "-J", "--comment"})
@@ -128,33 +180,49 @@ Result<void> SlurmExecutor::check() {
 Result<Attached> SlurmExecutor::attach(const Launch& l) {
   auto& impl = *impl_;
   std::string name = l.trial_dir.filename().string();
-  std::string nonce = attempt_nonce(impl.o.record_key, name, l.attempt);
-  // The job: as the state names it, else as its .job file does, else the one squeue lists with
-  // this attempt's mark (sbatch answered, then the driver died before writing the id down).
-  std::optional<JobFile> job;
-  if (!l.job_id.empty()) job = JobFile{l.job_id, l.attempt};
-  if (!job) job = read_job_file(impl.o.exp_dir, name);
-  if (!job || job->attempt != l.attempt) {
+  auto queue = [&]() -> const std::vector<JobInfo>& {
     if (!impl.resume_queue) {
       auto q = impl.client->queue();
       if (!q) spdlog::warn("{} (jobs of an earlier driver are not looked for)", q.error().message);
       impl.resume_queue = q ? std::move(*q) : std::vector<JobInfo>{};
     }
-    for (const auto& j : *impl.resume_queue)
-      if (impl.named_ours(j, name) && !job_ended(j.state) &&
+    return *impl.resume_queue;
+  };
+  // The job: as the state names it, else as its .job file does, else the one squeue lists with
+  // this attempt's mark (sbatch answered, then the driver died before writing the id down).
+  // The attempt the job ran first: the .job file's, else the job's mark's, else this one.
+  if (impl.o.use_allocation) return attach_step(l);
+  auto file = read_job_file(impl.o.exp_dir, name);
+  std::optional<JobFile> job;
+  if (!l.job_id.empty()) job = JobFile{l.job_id, l.attempt, l.attempt};
+  if (!job && file) job = file;
+  if (job && file && file->job_id == job->job_id && file->attempt == job->attempt)
+    job->first_attempt = file->first_attempt;
+  else if (job && job->attempt == l.attempt)
+    for (const auto& j : queue())
+      if (j.id == job->job_id && impl.listed_ours(j, name))
+        if (auto m = marked_attempt(impl.o.record_key, name, j.comment); m && *m <= l.attempt)
+          job->first_attempt = *m;
+  if (!job || job->attempt != l.attempt) {
+    for (const auto& j : queue())
+      if (impl.listed_ours(j, name) && !job_ended(j.state) &&
           marked_attempt(impl.o.record_key, name, j.comment) == l.attempt) {
         spdlog::info("trial {}: slurm job {} found by its mark (its id was never recorded)", name,
                      j.id);
-        job = JobFile{j.id, l.attempt};
+        job = JobFile{j.id, l.attempt, l.attempt};
         impl.ours.insert(j.id);
       }
   }
+  bool ours = job && job->attempt == l.attempt;
+  // The record is believed only with the nonce of this run of the job (its id and count).
+  std::string nonce = ours ? slurm_attempt_nonce(impl.o.record_key, name, job->first_attempt,
+                                                 job->job_id, l.attempt)
+                           : "";
   ExitInfo info;
   auto text = util::read_file(impl.o.exp_dir / record_path(name), 1 << 16);
   AttemptIdentity id{nonce, std::nullopt, std::nullopt, std::nullopt};
-  bool ended = check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id, info) ==
-               RecordCheck::kGenuine;
-  bool ours = job && job->attempt == l.attempt;
+  bool ended = ours && check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id,
+                                         info) == RecordCheck::kGenuine;
   if (!ended && !ours) return Attached::kGone;
   Impl::Run& r = impl.runs[l.trial_id];
   uint64_t gen = r.gen + 1;
@@ -165,26 +233,26 @@ Result<Attached> SlurmExecutor::attach(const Launch& l) {
   r.attempt = l.attempt;
   r.dir = l.trial_dir;
   r.offset = l.stdout_offset;
-  r.nonce = nonce;
   r.times = ArrivalReader(l.attempt);
   r.phase = Phase::kSubmitted;
   // Not seen running yet: a job still pending from before is not mistaken for a requeued one
   // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
-  r.job_id = ours ? job->job_id : "";
-  if (ours && l.job_id != r.job_id) impl.got_job(r);
+  impl.set_job(r, job->job_id, job->first_attempt);
+  if (l.job_id != r.job_id) impl.got_job(r);
   {
     std::lock_guard lk(impl.m);
     r.judged_after = impl.snapshot_seq;
     impl.poll_now = true;
     impl.cv.notify_all();
   }
-  if (ours && !ended) spdlog::info("trial {}: re-attached to slurm job {}", name, job->job_id);
+  if (!ended) spdlog::info("trial {}: re-attached to slurm job {}", name, job->job_id);
   return ended ? Attached::kEnded : Attached::kRunning;
 }
 
 std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
   auto& impl = *impl_;
   std::vector<LiveAttempt> out;
+  if (impl.o.use_allocation) return out;  // steps end with the driver that started them
   std::error_code ec;
   if (!fs::is_directory(impl.slurm_dir, ec)) return out;
   auto q = impl.client->queue();
@@ -215,11 +283,9 @@ std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
     if (!job) continue;
     auto it = by_id.find(job->job_id);
     if (it == by_id.end() || job_ended(it->second->state)) continue;
-    if (!impl.named_ours(*it->second, name)) {
-      spdlog::warn(
-          "{}/{} names slurm job {}, which squeue lists as '{}', not as {}: left alone (tune "
-          "touches only its own jobs)",
-          kSlurmDir, file, job->job_id, it->second->name, job_name(impl.o.exp_name, name));
+    if (!impl.listed_ours(*it->second, name)) {
+      spdlog::warn("{}/{} names slurm job {}, but {}: left alone (tune touches only its own jobs)",
+                   kSlurmDir, file, job->job_id, impl.not_ours(*it->second, name));
       continue;
     }
     add(name, job->attempt, job->job_id);

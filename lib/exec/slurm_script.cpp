@@ -29,9 +29,23 @@ std::vector<std::string> sbatch_options(const SlurmJobOptions& o, const std::str
   return a;
 }
 
+std::vector<std::string> srun_options(const SlurmJobOptions& o, const std::string& name,
+                                      const fs::path& trial_dir) {
+  std::vector<std::string> a = {"--exclusive",
+                                "--ntasks=1",
+                                "--nodes=1",
+                                "--job-name=" + name,
+                                "--chdir=" + trial_dir.string(),
+                                "--quiet"};
+  a.push_back("--cpus-per-task=" + std::to_string(o.cpus.value_or(1)));
+  if (o.gpus && *o.gpus > 0) a.push_back("--gpus=" + std::to_string(*o.gpus));
+  if (!o.mem.empty()) a.push_back("--mem=" + o.mem);
+  return a;
+}
+
 fs::path next_launch_file(const fs::path& slurm_dir, const std::string& trial_name,
-                          const std::string& job_id) {
-  return slurm_dir / (trial_name + ".job" + job_id + ".next");
+                          const std::string& job_id, int restart_count) {
+  return slurm_dir / (trial_name + ".job" + job_id + ".next" + std::to_string(restart_count));
 }
 
 std::string stub_script(const std::string& name, const fs::path& launch_file,
@@ -45,10 +59,10 @@ std::string stub_script(const std::string& name, const fs::path& launch_file,
          "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then exec /bin/sh " +
          q_launch +
          "; fi\n"
-         "# Requeued by Slurm: run what the driver prepared for this job's next run, once.\n"
+         "# Requeued by Slurm: run what the driver prepared for this run of the job, once.\n"
          "next=" +
          q_next +
-         "\"$SLURM_JOB_ID.next\"\n"
+         "\"$SLURM_JOB_ID.next$SLURM_RESTART_COUNT\"\n"
          "run=" +
          q_next +
          "\"$SLURM_JOB_ID.run$SLURM_RESTART_COUNT\"\n"
@@ -80,7 +94,7 @@ std::string launch_script(const Launch& l, const SupervisorCall& c) {
        " " + util::shell_quote(l.cwd.string()) + " " + (l.stdin_fifo ? "fifo" : "null") + " " +
        util::shell_quote(c.record.string()) + " --";
   for (const auto& w : l.argv) s += " " + util::shell_quote(w);
-  s += " <<'TUNE_NONCE'\n" + c.nonce + "\nTUNE_NONCE\n";
+  s += " <<'TUNE_NONCE'\n" + c.secret + "\nTUNE_NONCE\n";
   return s;
 }
 

@@ -2,11 +2,13 @@
 //
 // Each job's batch script is a small stub (kept by Slurm for the job's life). It runs a launch
 // file in <experiment>/.tune/slurm/: for the job's first run the attempt's own launch file; when
-// Slurm requeues the job itself (SLURM_RESTART_COUNT > 0), the file the driver prepared for that
-// job's next run (`<trial>.job<JOBID>.next`, claimed with a rename so it runs once), and if there
-// is none (no driver was running to prepare one) it exits without starting anything. A launch
-// file exports the trial's environment and execs tune-supervisor with the attempt's nonce on
-// stdin, so the batch shell *is* the supervisor and `--signal=B:TERM@…` reaches it.
+// Slurm requeues the job itself (SLURM_RESTART_COUNT = K > 0), the file the driver prepared for
+// run K of that job (`<trial>.job<JOBID>.next<K>`, claimed with a rename to `.run<K>` so it runs
+// once), and if there is none (no driver was running to prepare one) it exits without starting
+// anything. A launch file exports the trial's environment and execs tune-supervisor with the
+// job's secret on stdin (`slurm-job:FIRST:KEY`), so the batch shell *is* the supervisor and
+// `--signal=B:TERM@…` reaches it. Run K of a job first run as attempt FIRST is attempt FIRST + K,
+// and its nonce is derived by the supervisor from KEY, the job id and K (agent/nonce.hpp).
 #pragma once
 
 #include <filesystem>
@@ -35,7 +37,7 @@ struct SupervisorCall {
   double orphan_timeout_s = 600;
   double grace_s = 10;  // SIGTERM -> SIGKILL inside the supervisor
   fs::path record;      // the exit record it writes
-  std::string nonce;
+  std::string secret;   // what the supervisor reads on stdin (slurm_job_secret)
 };
 
 // The job's name: tune-<experiment>-<trial name>.
@@ -48,6 +50,12 @@ struct SupervisorCall {
                                                       const fs::path& trial_dir,
                                                       const std::string& comment = "");
 
+// srun's options for a trial's job step in the driver's allocation (use_allocation): one task
+// on CPUs of its own, the job's size mapped (cpus, gpus, mem).
+[[nodiscard]] std::vector<std::string> srun_options(const SlurmJobOptions& o,
+                                                    const std::string& name,
+                                                    const fs::path& trial_dir);
+
 // The submitted batch script of a trial's job.
 [[nodiscard]] std::string stub_script(const std::string& name, const fs::path& launch_file,
                                       const fs::path& slurm_dir, const std::string& trial_name);
@@ -55,8 +63,9 @@ struct SupervisorCall {
 // The launch file of one attempt (sh).
 [[nodiscard]] std::string launch_script(const Launch& l, const SupervisorCall& call);
 
-// Where a requeued job `job_id` of trial `trial_name` finds its next run's launch file.
+// Where run `restart_count` (> 0) of the requeued job `job_id` of trial `trial_name` finds its
+// launch file.
 [[nodiscard]] fs::path next_launch_file(const fs::path& slurm_dir, const std::string& trial_name,
-                                        const std::string& job_id);
+                                        const std::string& job_id, int restart_count);
 
 }  // namespace tune::exec

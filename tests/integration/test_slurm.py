@@ -13,7 +13,7 @@ import sys
 import time
 import unittest
 
-from harness import PY, SOURCE, TuneTest
+from harness import PY, SOURCE, TUNE, TuneTest
 
 TRIAL = os.path.join(SOURCE, "tests", "fixtures", "slurm_trial.py")
 SCRIPT = os.path.join(SOURCE, "scripts", "test-slurm.sh")
@@ -94,7 +94,7 @@ class SlurmTest(TuneTest):
               steps: {steps}
               sleep: {sleep}
             hosts:
-              - slurm: {{partition: {partition}, max_jobs: 4{slurm_opts}}}
+              - slurm: {{{"partition: %s, " % partition if partition else ""}max_jobs: 4{slurm_opts}}}
             {extra}
             """)
 
@@ -112,7 +112,7 @@ class SlurmTest(TuneTest):
     def job_of(self, name, trial):
         with open(os.path.join(self.exp_dir(name), ".tune", "slurm",
                                trial["trial_name"] + ".job")) as f:
-            job, attempt = f.read().split()
+            job, attempt = f.read().split()[:2]
         return job, int(attempt)
 
     def test_twenty_trials(self):
@@ -228,10 +228,97 @@ class SlurmTest(TuneTest):
             self.wait_for(lambda: jobs_named("tune-slforge-") == [], what="tune's job gone")
             states = dict(jobs_named("not-tune-sleep"))
             self.assertIn(states.get(foreign), ("RUNNING", "PENDING"), "the foreign job was touched")
-            self.assertIn("names slurm job %s, which squeue lists as 'not-tune-sleep'" % foreign,
+            self.assertIn("names slurm job %s, but squeue lists it as 'not-tune-sleep'" % foreign,
                           self.log("slforge"))
         finally:
             slurm("scancel", foreign, check=False)
+
+    def test_use_allocation_runs_trials_as_steps(self):
+        # Outside an allocation: a config error at start, nothing submitted.
+        self.experiment("slalloc", 3, 3, 0.3, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        p = self.tune("run", "slalloc.yaml")
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("not running inside a Slurm allocation", p.stderr)
+        self.assertEqual(jobs_named("tune-slalloc-"), [])
+        # The driver itself in an allocation of 2 CPUs (sbatch --wrap): each trial is a job step
+        # of it, on a CPU of its own, two at a time.
+        driver, out = self.sbatch_driver("slalloc")
+        steps_seen = set()
+
+        def driver_done():
+            time.sleep(0.5)
+            q = slurm("squeue", "-h", "-s", "-j", driver, "-o", "%i|%j", check=False)
+            for line in q.splitlines():
+                step, name = line.split("|", 1)
+                if name.startswith("tune-slalloc-"):
+                    steps_seen.add(step)
+            return not slurm("squeue", "-h", "-j", driver, check=False).strip()
+        try:
+            self.wait_for(driver_done, timeout=120, what="the driver's allocation to end")
+        finally:
+            slurm("scancel", driver, check=False)
+        with open(out) as f:
+            log = f.read()
+        self.assertNotIn("error", log.lower(), log)
+        trials = self.trials("slalloc")
+        self.assertEqual(len(trials), 3)
+        step_ids = set()
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            rows = self.results("slalloc", t)
+            self.assertEqual([r["step"] for r in rows], [1, 2, 3], t["trial_name"])
+            # It ran in the driver's allocation, as a numbered step of it (not the batch step).
+            self.assertEqual({r["job"] for r in rows}, {driver}, t["trial_name"])
+            step = {r["slurm_step"] for r in rows}
+            self.assertEqual(len(step), 1, t["trial_name"])
+            step = step.pop()
+            self.assertTrue(step.isdigit(), step)
+            step_ids.add(step)
+        self.assertEqual(len(step_ids), 3, step_ids)  # one step per trial
+        # squeue --steps listed them under the trial's job name while they ran.
+        self.assertTrue(steps_seen, "no step of the driver's allocation was seen")
+        self.assertTrue(all(s.startswith(driver + ".") for s in steps_seen), steps_seen)
+
+        # Ctrl-C (SIGINT to the driver, which the batch shell exec'd) ends the steps, not the
+        # allocation: the driver exits 130 on its own, no trial failed.
+        self.experiment("slalint", 2, 300, 0.1, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        driver, out = self.sbatch_driver("slalint")
+        try:
+            self.wait_for(lambda: len(self.trials("slalint")) == 2 and all(
+                self.results("slalint", t) for t in self.trials("slalint")), timeout=60,
+                what="both trials reporting")
+            slurm("scancel", "--batch", "--signal=INT", driver)
+            info = []
+
+            def ended():
+                time.sleep(0.3)
+                text = slurm("scontrol", "show", "job", driver, check=False)
+                info[:] = [text]
+                return re.search(r"JobState=(FAILED|COMPLETED|CANCELLED)", text)
+            self.wait_for(ended, timeout=60, what="the driver's allocation to end")
+        finally:
+            slurm("scancel", driver, check=False)
+        self.assertIn("JobState=FAILED", info[0])  # not CANCELLED: nobody cancelled it
+        self.assertIn("ExitCode=130:0", info[0])
+        for t in self.trials("slalint"):
+            self.assertEqual(t["status"], "PENDING", t["trial_name"])
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            self.assertLess(len(self.results("slalint", t)), 300, t["trial_name"])
+
+    def sbatch_driver(self, name):
+        """Submits `tune run NAME.yaml` as a batch job of 2 one-CPU tasks: (job id, its output)."""
+        out = os.path.join(self.dir, name + "-driver.out")
+        env = dict(self.env)
+        env.pop("SLURM_JOB_ID", None)
+        driver = subprocess.run(
+            ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=2",
+             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir,
+             "--wrap", "exec '%s' run %s.yaml" % (TUNE, name)],
+            env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+        return driver.split(";")[0], out
 
     def test_bad_partition_is_a_config_error(self):
         self.experiment("slbad", 2, 3, 0.1, partition="nosuch")

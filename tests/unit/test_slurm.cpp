@@ -2,6 +2,7 @@
 // number of trials, max_jobs, exits read from the supervisor's record, requeues and time limits
 // re-queued without a failure (twice without a checkpoint: one), stops, failing sbatch; and the
 // pieces it is made of (squeue parsing, sbatch options, the scripts Slurm runs).
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "exec/exit_record.hpp"
@@ -76,6 +78,32 @@ struct FakeSlurm final : exec::SlurmClient {
     cancels.emplace_back(ids, term);
     return {};
   }
+  // use_allocation: steps started (srun's args), those the test ended, signals sent.
+  std::vector<std::vector<std::string>> steps;
+  std::set<std::string> steps_done;
+  std::vector<std::pair<std::string, int>> step_signals;
+  Result<std::string> start_step(const std::vector<std::string>& args, const fs::path&,
+                                 const fs::path&) override {
+    std::lock_guard lk(m);
+    steps.push_back(args);
+    return std::to_string(9000 + steps.size() - 1);
+  }
+  std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override {
+    std::lock_guard lk(m);
+    std::vector<std::string> out;
+    for (auto& id : ids)
+      if (steps_done.count(id)) out.push_back(id);
+    return out;
+  }
+  void signal_steps(const std::vector<std::string>& ids, int sig) override {
+    std::lock_guard lk(m);
+    for (auto& id : ids) step_signals.emplace_back(id, sig);
+  }
+  bool signalled(const std::string& id, int sig) {
+    std::lock_guard lk(m);
+    return std::find(step_signals.begin(), step_signals.end(), std::pair{id, sig}) !=
+           step_signals.end();
+  }
   void set(const std::string& id, const std::string& st) {
     std::lock_guard lk(m);
     states[id] = st;
@@ -115,6 +143,16 @@ struct Forward final : exec::SlurmClient {
   Result<void> cancel(const std::vector<std::string>& ids, bool term) override {
     return f->cancel(ids, term);
   }
+  Result<std::string> start_step(const std::vector<std::string>& a, const fs::path& l,
+                                 const fs::path& log) override {
+    return f->start_step(a, l, log);
+  }
+  std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override {
+    return f->ended_steps(ids);
+  }
+  void signal_steps(const std::vector<std::string>& ids, int sig) override {
+    f->signal_steps(ids, sig);
+  }
 };
 
 struct Fixture {
@@ -125,7 +163,7 @@ struct Fixture {
   std::unique_ptr<exec::SlurmExecutor> ex;
   std::vector<exec::Event> events;
 
-  explicit Fixture(int max_jobs = 100) {
+  explicit Fixture(int max_jobs = 100, bool use_allocation = false) {
     fs::remove_all(dir);
     fs::create_directories(dir / ".tune");
     exec::SlurmOptions o;
@@ -138,6 +176,8 @@ struct Fixture {
     o.scan_s = 0.01;
     o.record_wait_s = 0.1;
     o.job.signal_grace_s = 30;
+    o.job.cpus = 2;
+    o.use_allocation = use_allocation;
     owned = std::make_shared<FakeSlurm>();
     fake = owned.get();
     ex = std::make_unique<exec::SlurmExecutor>(o, std::make_unique<Forward>(owned));
@@ -183,12 +223,19 @@ struct Fixture {
       if (auto* o = std::get_if<exec::OutputEvent>(&e); o && o->trial_id == id) out += o->data;
     return out;
   }
-  // What the supervisor of `id`'s attempt writes when it ends.
-  void record(const std::string& id, int attempt, const std::string& reason, int code = 0) {
+  // What the supervisor of `id`'s attempt writes when it ends: the nonce of this run of the job
+  // its .job file names (or `nonce` if given).
+  void record(const std::string& id, int attempt, const std::string& reason, int code = 0,
+              std::string nonce = "") {
     std::string name = "trial_" + id;
-    std::string text = R"({"attempt":)" + std::to_string(attempt) + R"(,"nonce":")" +
-                       exec::attempt_nonce(key, name, attempt) + R"(","exit_code":)" +
-                       std::to_string(code) + R"(,"reason":")" + reason + R"(","ended":1.0})";
+    if (nonce.empty()) {
+      auto job = exec::read_job_file(dir, name);
+      REQUIRE(job);
+      nonce = exec::slurm_attempt_nonce(key, name, job->first_attempt, job->job_id, attempt);
+    }
+    std::string text = R"({"attempt":)" + std::to_string(attempt) + R"(,"nonce":")" + nonce +
+                       R"(","exit_code":)" + std::to_string(code) + R"(,"reason":")" + reason +
+                       R"(","ended":1.0})";
     REQUIRE(util::write_file_atomic(dir / exec::record_path(name), text, false));
   }
   std::string job_of(const std::string& id) {
@@ -258,7 +305,7 @@ TEST_CASE("a launch file hands the supervisor every word and value as it was", "
   c.supervisor = fake;
   c.lease = dir / "lease";
   c.record = dir / "rec.json";
-  c.nonce = "00ff";
+  c.secret = "00ff";
   REQUIRE(util::write_file_atomic(dir / "launch", exec::launch_script(l, c), false));
   std::string cmd = "sh '" + (dir / "launch").string() + "' > '" + (dir / "out").string() + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -356,10 +403,79 @@ TEST_CASE("a job Slurm requeues runs the trial's next attempt", "[slurm]") {
   }));
   CHECK(f.job_of("00004") == job);  // the same job
   CHECK(f.fake->submits() == 1);    // no new sbatch
-  fs::path next = exec::next_launch_file(f.dir / exec::kSlurmDir, "trial_00004", job);
+  auto jf = exec::read_job_file(f.dir, "trial_00004");
+  REQUIRE(jf);
+  CHECK(jf->first_attempt == 1);  // attempt 2 is the job's run 1 (SLURM_RESTART_COUNT=1)
+  // Prepared for run 1 of the job: the job's secret, not a nonce (the supervisor derives it).
+  fs::path next = exec::next_launch_file(f.dir / exec::kSlurmDir, "trial_00004", job, 1);
   auto text = util::read_file(next);
   REQUIRE(text);
-  CHECK(text->find(exec::attempt_nonce(f.key, "trial_00004", 2)) != std::string::npos);
+  CHECK(text->find(exec::slurm_job_secret(f.key, "trial_00004", 1)) != std::string::npos);
+  CHECK(text->find(exec::attempt_nonce(f.key, "trial_00004", 2)) == std::string::npos);
+  CHECK(text->find("/trial_00004 2 ") != std::string::npos);  // the supervisor's ATTEMPT
+
+  // The rerun: a stale record of the job's previous run is never taken for this one, nor one
+  // with the attempt's old per-attempt nonce, nor one with another job's nonce for run 1.
+  f.fake->set(job, "RUNNING");
+  std::string run0 = exec::slurm_attempt_nonce(f.key, "trial_00004", 1, job, 1);
+  std::string run1 = exec::slurm_attempt_nonce(f.key, "trial_00004", 1, job, 2);
+  CHECK(run0 != run1);
+  CHECK(run1 != exec::slurm_attempt_nonce(f.key, "trial_00004", 2, job, 2));
+  f.events.clear();
+  for (const std::string& stale : {run0, exec::attempt_nonce(f.key, "trial_00004", 2),
+                                   exec::slurm_attempt_nonce(f.key, "trial_00004", 1, "999", 2)}) {
+    f.record("00004", 2, "exited", 0, stale);
+    f.settle(0.3);
+    CHECK_FALSE(f.exit_of("00004").has_value());
+  }
+  f.record("00004", 2, "exited", 0, run1);
+  REQUIRE(f.pump([&] { return f.exit_of("00004").has_value(); }));
+  CHECK(f.exit_of("00004")->reason == "exited");
+}
+
+TEST_CASE("a job's supervisor derives its run's nonce from the job id and SLURM_RESTART_COUNT",
+          "[slurm]") {
+  fs::path dir = fs::temp_directory_path() / ("tune-slurm-sup-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "trial_x");
+  std::string key(32, 'e');
+  REQUIRE(util::write_file_atomic(dir / "lease", "", false));
+  exec::Launch l;
+  l.trial_id = "x";
+  l.attempt = 3;  // the job's run 2: first run as attempt 1
+  l.trial_dir = dir / "trial_x";
+  l.cwd = dir;
+  l.argv = {"true"};
+  exec::SupervisorCall c;
+  c.supervisor = TUNE_TEST_SUPERVISOR;
+  c.lease = dir / "lease";
+  c.record = dir / "rec.json";
+  c.secret = exec::slurm_job_secret(key, "trial_x", 1);
+  REQUIRE(util::write_file_atomic(dir / "launch", exec::launch_script(l, c), false));
+  auto run = [&](const char* count) {
+    fs::remove(dir / "rec.json");
+    std::string cmd = "SLURM_JOB_ID=4242 SLURM_RESTART_COUNT=" + std::string(count) + " sh '" +
+                      (dir / "launch").string() + "' 2>/dev/null";
+    return std::system(cmd.c_str());
+  };
+  // SLURM_RESTART_COUNT=2: run 2 of job 4242, attempt 1 + 2 = 3, as the launch file says.
+  REQUIRE(run("2") == 0);
+  auto text = util::read_file(dir / "rec.json");
+  REQUIRE(text);
+  exec::ExitInfo info;
+  exec::AttemptIdentity id{exec::slurm_attempt_nonce(key, "trial_x", 1, "4242", 3), {}, {}, {}};
+  CHECK(exec::check_exit_record(*text, 3, id, info) == exec::RecordCheck::kGenuine);
+  CHECK(info.reason == "exited");
+  // Another job's or another run's nonce does not match it.
+  id.nonce = exec::slurm_attempt_nonce(key, "trial_x", 1, "4243", 3);
+  CHECK(exec::check_exit_record(*text, 3, id, info) == exec::RecordCheck::kForged);
+  id.nonce = exec::slurm_attempt_nonce(key, "trial_x", 2, "4242", 3);
+  CHECK(exec::check_exit_record(*text, 3, id, info) == exec::RecordCheck::kForged);
+  // A restart count that does not make this attempt (Slurm requeued it once more than the
+  // driver prepared for): nothing runs and nothing is recorded.
+  CHECK(run("1") != 0);
+  CHECK_FALSE(fs::exists(dir / "rec.json"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("stop: SIGTERM to the batch shell, scancel after the grace; a pending job at once",
@@ -464,8 +580,8 @@ TEST_CASE("a resume finds this experiment's jobs by their job files and ends the
   job_file("trial_a", "7 2\n");
   job_file("trial_b", "8 1\n");
   job_file("trial_c", "not a job\n");
-  f.fake->add("7", "RUNNING", "tune-e-trial_a");
-  f.fake->add("8", "COMPLETED", "tune-e-trial_b");  // ended: not live
+  f.fake->add("7", "RUNNING", "tune-e-trial_a", exec::job_mark(f.key, "trial_a", 2));
+  f.fake->add("8", "COMPLETED", "tune-e-trial_b", exec::job_mark(f.key, "trial_b", 1));
   f.fake->set("9", "RUNNING");  // no job file names it: not this experiment's, never touched
   auto live = f.ex->live_attempts();
   REQUIRE(live.size() == 1);
@@ -493,8 +609,9 @@ TEST_CASE("a forged .job file naming someone else's job never gets it cancelled"
     REQUIRE(util::write_file_atomic(f.dir / exec::kSlurmDir / (trial + ".job"), text, false));
   };
   f.fake->add("70", "RUNNING", "sleep-by-hand");  // the user's own job, not tune's
-  f.fake->add("71", "RUNNING", "tune-e-trial_b");
-  f.fake->add("72", "RUNNING", "tune-e-trial_x");  // another trial's name: not trial_c's job
+  f.fake->add("71", "RUNNING", "tune-e-trial_b", exec::job_mark(f.key, "trial_b", 1));
+  // another trial's name (with trial_c's mark): not trial_c's job, nor trial_x's
+  f.fake->add("72", "RUNNING", "tune-e-trial_x", exec::job_mark(f.key, "trial_c", 1));
   job_file("trial_a", "70 1\n");
   job_file("trial_b", "71 1\n");
   job_file("trial_c", "72 1\n");
@@ -532,12 +649,62 @@ TEST_CASE("a forged .job file naming someone else's job never gets it cancelled"
   f.settle(0.5);
   CHECK_FALSE(f.fake->cancelled("72"));
   // Its own job is cancelled after a resume once squeue lists it under the trial's name.
-  f.fake->add("73", "RUNNING", "tune-e-trial_d");
+  f.fake->add("73", "RUNNING", "tune-e-trial_d", exec::job_mark(f.key, "trial_d", 1));
   l = f.launch("d");
   l.job_id = "73";
   REQUIRE(f.ex->attach(l) == exec::Attached::kRunning);
   f.ex->stop("d", true);  // before any squeue answer: held until one says whose it is
   REQUIRE(f.pump([&] { return f.fake->cancelled("73"); }));
+}
+
+TEST_CASE("a job with the trial's job name but not this experiment's mark is not ours", "[slurm]") {
+  // Any job of the user's may be named tune-<experiment>-<trial>: after a resume, a job id read
+  // back (state, .job file) is adopted or cancelled only if squeue lists it with the trial's
+  // name and one of its attempts' marks.
+  Fixture f;
+  fs::create_directories(f.dir / exec::kSlurmDir);
+  auto job_file = [&](const std::string& trial, const std::string& text) {
+    REQUIRE(util::write_file_atomic(f.dir / exec::kSlurmDir / (trial + ".job"), text, false));
+  };
+  f.fake->add("80", "RUNNING", "tune-e-trial_a");  // the name, no comment
+  f.fake->add("81", "RUNNING", "tune-e-trial_b", "tune:1:0123456789abcdef");  // a made-up mark
+  // trial_c's name with another trial's (genuine) mark, and another experiment's mark
+  f.fake->add("82", "RUNNING", "tune-e-trial_c", exec::job_mark(f.key, "trial_a", 1));
+  f.fake->add("83", "RUNNING", "tune-e-trial_d",
+              exec::job_mark(std::string(32, 'd'), "trial_d", 1));
+  f.fake->add("84", "RUNNING", "tune-e-trial_e", exec::job_mark(f.key, "trial_e", 1));  // ours
+  job_file("trial_a", "80 1\n");
+  job_file("trial_b", "81 1\n");
+  job_file("trial_c", "82 1\n");
+  job_file("trial_d", "83 1\n");
+  job_file("trial_e", "84 1\n");
+  // A resume's strays: only the marked job (and no name-only job is ever ended as one).
+  auto live = f.ex->live_attempts();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].trial_name == "trial_e");
+  CHECK(live[0].supervisor == 84);
+  // Re-attached by the .job file or the state: stopping cancels none of the name-only jobs,
+  // and squeue's RUNNING for them never keeps the attempt alive (it is not its job).
+  for (std::string t : {"a", "b", "c", "d"}) {
+    auto l = f.launch(t);
+    if (t == "c" || t == "d") l.job_id = t == "c" ? "82" : "83";  // from the state
+    REQUIRE(f.ex->attach(l) == exec::Attached::kRunning);
+  }
+  f.settle(0.5);
+  for (std::string t : {"a", "b", "c", "d"}) f.ex->stop(t, true);
+  f.settle(0.5);
+  for (const char* id : {"80", "81", "82", "83"}) CHECK_FALSE(f.fake->cancelled(id));
+  // Without a marked job in squeue, each attempt ends as a job gone from squeue (no record).
+  REQUIRE(f.pump([&] {
+    for (const char* t : {"a", "b", "c", "d"})
+      if (!f.exit_of(t)) return false;
+    return true;
+  }));
+  // The genuine one is ended when asked.
+  auto l = f.launch("e");
+  REQUIRE(f.ex->attach(l) == exec::Attached::kRunning);
+  f.ex->stop("e", true);
+  REQUIRE(f.pump([&] { return f.fake->cancelled("84"); }));
 }
 
 TEST_CASE("job ids go to the state; a job whose id was never recorded is found by its mark",
@@ -674,4 +841,62 @@ TEST_CASE("a job gone from squeue is judged by sacct where the cluster has accou
     }
     CHECK(f.ex->accounting_calls() == 1);
   }
+}
+
+TEST_CASE("use_allocation: trials are job steps of the driver's allocation, never jobs",
+          "[slurm]") {
+  Fixture f(2, true);
+  REQUIRE(f.ex->check());  // no sbatch --test-only
+  for (const char* id : {"00030", "00031", "00032"}) REQUIRE(f.ex->start(f.launch(id)));
+  REQUIRE(f.pump([&] {
+    std::lock_guard lk(f.fake->m);
+    return f.fake->steps.size() == 2;
+  }));
+  f.settle(0.3);
+  {
+    std::lock_guard lk(f.fake->m);
+    CHECK(f.fake->steps.size() == 2);  // max_jobs steps at once
+    CHECK(f.fake->submitted.empty());  // no sbatch
+    CHECK(f.fake->queue_calls == 0);   // no squeue of jobs
+    auto& a = f.fake->steps[0];
+    for (const char* want :
+         {"--exclusive", "--ntasks=1", "--cpus-per-task=2", "--job-name=tune-e-trial_00030"})
+      CHECK(std::find(a.begin(), a.end(), std::string(want)) != a.end());
+  }
+  // Its supervisor's record (the attempt's own nonce: a step is never requeued) ends it.
+  f.record("00030", 1, "exited", 0, exec::attempt_nonce(f.key, "trial_00030", 1));
+  REQUIRE(f.pump([&] { return f.exit_of("00030").has_value(); }));
+  CHECK(f.exit_of("00030")->reason == "exited");
+  REQUIRE(f.pump([&] {
+    std::lock_guard lk(f.fake->m);
+    return f.fake->steps.size() == 3;  // room for the third
+  }));
+  // Stopping: SIGTERM to the step's srun (passed on to the supervisor), SIGUSR1 to kill now;
+  // never scancel (the allocation is the driver's own).
+  REQUIRE(f.pump([&] { return f.ex->take_job_ids().empty(); }));
+  f.ex->stop("00031", false);
+  REQUIRE(f.pump([&] { return f.fake->signalled("9001", SIGTERM); }));
+  CHECK_FALSE(f.fake->signalled("9001", SIGUSR1));
+  f.ex->stop("00031", true);
+  REQUIRE(f.pump([&] { return f.fake->signalled("9001", SIGUSR1); }));
+  {
+    std::lock_guard lk(f.fake->m);
+    f.fake->steps_done.insert("9001");  // its srun ends; no record
+  }
+  REQUIRE(f.pump([&] { return f.exit_of("00031").has_value(); }));
+  CHECK(f.exit_of("00031")->reason == "driver_stop");
+  // A step whose srun ends without a record (not stopped): the supervisor died.
+  {
+    std::lock_guard lk(f.fake->m);
+    f.fake->steps_done.insert("9002");
+  }
+  REQUIRE(f.pump([&] { return f.exit_of("00032").has_value(); }));
+  CHECK(f.exit_of("00032")->reason == "supervisor_died");
+  CHECK(f.fake->cancels.empty());
+  // A signal for an srun already reaped is never sent (its pid may be someone else's now).
+  f.ex->stop("00032", true);
+  f.settle(0.2);
+  CHECK_FALSE(f.fake->signalled("9002", SIGUSR1));
+  // A resume finds no live steps (they end with their driver).
+  CHECK(f.ex->live_attempts().empty());
 }
