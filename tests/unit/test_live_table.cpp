@@ -10,6 +10,7 @@
 #include "ui/layout.hpp"
 #include "ui/live_table.hpp"
 #include "ui/progress_bar.hpp"
+#include "ui/terminal.hpp"
 #include "ui/text.hpp"
 
 using namespace tune;
@@ -460,6 +461,7 @@ TEST_CASE(
   ::setenv("TERM", "dumb", 1);
   ::unsetenv("TUNE_PROGRESS_PERIOD_S");
   ::unsetenv("NO_COLOR");
+  CHECK_FALSE(ui::stderr_can_redraw());  // no bar either
   auto o = ui::detect_table_options(false);
   CHECK_FALSE(o.tty);
   CHECK_FALSE(o.color);
