@@ -4,6 +4,8 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "report/export.hpp"
+#include "ui/progress_bar.hpp"
+#include "ui/terminal.hpp"
 #include "util/error.hpp"
 
 namespace tune::cli {
@@ -21,7 +23,12 @@ int ExportCommand::execute() {
            : format_ == "jsonl" ? report::ExportFormat::kJsonl
                                 : report::ExportFormat::kCsv;
   std::ios::sync_with_stdio(false);
-  auto r = report::export_experiment(dir, f, all_results_, std::cout);
+  // A bar on stderr (a terminal's) while the trials are read; the table goes to stdout.
+  ui::StagedProgress bar(ui::stderr_can_redraw());
+  auto r = report::export_experiment(dir, f, all_results_, std::cout, [&](size_t done, size_t n) {
+    bar.update("reading trials", done, n);
+  });
+  bar.finish();
   if (!r) throw Fatal("export of '" + dir.string() + "': " + r.error().message, kExitUsage);
   return kExitOk;
 }

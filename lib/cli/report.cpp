@@ -8,6 +8,7 @@
 #include "cli/common.hpp"
 #include "report/html.hpp"
 #include "ui/progress_bar.hpp"
+#include "ui/terminal.hpp"
 #include "util/error.hpp"
 #include "util/fs.hpp"
 
@@ -25,7 +26,7 @@ int ReportCommand::execute() {
   // A bar on a terminal while the trials' results are read (a big experiment takes seconds).
   std::optional<ui::ProgressBar> bar;
   auto r = report::write_report(dir, out, [&](size_t done, size_t total) {
-    if (!bar) bar.emplace("reading trials", total, ::isatty(STDERR_FILENO) != 0);
+    if (!bar) bar.emplace("reading trials", total, ui::stderr_can_redraw());
     bar->update(done);
   });
   if (bar) bar->finish();

@@ -4,23 +4,55 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "cli/common.hpp"
 #include "exec/local_executor.hpp"
 #include "state/state.hpp"
 #include "sync/upload.hpp"
+#include "ui/progress_bar.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
 
 namespace tune::cli {
 
-void copy_tree(const fs::path& from, const fs::path& to) {
+namespace {
+
+bool left_out(const fs::path& rel) {
+  return rel == ".tune/lock" || rel == ".tune/lease";
+}
+
+// The bytes of the regular files copy_tree would copy (0 if the walk fails: no bar then).
+size_t tree_bytes(const fs::path& from) {
+  std::error_code ec;
+  size_t total = 0;
+  for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    auto st = it->symlink_status(ec);
+    fs::path rel = it->path().lexically_relative(from);
+    if (ec || !fs::is_regular_file(st) || left_out(rel) || sync::is_local_only(rel)) continue;
+    total += it->file_size(ec);
+    if (ec) return 0;
+  }
+  return ec ? 0 : total;
+}
+
+}  // namespace
+
+void copy_tree(const fs::path& from, const fs::path& to, const std::string& bar_label) {
   std::error_code ec;
   fs::create_directories(to, ec);
+  std::optional<ui::ProgressBar> bar;
+  size_t done = 0;
+  if (!bar_label.empty())
+    if (size_t total = tree_bytes(from); total > 0) {
+      bar.emplace(bar_label, total, true);
+      bar->count_bytes();
+    }
   for (auto it = fs::recursive_directory_iterator(from, ec); !ec && it != fs::end(it);
        it.increment(ec)) {
     fs::path rel = it->path().lexically_relative(from);
-    if (rel == ".tune/lock" || rel == ".tune/lease") continue;
+    if (left_out(rel)) continue;
     if (sync::is_local_only(rel)) {  // pending stop requests, callbacks' output: the source's
       if (it->is_directory(ec)) it.disable_recursion_pending();
       continue;
@@ -34,9 +66,11 @@ void copy_tree(const fs::path& from, const fs::path& to) {
       fs::copy_symlink(it->path(), dest, ec);
     } else if (fs::is_regular_file(st)) {
       fs::copy_file(it->path(), dest, fs::copy_options::overwrite_existing, ec);
+      if (bar && !ec) bar->update(done += fs::file_size(dest, ec));
     }
     if (ec) break;
   }
+  if (bar) bar->finish();
   if (ec)
     throw Fatal("cannot copy '" + from.string() + "' to '" + to.string() + "': " + ec.message());
 }
@@ -63,7 +97,8 @@ void check_quiet(const fs::path& src) {
 
 }  // namespace
 
-void restore_from(const std::string& source, const fs::path& dir, const spec::SyncConfig& sync) {
+void restore_from(const std::string& source, const fs::path& dir, const spec::SyncConfig& sync,
+                  bool bar) {
   bool uri =
       source.starts_with("s3://") || source.starts_with("gs://") || source.starts_with("file://");
   std::error_code ec;
@@ -76,7 +111,7 @@ void restore_from(const std::string& source, const fs::path& dir, const spec::Sy
                   "' is the experiment dir itself; give the copy a new --name");
     check_quiet(src);
     std::cerr << "tune: restoring '" << src.string() << "' into '" << dir.string() << "'\n";
-    copy_tree(src, dir);
+    copy_tree(src, dir, bar ? "copying experiment" : "");
     return;
   }
   // A mirror: URI = <upload_dir>/<name>.

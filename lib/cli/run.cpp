@@ -24,6 +24,7 @@
 #include "sync/workdir.hpp"
 #include "ui/live_table.hpp"
 #include "ui/progress_bar.hpp"
+#include "ui/terminal.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -177,7 +178,7 @@ int RunCommand::execute() {
       throw Fatal("--restore-from: '" + dir.string() +
                   "' already holds an experiment; give the copy a new --name");
     try {
-      restore_from(*restore_from_, dir, exp.sync);
+      restore_from(*restore_from_, dir, exp.sync, ui::stderr_can_redraw() && !quiet_);
     } catch (const Fatal&) {
       if (created) fs::remove_all(dir, ec);
       throw;
@@ -220,7 +221,7 @@ int RunCommand::execute() {
   std::optional<state::ExperimentState> resume;
   if (has_state) {
     // A bar on a terminal while a big state loads (seconds at 100,000 trials).
-    ui::StagedProgress bar(::isatty(STDERR_FILENO) != 0 && !quiet_);
+    ui::StagedProgress bar(ui::stderr_can_redraw() && !quiet_);
     auto s = state::load(dir, [&](state::LoadStage stage, size_t done, size_t total) {
       bar.update(state::load_stage_label(stage), done, total);
     });
@@ -261,7 +262,7 @@ int RunCommand::execute() {
       !r)
     spdlog::warn("{}", r.error().message);
 
-  auto table_opts = ui::detect_table_options(quiet_);
+  auto table_opts = ui::detect_table_options(quiet_, exp.progress_reporter.max_report_frequency);
   table_opts.columns = std::move(columns);
   ui::LiveTable table(table_opts);
   setup_logging(dir, quiet_, verbose_, &table, table_opts.color);
@@ -369,7 +370,8 @@ int RunCommand::execute() {
     if (!fs::exists(copy, ec)) {
       fs::path tmp = dir / ".tune" / "restore_from.partial";
       fs::remove_all(tmp, ec);
-      copy_tree(*exp.trial.restore_from, tmp);
+      copy_tree(*exp.trial.restore_from, tmp,
+                ui::stderr_can_redraw() && !quiet_ ? "copying restore_from" : "");
       fs::rename(tmp, copy, ec);
       if (ec) throw Fatal("cannot create '" + copy.string() + "': " + ec.message());
     }
@@ -384,7 +386,7 @@ int RunCommand::execute() {
   co.base_env = environment();
   co.python_helpers_dir = python_helpers_dir();
   // A bar on a terminal while a resume pulls checkpoints from SSH hosts.
-  ui::StagedProgress fetch_bar(::isatty(STDERR_FILENO) != 0 && !quiet_);
+  ui::StagedProgress fetch_bar(ui::stderr_can_redraw() && !quiet_);
   co.fetch_progress = [&](size_t done, size_t total) {
     fetch_bar.update("pulling checkpoints", done, total);
     if (done == total) fetch_bar.finish();
@@ -415,8 +417,14 @@ int RunCommand::execute() {
                 kExitTrialError);
   }
   // The last report, of the final state (not after Ctrl-C: the user asked to stop now).
-  if (co.reporter && code != kExitInterrupted)
-    if (auto e = reporter.write_now(); !e.empty()) spdlog::warn("{}", e);
+  if (co.reporter && code != kExitInterrupted) {
+    // A bar on a terminal while it reads the trials (seconds for a big experiment).
+    ui::StagedProgress bar(ui::stderr_can_redraw() && !quiet_);
+    auto e = reporter.write_now(
+        [&](size_t done, size_t total) { bar.update("writing report.html", done, total); });
+    bar.finish();
+    if (!e.empty()) spdlog::warn("{}", e);
+  }
   std::cout << ui::final_summary(controller.state(), exp);
   if (code == kExitInterrupted)
     std::cout << "interrupted: resume with: " << resume_command(dir) << "\n";

@@ -104,12 +104,13 @@ class JsonOut {
 };
 
 void export_trials(const state::ExperimentState& s, const fs::path& dir, ExportFormat f,
-                   std::ostream& out) {
+                   std::ostream& out, const Progress& progress) {
   std::vector<json> rows;
   std::set<std::string> keys;
   for (const auto& t : s.trials) {
     rows.push_back(trial_row(t, dir, s));
     for (const auto& [k, v] : rows.back().items()) keys.insert(k);
+    if (progress) progress(rows.size(), s.trials.size());
   }
   if (f != ExportFormat::kCsv) {
     JsonOut j(out, f == ExportFormat::kJsonl);
@@ -123,26 +124,36 @@ void export_trials(const state::ExperimentState& s, const fs::path& dir, ExportF
 }
 
 // Every result row; for CSV the files are read twice (the header first), so memory stays at
-// one row.
+// one row. `progress` counts trials read (twice each for CSV).
 void export_results(const state::ExperimentState& s, const fs::path& dir, ExportFormat f,
-                    std::ostream& out) {
+                    std::ostream& out, const Progress& progress) {
+  size_t n = s.trials.size(), total = f == ExportFormat::kCsv ? 2 * n : n, done = 0;
+  auto step = [&] {
+    if (progress) progress(++done, total);
+  };
   if (f != ExportFormat::kCsv) {
     JsonOut j(out, f == ExportFormat::kJsonl);
-    for (const auto& t : s.trials)
+    for (const auto& t : s.trials) {
       each_result(dir / t.name, [&](json&& r) { j.row(result_row(t, r)); });
+      step();
+    }
     j.end();
     return;
   }
   std::set<std::string> keys;
-  for (const auto& t : s.trials)
+  for (const auto& t : s.trials) {
     each_result(dir / t.name, [&](json&& r) {
       json row = result_row(t, r);
       for (const auto& [k, v] : row.items()) keys.insert(k);
     });
+    step();
+  }
   auto cols = column_order({keys.begin(), keys.end()}, kRowFirst, kRowGroups);
   write_header(cols, out);
-  for (const auto& t : s.trials)
+  for (const auto& t : s.trials) {
     each_result(dir / t.name, [&](json&& r) { write_csv_row(cols, result_row(t, r), out); });
+    step();
+  }
 }
 
 }  // namespace
@@ -188,16 +199,16 @@ std::vector<std::string> column_order(const std::vector<std::string>& keys,
 }
 
 Result<void> export_experiment(const fs::path& exp_dir, ExportFormat format, bool all_results,
-                               std::ostream& out) {
+                               std::ostream& out, const Progress& progress) {
   std::error_code ec;
   fs::path dir = fs::weakly_canonical(exp_dir, ec);
   if (ec) dir = fs::absolute(exp_dir);
   auto s = state::load(dir);
   if (!s) return std::unexpected(s.error());
   if (all_results)
-    export_results(*s, dir, format, out);
+    export_results(*s, dir, format, out, progress);
   else
-    export_trials(*s, dir, format, out);
+    export_trials(*s, dir, format, out, progress);
   out.flush();
   if (!out) return std::unexpected(Error{"cannot write the export (output closed or full)"});
   return {};

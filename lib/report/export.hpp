@@ -5,6 +5,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -27,9 +28,13 @@ enum class ExportFormat { kCsv, kJson, kJsonl };
                                                     const std::vector<std::string>& first,
                                                     const std::vector<std::string>& groups);
 
+// `progress(done, total)`: trials read so far (with all_results in CSV each trial is read twice,
+// and counted so).
+using Progress = std::function<void(size_t done, size_t total)>;
+
 // Writes the experiment in `exp_dir` to `out`. Errors: the state cannot be read.
 [[nodiscard]] Result<void> export_experiment(const std::filesystem::path& exp_dir,
                                              ExportFormat format, bool all_results,
-                                             std::ostream& out);
+                                             std::ostream& out, const Progress& progress = {});
 
 }  // namespace tune::report

@@ -34,11 +34,12 @@ std::string Refresher::poll(double now) {
   return std::exchange(error_, "");
 }
 
-std::string Refresher::write_now() {
+std::string Refresher::write_now(std::function<void(size_t, size_t)> progress) {
   if (period_s_ <= 0) return "";
   std::unique_lock lock(mu_);
   idle_.wait(lock, [this] { return !busy_ && !asked_; });
   asked_ = true;
+  progress_ = std::move(progress);
   wake_.notify_all();
   idle_.wait(lock, [this] { return !busy_ && !asked_; });
   return std::exchange(error_, "");
@@ -56,9 +57,10 @@ void Refresher::loop() {
     if (quit_) return;
     asked_ = false;
     busy_ = true;
+    auto progress = std::exchange(progress_, {});
     lock.unlock();
     auto t0 = std::chrono::steady_clock::now();
-    auto r = write_report(dir_, dir_ / "report.html");
+    auto r = write_report(dir_, dir_ / "report.html", progress);
     double cost = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     lock.lock();
     last_cost_s_ = cost;

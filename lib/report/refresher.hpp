@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -25,9 +26,10 @@ class Refresher {
   // an ask while one is being written is dropped). Returns what went wrong with the last report
   // since the previous call ("" if nothing), for the loop to log.
   [[nodiscard]] std::string poll(double now);
-  // Writes the report once more now and waits for it (the end of a run). Returns an error
-  // message or "".
-  [[nodiscard]] std::string write_now();
+  // Writes the report once more now and waits for it (the end of a run), calling
+  // `progress(trials read, trials)` from the writing thread meanwhile (a progress bar). Returns
+  // an error message or "".
+  [[nodiscard]] std::string write_now(std::function<void(size_t, size_t)> progress = {});
   // Reports written so far (tests).
   [[nodiscard]] int written() const;
 
@@ -43,7 +45,8 @@ class Refresher {
   bool asked_ = false, busy_ = false, quit_ = false;
   int written_ = 0;
   std::string error_;
-  std::thread thread_;  // last: started once everything above exists
+  std::function<void(size_t, size_t)> progress_;  // for the report asked by write_now
+  std::thread thread_;                            // last: started once everything above exists
 };
 
 }  // namespace tune::report

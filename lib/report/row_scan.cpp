@@ -5,6 +5,8 @@
 #include <charconv>
 #include <limits>
 
+#include "util/utf8.hpp"
+
 namespace tune::report {
 
 namespace {
@@ -53,18 +55,29 @@ class Scanner {
     i_ += word.size();
     return true;
   }
-  // A key without escapes or non-ASCII bytes (anything else: the full parser).
+  // Steps over the well-formed UTF-8 sequence of a non-ASCII byte at s_[i_] (false: not one;
+  // the full parser rejects it too).
+  bool utf8() {
+    size_t len = util::utf8_sequence_at(s_, i_);
+    i_ += len;
+    return len != 0;
+  }
+  // A key without escapes (those: the full parser), as its bytes, which are then the key's.
   bool key(std::string_view& out) {
     if (!eat('"')) return false;
     size_t start = i_;
-    for (; i_ < s_.size(); ++i_) {
+    while (i_ < s_.size()) {
       auto c = static_cast<unsigned char>(s_[i_]);
       if (c == '"') {
         out = s_.substr(start, i_ - start);
         ++i_;
         return true;
       }
-      if (c == '\\' || c < 0x20 || c >= 0x80) return false;
+      if (c == '\\' || c < 0x20) return false;
+      if (c < 0x80)
+        ++i_;
+      else if (!utf8())
+        return false;
     }
     return false;
   }
@@ -72,9 +85,14 @@ class Scanner {
   bool skip_string() {
     if (!eat('"')) return false;
     while (i_ < s_.size()) {
-      auto c = static_cast<unsigned char>(s_[i_++]);
+      auto c = static_cast<unsigned char>(s_[i_]);
+      if (c >= 0x80) {
+        if (!utf8()) return false;
+        continue;
+      }
+      ++i_;
       if (c == '"') return true;
-      if (c < 0x20 || c >= 0x80) return false;
+      if (c < 0x20) return false;
       if (c != '\\') continue;
       if (i_ >= s_.size()) return false;
       char e = s_[i_++];

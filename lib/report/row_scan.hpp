@@ -2,8 +2,9 @@
 // lines for a big experiment, and building a JSON document of each (every key, string and
 // nested config) cost most of its time. This scanner walks the line once, keeps only the
 // top-level keys and their numbers, and gives up on anything unusual (escapes in a key,
-// non-ASCII bytes, a repeated key, deep nesting, invalid JSON): the caller then parses the line
-// fully, so the values read are exactly those of the full parser in every case.
+// bytes that are not well-formed UTF-8, a repeated key, deep nesting, invalid JSON): the caller
+// then parses the line fully, so the values read are exactly those of the full parser in every
+// case. UTF-8 text in keys and strings ("précision", "日本") stays on the fast path.
 #pragma once
 
 #include <string_view>

@@ -135,6 +135,8 @@ struct ProgressReporterSpec {
   std::optional<std::vector<ColumnSpec>> parameter_columns;  // nullopt: every searched parameter
   std::optional<size_t> max_rows;                            // nullopt: fit the terminal (<= 20)
   bool sort_by_metric = false;  // rows by the metric's last value, best first
+  // Seconds between redraws (terminal) or status summaries (log); nullopt: 0.5 s / 30 s.
+  std::optional<double> max_report_frequency;
 };
 
 struct Experiment {

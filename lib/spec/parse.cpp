@@ -53,7 +53,7 @@ constexpr std::string_view kCallbackKeys[] = {"on", "command"};
 constexpr std::string_view kCallbackEvents[] = {"trial_start", "trial_result", "trial_complete",
                                                 "trial_error", "checkpoint",   "experiment_end"};
 constexpr std::string_view kReporterKeys[] = {"metric_columns", "parameter_columns", "max_rows",
-                                              "sort_by_metric"};
+                                              "sort_by_metric", "max_report_frequency"};
 constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
                                            "resources", "sync_workdir", "restore_from"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
@@ -633,6 +633,12 @@ void Parser::parse_reporter(const YAML::Node& n, Experiment& e) const {
     r.sort_by_metric = boolean(m, "progress_reporter.sort_by_metric");
     if (r.sort_by_metric && !e.metric)
       error(m, "progress_reporter.sort_by_metric needs a top-level 'metric' to sort by");
+  }
+  if (auto m = n["max_report_frequency"]; m && !m.IsNull()) {
+    double v = number(m, "progress_reporter.max_report_frequency");
+    if (!(v >= 0.05 && v <= 86400))
+      error(m, "progress_reporter.max_report_frequency must be between 0.05 and 86400 seconds");
+    r.max_report_frequency = v;
   }
 }
 

@@ -69,15 +69,17 @@ std::vector<size_t> line_widths(const std::string& text) {
 
 }  // namespace
 
-TableOptions detect_table_options(bool quiet) {
+TableOptions detect_table_options(bool quiet, std::optional<double> max_report_frequency) {
   TableOptions o;
   o.quiet = quiet;
-  o.tty = ::isatty(STDERR_FILENO) != 0;
+  // A dumb terminal (Emacs' shell, some CI runners) cannot move the cursor: plain lines.
+  o.tty = stderr_can_redraw();
   const char* no_color = std::getenv("NO_COLOR");
   o.color = o.tty && !(no_color && *no_color);
-  o.period_s = o.tty ? 0.5 : 10.0;
+  o.period_s = max_report_frequency.value_or(o.tty ? kTtyPeriodS : kPlainPeriodS);
   if (const char* p = std::getenv("TUNE_PROGRESS_PERIOD_S"); p && *p)
     o.period_s = std::max(0.05, std::atof(p));
+  o.changes_period_s = std::min(1.0, o.period_s);
   return o;
 }
 
@@ -121,10 +123,19 @@ std::string LiveTable::render(const control::RunSnapshot& snap, size_t width, si
   return head + trial_table(rows, view, width, hidden);
 }
 
-std::string LiveTable::plain_lines(const control::RunSnapshot& snap) {
+std::string LiveTable::status_changes(const control::RunSnapshot& snap) {
   std::string out;
-  if (!note_.empty()) out += "note: " + sanitize(note_) + "\n";
-  out += hosts_line(snap.state);
+  if (note_ != told_note_) {
+    told_note_ = note_;
+    if (!note_.empty()) out += "note: " + sanitize(note_) + "\n";
+  }
+  // The hosts' line when a host went down or up (not when its count of running trials moved).
+  std::string hosts;
+  for (const auto& [name, st] : snap.state.hosts) hosts += name + '\0' + st + '\n';
+  if (hosts != told_hosts_) {
+    told_hosts_ = std::move(hosts);
+    out += hosts_line(snap.state);
+  }
   std::string sched = scheduler_of(snap.state);
   size_t told = 0, more = 0;
   for (const auto& t : snap.state.trials) {
@@ -141,14 +152,31 @@ std::string LiveTable::plain_lines(const control::RunSnapshot& snap) {
            std::to_string(t.iteration) + (note.empty() ? "" : " (" + sanitize(note) + ")") + "\n";
   }
   if (more) out += "... and " + std::to_string(more) + " more trials changed status\n";
-  out += summary_line(snap.state, snap.exp, clock_ ? elapsed(snap) : snap.state.elapsed_s) + "\n";
   return out;
+}
+
+std::string LiveTable::heartbeat(const control::RunSnapshot& snap) {
+  std::string out =
+      summary_line(snap.state, snap.exp, clock_ ? elapsed(snap) : snap.state.elapsed_s) + "\n";
+  TableView view = view_of(snap.exp, opts_.columns);
+  view.scheduler = scheduler_of(snap.state);
+  std::vector<const trial::Trial*> running;
+  for (const auto* t : table_order(snap.state, view))
+    if (t->status == Status::kRunning) running.push_back(t);
+  if (running.empty()) return out;
+  size_t max_rows = snap.exp.progress_reporter.max_rows.value_or(kDefaultRows);
+  size_t hidden = running.size() > max_rows ? running.size() - max_rows : 0;
+  running.resize(running.size() - hidden);
+  size_t width = opts_.width ? *opts_.width : output_width(STDERR_FILENO);
+  return out + trial_table(running, view, width, hidden);
 }
 
 double LiveTable::seconds_until_due(double now) const {
   if (opts_.quiet) return 1e9;
   if (opts_.tty && resize_pending()) return 0;
-  return std::max(0.0, last_draw_ + opts_.period_s - now);
+  double due = last_draw_ + opts_.period_s;
+  if (!opts_.tty) due = std::min(due, last_scan_ + opts_.changes_period_s);
+  return std::max(0.0, due - now);
 }
 
 void LiveTable::write(const std::string& text) {
@@ -174,10 +202,6 @@ void LiveTable::clear() {
 void LiveTable::draw(const control::RunSnapshot& snap) {
   last_draw_ = snap.now;
   (void)elapsed(snap);
-  if (!opts_.tty) {
-    write(plain_lines(snap));
-    return;
-  }
   size_t width = opts_.width ? *opts_.width : terminal_columns(STDERR_FILENO).value_or(80);
   size_t height = opts_.height ? *opts_.height : terminal_rows(STDERR_FILENO).value_or(40);
   std::string text = render(snap, width, height);
@@ -188,6 +212,20 @@ void LiveTable::draw(const control::RunSnapshot& snap) {
 
 void LiveTable::on_progress(const control::RunSnapshot& snap, bool notable) {
   if (opts_.quiet) return;
+  if (!opts_.tty) {
+    (void)elapsed(snap);
+    std::string text;
+    if (notable || snap.now - last_scan_ >= opts_.changes_period_s) {
+      last_scan_ = snap.now;
+      text += status_changes(snap);
+    }
+    if (snap.now - last_draw_ >= opts_.period_s) {
+      last_draw_ = snap.now;
+      text += heartbeat(snap);
+    }
+    if (!text.empty()) write(text);
+    return;
+  }
   bool resized = opts_.tty && take_resize();
   if (!notable && !resized && snap.now - last_draw_ < opts_.period_s) return;
   draw(snap);
@@ -195,6 +233,12 @@ void LiveTable::on_progress(const control::RunSnapshot& snap, bool notable) {
 
 void LiveTable::on_run_end(const control::RunSnapshot& snap) {
   if (opts_.quiet) return;
+  if (!opts_.tty) {
+    (void)elapsed(snap);
+    last_scan_ = last_draw_ = snap.now;
+    write(status_changes(snap) + heartbeat(snap));
+    return;
+  }
   draw(snap);
 }
 

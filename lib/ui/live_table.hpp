@@ -1,6 +1,9 @@
 // The live progress table on stderr: redrawn in place on a terminal, fitted to its width (and
-// redrawn when it is resized); periodic plain lines otherwise; nothing with --quiet. Colors
-// unless NO_COLOR is set or stderr is no TTY. It watches the run as a control::RunObserver.
+// redrawn when it is resized). Off a terminal (a pipe, a log file, TERM=dumb) it writes plain
+// lines for a reader tailing a log: each trial's status change within a second of it, and every
+// period a summary (counts by status, best so far, elapsed, eta) with the running trials' rows.
+// Nothing with --quiet. Colors unless NO_COLOR is set or stderr is no TTY. It watches the run
+// as a control::RunObserver.
 #pragma once
 
 #include <map>
@@ -23,14 +26,22 @@ struct TableOptions {
   bool tty = false;
   bool color = false;
   bool quiet = false;
-  double period_s = 0.5;  // redraw period (plain mode: seconds between lines)
+  double period_s = 0.5;          // redraw period (plain mode: seconds between summaries)
+  double changes_period_s = 1.0;  // plain mode: status changes told at most this often
   // The terminal's size; nullopt: asked of stderr at each redraw (tests set them).
   std::optional<size_t> width, height;
   std::optional<std::vector<std::string>> columns;  // --columns
 };
 
-// Decides from the environment: TTY-ness of stderr, NO_COLOR, --quiet.
-[[nodiscard]] TableOptions detect_table_options(bool quiet);
+// Redraw period on a terminal, and seconds between summaries off one, by default.
+inline constexpr double kTtyPeriodS = 0.5;
+inline constexpr double kPlainPeriodS = 30;
+
+// Decides from the environment: TTY-ness of stderr (TERM=dumb counts as none), NO_COLOR,
+// --quiet; the period from TUNE_PROGRESS_PERIOD_S, else `max_report_frequency` (the
+// experiment's progress_reporter), else the default of the mode.
+[[nodiscard]] TableOptions detect_table_options(bool quiet,
+                                                std::optional<double> max_report_frequency = {});
 
 class LiveTable final : public control::RunObserver {
  public:
@@ -49,8 +60,11 @@ class LiveTable final : public control::RunObserver {
   // The text of one redraw at `width` x `height` cells (no escape codes but colors).
   [[nodiscard]] std::string render(const control::RunSnapshot& snap, size_t width,
                                    size_t height) const;
-  // The plain-mode lines: trials whose status changed since the last call, then the summary.
-  [[nodiscard]] std::string plain_lines(const control::RunSnapshot& snap);
+  // Plain mode: a line per trial whose status changed since the last call (at most 20, then a
+  // count), and the note and the hosts' line when they changed.
+  [[nodiscard]] std::string status_changes(const control::RunSnapshot& snap);
+  // Plain mode: the summary line, then the running trials' rows (at most max_rows).
+  [[nodiscard]] std::string heartbeat(const control::RunSnapshot& snap);
 
  private:
   void draw(const control::RunSnapshot& snap);
@@ -60,8 +74,10 @@ class LiveTable final : public control::RunObserver {
   TableOptions opts_;
   std::string* out_;
   std::string note_;
-  double last_draw_ = -1e18;
-  std::vector<size_t> drawn_widths_;  // cells of each line on screen (to erase after a resize)
+  double last_draw_ = -1e18;            // the last redraw (plain mode: the last summary)
+  double last_scan_ = -1e18;            // plain mode: the last look for status changes
+  std::string told_note_, told_hosts_;  // plain mode: the note and hosts' states last told
+  std::vector<size_t> drawn_widths_;    // cells of each line on screen (to erase after a resize)
   std::optional<std::pair<double, double>> clock_;  // (now, state elapsed) at the first look
   std::map<std::string, trial::Status> seen_;       // plain mode: statuses already told
 };

@@ -26,11 +26,29 @@ ProgressBar::ProgressBar(std::string label, size_t total, bool tty, std::optiona
       out_(out),
       start_(std::chrono::steady_clock::now()) {}
 
+namespace {
+// "4.5/10.0 MB": both counts in the unit that suits the total.
+std::string byte_counts(size_t done, size_t total) {
+  const char* unit = "kB";
+  double div = 1e3;
+  if (total >= 1'000'000'000) {
+    unit = "GB", div = 1e9;
+  } else if (total >= 1'000'000) {
+    unit = "MB", div = 1e6;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f/%.1f %s", static_cast<double>(done) / div,
+                static_cast<double>(total) / div, unit);
+  return buf;
+}
+}  // namespace
+
 std::string ProgressBar::render(size_t done, size_t width) const {
   done = std::min(done, total_);
   int pct = total_ ? static_cast<int>(done * 100 / total_) : 100;
   std::string tail =
-      "  " + std::to_string(pct) + "%  " + std::to_string(done) + "/" + std::to_string(total_);
+      "  " + std::to_string(pct) + "%  " +
+      (bytes_ ? byte_counts(done, total_) : std::to_string(done) + "/" + std::to_string(total_));
   std::string label = sanitize(label_);
   size_t fixed = display_width(label) + 1 + 2 + display_width(tail);
   if (width < fixed + 10) return fit_end(label + tail, width);

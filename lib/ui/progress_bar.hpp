@@ -24,10 +24,13 @@ class ProgressBar {
   void update(size_t done);
   // Erases the bar (if drawn). Idempotent.
   void finish();
-  // "label [########......]  45%  450/1000" in at most `width` cells.
+  // "label [########......]  45%  450/1000" (or "... 45%  4.5/10.0 MB") in at most `width`
+  // cells.
   [[nodiscard]] std::string render(size_t done, size_t width) const;
   // Draw from the first update on (tests).
   void show_at_once() { delay_ = std::chrono::milliseconds(0); }
+  // The counts are bytes: shown as "12.3/45.6 MB" instead of "123/456".
+  void count_bytes() { bytes_ = true; }
   // Erases the bar drawn on stderr now, if any (its next update draws it again): the log
   // sink calls this before it prints a line, so a message never lands in the middle of a bar.
   static void erase_current();
@@ -43,6 +46,7 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_, last_;
   std::chrono::milliseconds delay_{300};
   bool drawn_ = false;
+  bool bytes_ = false;
 };
 
 // Bars for work in stages, each with its own label and total ("reading state", then "checking

@@ -35,6 +35,11 @@ size_t output_width(int fd) {
   return terminal_columns(fd).value_or(100000);
 }
 
+bool stderr_can_redraw() {
+  const char* term = std::getenv("TERM");
+  return ::isatty(STDERR_FILENO) != 0 && !(term && std::strcmp(term, "dumb") == 0);
+}
+
 void watch_resizes() {
   static std::atomic<bool> installed{false};
   if (installed.exchange(true)) return;

@@ -15,6 +15,10 @@ namespace tune::ui {
 // unlimited (a pipe or a file gets whole lines).
 [[nodiscard]] size_t output_width(int fd);
 
+// Whether stderr is a terminal that can redraw in place: a TTY whose TERM is not "dumb". The
+// live table, and progress bars, draw only then.
+[[nodiscard]] bool stderr_can_redraw();
+
 // Installs a SIGWINCH handler (SA_RESTART) that only raises a flag. Idempotent.
 void watch_resizes();
 

@@ -128,7 +128,14 @@ size_t display_width(std::string_view s) {
   return w;
 }
 
-std::string fit_middle(std::string_view s, size_t width) {
+namespace {
+
+enum class Cut { kMiddle, kEnd };
+
+// `s` sanitized and at most `width` cells: whole clusters from its start and (when cut in the
+// middle) its end, around "…". A wide character that does not fit the start's half leaves its
+// cell to the end.
+std::string fit_cells(std::string_view s, size_t width, Cut cut) {
   std::string clean = sanitize(s);
   auto cs = clusters(clean);
   size_t total = 0;
@@ -136,10 +143,10 @@ std::string fit_middle(std::string_view s, size_t width) {
   if (total <= width) return clean;
   if (width == 0) return "";
   size_t budget = width - 1;  // the ellipsis takes one cell
-  size_t head_budget = (budget + 1) / 2, tail_budget = budget - head_budget;
+  size_t head_budget = cut == Cut::kEnd ? budget : (budget + 1) / 2;
   size_t head = 0, used = 0;
   while (head < cs.size() && used + cs[head].width <= head_budget) used += cs[head++].width;
-  tail_budget += head_budget - used;  // a wide character that did not fit leaves room at the end
+  size_t tail_budget = cut == Cut::kEnd ? 0 : budget - used;
   size_t tail = cs.size(), tail_used = 0;
   while (tail > head && tail_used + cs[tail - 1].width <= tail_budget)
     tail_used += cs[--tail].width;
@@ -150,21 +157,14 @@ std::string fit_middle(std::string_view s, size_t width) {
   return out;
 }
 
+}  // namespace
+
+std::string fit_middle(std::string_view s, size_t width) {
+  return fit_cells(s, width, Cut::kMiddle);
+}
+
 std::string fit_end(std::string_view s, size_t width) {
-  std::string clean = sanitize(s);
-  auto cs = clusters(clean);
-  size_t total = 0;
-  for (const auto& c : cs) total += c.width;
-  if (total <= width) return clean;
-  if (width == 0) return "";
-  std::string out;
-  size_t used = 0;
-  for (const auto& c : cs) {
-    if (used + c.width > width - 1) break;
-    out += c.bytes;
-    used += c.width;
-  }
-  return out + std::string(kEllipsis);
+  return fit_cells(s, width, Cut::kEnd);
 }
 
 std::string pad_cells(std::string_view s, size_t width, bool right) {

@@ -1,4 +1,5 @@
-"""The live table on a terminal: redrawn in place, colored, and plain with NO_COLOR (SPEC §1)."""
+"""The live table on a terminal (redrawn in place, colored, plain with NO_COLOR) and off one (plain
+lines in a log file, no escape codes)."""
 import fcntl
 import os
 import pty
@@ -105,6 +106,50 @@ class LiveTableTest(TuneTest):
         p = self.tune("run", "exp.yaml", "--columns", "loss,,acc", check=2)
         self.assertIn("--columns: empty column name", p.stderr)
         self.assertEqual(p.stderr.count("\n"), 1)
+
+
+class PlainLinesTest(TuneTest):
+    def test_stderr_to_a_file_gets_plain_periodic_lines(self):
+        # stderr and stdout are files, TERM says a color terminal: the file decides. The
+        # period comes from progress_reporter.max_report_frequency (no TUNE_PROGRESS_PERIOD_S).
+        self.write("slow.py", """
+            import time, tune_trial
+            for i in range(8):
+                tune_trial.report({"loss": 1.0 / (i + 1), "name": "\u65e5\u672c"})
+                time.sleep(0.15)
+        """)
+        self.write("exp.yaml", """
+            name: plain
+            trial: {command: ["%s", "slow.py"]}
+            param_space: {x: {grid_search: [1, 2]}}
+            metric: loss
+            mode: min
+            max_concurrent_trials: 1
+            progress_reporter: {max_report_frequency: 0.5}
+        """ % PY)
+        env = dict(self.env, TERM="xterm-256color")
+        env.pop("TUNE_PROGRESS_PERIOD_S", None)
+        err_path, out_path = os.path.join(self.dir, "err.log"), os.path.join(self.dir, "out.log")
+        with open(err_path, "wb") as err, open(out_path, "wb") as out:
+            p = subprocess.run([TUNE, "run", "exp.yaml"], cwd=self.dir, env=env, stdout=out,
+                               stderr=err, timeout=120)
+        self.assertEqual(p.returncode, 0)
+        err = open(err_path, "rb").read()
+        out = open(out_path, "rb").read()
+        self.assertNotIn(b"\x1b", err)
+        self.assertNotIn(b"\x1b", out)
+        text = err.decode()
+        # Each trial's start and end, once each.
+        for x in (1, 2):
+            self.assertEqual(len(re.findall(r"^trial trial_0000%d_x=%d: RUNNING at iter \d+$" % (x - 1, x), text, re.M)), 1, text)
+            self.assertEqual(len(re.findall(r"^trial trial_0000%d_x=%d: TERMINATED at iter 8$" % (x - 1, x), text, re.M)), 1, text)
+        # Periodic summaries while it ran (about 2.5 s at one every 0.5 s), and the last one.
+        summaries = re.findall(r"^== plain == .*\| elapsed .*$", text, re.M)
+        self.assertGreaterEqual(len(summaries), 3, text)
+        self.assertTrue(summaries[-1].startswith("== plain == 2 TERMINATED | best loss=0.125"), summaries[-1])
+        # A summary while a trial ran is followed by its row.
+        self.assertRegex(text, r"== plain == 1 RUNNING.*\ntrial +status.*\ntrial_0000\d_x=\d +RUNNING")
+        self.assertIn(b"best trial: trial_0000", out)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,20 @@ TEST_CASE("export of a dir without state names the problem", "[export]") {
   REQUIRE_FALSE(r);
   CHECK(r.error().message.find("experiment_state.json") != std::string::npos);
 }
+
+TEST_CASE("export tells its progress: trials read, twice each for a CSV of all results",
+          "[export]") {
+  testing::ScratchDir d;
+  write_experiment(d.path);
+  auto run = [&](report::ExportFormat f, bool all) {
+    std::vector<std::pair<size_t, size_t>> seen;
+    std::ostringstream out;
+    REQUIRE(report::export_experiment(
+        d.path, f, all, out, [&](size_t done, size_t total) { seen.emplace_back(done, total); }));
+    return seen;
+  };
+  using P = std::vector<std::pair<size_t, size_t>>;
+  CHECK(run(report::ExportFormat::kCsv, false) == P{{1, 2}, {2, 2}});
+  CHECK(run(report::ExportFormat::kJson, true) == P{{1, 2}, {2, 2}});
+  CHECK(run(report::ExportFormat::kCsv, true) == P{{1, 4}, {2, 4}, {3, 4}, {4, 4}});
+}

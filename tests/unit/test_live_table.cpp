@@ -10,6 +10,7 @@
 #include "ui/layout.hpp"
 #include "ui/live_table.hpp"
 #include "ui/progress_bar.hpp"
+#include "ui/terminal.hpp"
 #include "ui/text.hpp"
 
 using namespace tune;
@@ -140,6 +141,20 @@ TEST_CASE("fit_middle keeps both ends and never cuts a multi-byte sequence", "[u
   CHECK(f.starts_with("e\xcc\x81"));
   CHECK(f.ends_with("e\xcc\x81"));
   CHECK(ui::fit_end("abcdefghijkl", 5) == "abcd" + kEllipsis);
+  // fit_end keeps only the start: a wide character that does not fit leaves its cell empty
+  // (fit_middle gives that cell to the end).
+  CHECK(ui::fit_end("ab\xe5\xad\xa6xyz", 4) == "ab" + kEllipsis);
+  CHECK(ui::fit_middle("ab\xe5\xad\xa6xyz", 5) == "ab" + kEllipsis + "yz");
+  CHECK(ui::fit_end("abc", 0).empty());
+  CHECK(ui::fit_end("abc", 3) == "abc");
+  for (size_t w = 1; w < full; ++w) {
+    std::string e = ui::fit_end(mixed, w);
+    INFO("width " << w << ": " << e);
+    CHECK(ui::display_width(e) <= w);
+    CHECK(ui::display_width(e) + 1 >= w);
+    CHECK(e.ends_with(kEllipsis));
+    CHECK(mixed.starts_with(e.substr(0, e.size() - kEllipsis.size())));
+  }
 }
 
 TEST_CASE("layout_table shrinks names in the middle and then drops the least important columns",
@@ -320,6 +335,19 @@ TEST_CASE("progress_reporter errors are one line with the place", "[ui][spec]") 
   CHECK(error_of("progress_reporter: {sort_by_metric: maybe}\n").find("true or false") !=
         std::string::npos);
   CHECK(error_of("progress_reporter: [1]\n").starts_with("exp.yaml:5:"));
+  CHECK(error_of("progress_reporter: {max_report_frequency: 0}\n") ==
+        "exp.yaml:5:43: progress_reporter.max_report_frequency must be between 0.05 and 86400 "
+        "seconds");
+  CHECK(
+      error_of("progress_reporter: {max_report_frequency: soon}\n").starts_with("exp.yaml:5:43:"));
+  CHECK(
+      error_of("progress_reporter: {max_report_frequency: .nan}\n").starts_with("exp.yaml:5:43:"));
+  auto ok = spec::parse_experiment(
+      "trial: {command: [t]}\nparam_space: {lr: 0.1}\nprogress_reporter: {max_report_frequency: "
+      "5}\n",
+      "exp.yaml");
+  REQUIRE(ok);
+  CHECK(ok->progress_reporter.max_report_frequency == 5.0);
   auto r = spec::parse_experiment(
       "trial: {command: [t]}\nparam_space: {lr: 0.1}\nprogress_reporter: {sort_by_metric: true}\n",
       "exp.yaml");
@@ -336,6 +364,7 @@ TEST_CASE("off a terminal: plain lines of status changes and a summary without e
   ui::TableOptions o;
   o.tty = false;
   o.period_s = 10;
+  o.width = ui::kUnlimitedWidth;
   ui::LiveTable table(o, &out);
   table.on_progress({0.0, s, e}, false);
   CHECK(out.find('\x1b') == std::string::npos);
@@ -344,15 +373,118 @@ TEST_CASE("off a terminal: plain lines of status changes and a summary without e
   CHECK(out.find("trial_00005") == std::string::npos);  // pending from the start: not news
   CHECK(out.find("== fit == 2 RUNNING") != std::string::npos);
   out.clear();
-  table.on_progress({5.0, s, e}, false);  // before the period: nothing
+  table.on_progress({5.0, s, e}, false);  // no change, and the summary is not due
   CHECK(out.empty());
   s.trials[0].status = trial::Status::kTerminated;
   s.trials[0].iteration = 10;
   table.on_progress({11.0, s, e}, false);
   auto lines = plain_lines_of(out);
-  REQUIRE(lines.size() == 2);  // only the change, then the summary
+  REQUIRE(lines.size() == 4);  // the change, the summary, the running trials' table
   CHECK(lines[0] == "trial trial_00000_lr=0.1,optimizer.name=adam: TERMINATED at iter 10");
   CHECK(lines[1].find("elapsed 00:01:51") != std::string::npos);  // 100 s + 11 s of this run
+  CHECK(lines[2].starts_with("trial"));                           // the table's header
+  CHECK(lines[3].starts_with("trial_00001_"));                    // the one still running
+  CHECK(lines[3].find("RUNNING") != std::string::npos);
+}
+
+TEST_CASE("off a terminal: changes within a second, a summary every period (fake clock)",
+          "[ui][live_table]") {
+  ScratchDir d;
+  auto e = experiment(d);
+  auto s = fixture(e);
+  std::string out;
+  ui::TableOptions o;
+  o.tty = false;
+  o.period_s = 30;
+  o.changes_period_s = 1;
+  o.width = 200;
+  ui::LiveTable table(o, &out);
+  table.set_note("max_concurrent_trials is 8 but at most 2 trials fit at once");
+  table.on_progress({0.0, s, e}, false);
+  CHECK(out.starts_with("note: max_concurrent_trials is 8"));
+  CHECK(out.find("trial_00004") != std::string::npos);  // ERROR from the start: told once
+  CHECK(table.seconds_until_due(0.0) == Approx(1.0));
+  CHECK(table.seconds_until_due(0.4) == Approx(0.6));
+  out.clear();
+  // A trial ends: told at the next look, a second later at most, without a summary.
+  s.trials[1].status = trial::Status::kTerminated;
+  s.trials[1].iteration = 10;
+  table.on_progress({0.5, s, e}, false);
+  CHECK(out.empty());  // looked less than a second ago
+  table.on_progress({1.2, s, e}, false);
+  auto lines = plain_lines_of(out);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].starts_with("trial trial_00001_"));
+  CHECK(lines[0].ends_with(": TERMINATED at iter 10"));
+  out.clear();
+  // Nothing changes: nothing until the period, then the summary and the running rows again
+  // (the note is not repeated).
+  for (double t = 2; t < 30; t += 0.7) table.on_progress({t, s, e}, false);
+  CHECK(out.empty());
+  table.on_progress({30.1, s, e}, false);
+  lines = plain_lines_of(out);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].starts_with("== fit == 1 RUNNING, 3 PENDING, 3 TERMINATED, 1 ERROR"));
+  CHECK(lines[0].find("best loss=") != std::string::npos);
+  CHECK(lines[0].find("elapsed 00:02:10") != std::string::npos);
+  CHECK(lines[2].starts_with("trial_00000_"));
+  CHECK(out.find("note:") == std::string::npos);
+  CHECK(out.find('\x1b') == std::string::npos);
+  CHECK(table.seconds_until_due(30.1) <= 1.0);  // the next look for changes, not the summary
+  CHECK(table.seconds_until_due(31.2) == 0);
+  out.clear();
+  // A host event (notable) is told at once; the summary still waits for its period.
+  s.hosts = {{"local", "up"}, {"gpu-node-17.cluster.example.org", "unreachable"}};
+  table.on_progress({30.2, s, e}, true);
+  CHECK(out ==
+        "hosts: gpu-node-17.cluster.example.org unreachable (0 running), local up (1 "
+        "running)\n");
+  out.clear();
+  // The end: the last changes and the summary, no table with nothing running.
+  for (auto& t : s.trials) t.status = trial::Status::kTerminated;
+  table.on_run_end({40.0, s, e});
+  lines = plain_lines_of(out);
+  REQUIRE(lines.size() == 4);  // trials 0, 4 and 5 changed, then the summary
+  CHECK(lines[3].starts_with("== fit == 2 PENDING, 6 TERMINATED"));
+  CHECK(out.find("RUNNING") == std::string::npos);
+}
+
+TEST_CASE(
+    "table options: TERM=dumb is no terminal; max_report_frequency and the env variable "
+    "set the period",
+    "[ui][live_table]") {
+  auto saved = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  auto term = saved("TERM"), period = saved("TUNE_PROGRESS_PERIOD_S"), no_color = saved("NO_COLOR");
+  ::setenv("TERM", "dumb", 1);
+  ::unsetenv("TUNE_PROGRESS_PERIOD_S");
+  ::unsetenv("NO_COLOR");
+  CHECK_FALSE(ui::stderr_can_redraw());  // no bar either
+  auto o = ui::detect_table_options(false);
+  CHECK_FALSE(o.tty);
+  CHECK_FALSE(o.color);
+  CHECK(o.period_s == ui::kPlainPeriodS);
+  CHECK(o.changes_period_s == 1.0);
+  o = ui::detect_table_options(true, 5.0);
+  CHECK(o.quiet);
+  CHECK(o.period_s == 5.0);
+  o = ui::detect_table_options(false, 0.25);
+  CHECK(o.changes_period_s == 0.25);
+  ::setenv("TUNE_PROGRESS_PERIOD_S", "2", 1);
+  CHECK(ui::detect_table_options(false, 5.0).period_s == 2.0);
+  ::setenv("TUNE_PROGRESS_PERIOD_S", "0", 1);
+  CHECK(ui::detect_table_options(false).period_s == 0.05);
+  auto restore = [](const char* name, const std::optional<std::string>& v) {
+    if (v)
+      ::setenv(name, v->c_str(), 1);
+    else
+      ::unsetenv(name);
+  };
+  restore("TERM", term);
+  restore("TUNE_PROGRESS_PERIOD_S", period);
+  restore("NO_COLOR", no_color);
 }
 
 TEST_CASE("on a terminal: redrawn in place and erased by the line count it drew",
@@ -440,6 +572,14 @@ TEST_CASE("a progress bar fits its width and draws only on a terminal", "[ui]") 
   out.clear();
   bar.finish();
   CHECK(out.empty());
+  // Bytes: the counts in the total's unit.
+  ui::ProgressBar bytes("copying experiment", 2'500'000'000, true, 80, &out);
+  bytes.count_bytes();
+  CHECK(bytes.render(1'300'000'000, 200).ends_with("]  52%  1.3/2.5 GB"));
+  ui::ProgressBar small("copying restore_from", 3'400'000, true, 80, &out);
+  small.count_bytes();
+  CHECK(small.render(0, 200).ends_with("]  0%  0.0/3.4 MB"));
+  CHECK(ui::display_width(small.render(1'000'000, 30)) <= 30);
 }
 
 TEST_CASE("a progress bar at 80 columns (snapshot)", "[ui]") {

@@ -166,6 +166,15 @@ TEST_CASE("the refresher writes report.html off the caller's thread; period 0 wr
   auto page = util::read_file(d.path / "report.html");
   REQUIRE(page);
   CHECK(page->find("trial_00002") != std::string::npos);
+  // The last report of a run tells its progress (a bar on a terminal): every trial, in order.
+  std::vector<std::pair<size_t, size_t>> seen;
+  CHECK(r.write_now([&](size_t done, size_t total) { seen.emplace_back(done, total); }).empty());
+  CHECK(r.written() == 2);
+  REQUIRE_FALSE(seen.empty());
+  for (size_t i = 0; i < seen.size(); ++i) CHECK(seen[i] == std::make_pair(i + 1, seen.size()));
+  // Only that report: the next one is told nothing.
+  CHECK(r.write_now().empty());
+  CHECK(seen.size() == seen.back().second);
 }
 
 TEST_CASE("report_period_s and tensorboard in the experiment file", "[report][spec]") {

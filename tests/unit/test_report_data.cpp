@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include "fake_executor.hpp"
 #include "report/decisions.hpp"
@@ -17,6 +18,8 @@
 #include "util/base64.hpp"
 #include "util/fs.hpp"
 #include "util/json_ext.hpp"
+#include "util/strings.hpp"
+#include "util/utf8.hpp"
 
 using namespace tune;
 using json = nlohmann::json;
@@ -69,7 +72,7 @@ const std::vector<std::string> kLines = {
     R"(  {"k" : -0 , "big": 123456789012345678901234567890, "e": 1E+2, "f": 0.5e-1}  )",
     R"({"a": 1, "a": "x"})",  // repeated key: the full parser decides
     R"({"k\u0041": 1})",      // escape in a key
-    "{\"caf\xC3\xA9\": 1}",   // non-ASCII
+    "{\"caf\xC3\xA9\": 1}",   // UTF-8 in a key
     R"({"a": 01})",           // invalid number
     R"({"a": 1.})",           // invalid number
     R"({"a": .5})",           // invalid number
@@ -97,8 +100,109 @@ TEST_CASE("the row scanner reads what the full parser reads, or declines", "[rep
   CHECK_FALSE(f[2].integer);
   CHECK_FALSE(report::scan_row(kLines[4], f));   // repeated key
   CHECK_FALSE(report::scan_row(kLines[5], f));   // escaped key
-  CHECK_FALSE(report::scan_row(kLines[6], f));   // non-ASCII
   CHECK_FALSE(report::scan_row(kLines[12], f));  // an array
+}
+
+namespace {
+// Lines with UTF-8 text: a metric named "précision", a string value "日本", a 4-byte emoji key,
+// keys that sort by their bytes.
+const std::vector<std::string> kUtf8Lines = {
+    "{\"training_iteration\": 2, \"pr\xC3\xA9\x63ision\": 0.5, \"name\": "
+    "\"\xE6\x97\xA5\xE6\x9C\xAC\"}",
+    "{\"\xF0\x9F\x9A\x80\": 1, \"z\": 2, \"\xC3\xA9\": 3, \"a\": {\"\xE6\x97\xA5\": "
+    "[\"\xE6\x9C\xAC\"]}}",
+    "{\"s\": \"\xEF\xBF\xBF \xF4\x8F\xBF\xBF \xED\x9F\xBF \xE0\xA0\x80 \xC2\x80\", \"x\": 1}",
+};
+// Bytes that are not well-formed UTF-8, in a key or in a string value.
+const std::vector<std::string> kBadUtf8Lines = {
+    "{\"a\x80\": 1}",                       // a stray continuation byte
+    "{\"a\": \"\xC0\xAF\"}",                // overlong '/'
+    "{\"a\": \"\xE0\x80\xAF\"}",            // overlong, 3 bytes
+    "{\"a\": \"\xED\xA0\x80\", \"b\": 1}",  // a surrogate
+    "{\"a\": \"\xF4\x90\x80\x80\"}",        // above U+10FFFF
+    "{\"a\": \"\xE6\x97\"}",                // cut short by the quote
+    "{\"\xE6\x97\xA5\xE6\": 1}",            // cut short in a key
+    "{\"a\": \"\xFF\"}",                    // never in UTF-8
+    "{\"a\": [\"\xF8\x88\x80\x80\x80\"]}",  // 5-byte form, nested
+};
+}  // namespace
+
+TEST_CASE("the row scanner reads UTF-8 keys and strings, and declines what is not UTF-8",
+          "[report]") {
+  std::vector<report::RowField> f;
+  for (const auto& line : kUtf8Lines) {
+    INFO(line);
+    CHECK(report::scan_row(line, f));  // the fast path
+    check_agrees(line);
+  }
+  REQUIRE(report::scan_row(kLines[6], f));
+  REQUIRE(f.size() == 1);
+  CHECK(f[0].key == "caf\xC3\xA9");
+  REQUIRE(report::scan_row(kUtf8Lines[0], f));
+  REQUIRE(f.size() == 3);
+  CHECK(f[0].key == "name");
+  CHECK_FALSE(f[0].is_number);
+  CHECK(f[1].key == "pr\xC3\xA9\x63ision");
+  CHECK(f[1].value == 0.5);
+  CHECK(f[2].key == "training_iteration");
+  REQUIRE(report::scan_row(kUtf8Lines[1], f));
+  REQUIRE(f.size() == 4);
+  CHECK(f[0].key == "a");  // byte order, as the full parser's objects
+  CHECK(f[1].key == "z");
+  CHECK(f[2].key == "\xC3\xA9");
+  CHECK(f[3].key == "\xF0\x9F\x9A\x80");
+  for (const auto& line : kBadUtf8Lines) {
+    INFO(line);
+    CHECK_FALSE(report::scan_row(line, f));
+    std::vector<std::pair<std::string, double>> nums;
+    std::vector<std::string> keys;
+    CHECK_FALSE(reference(line, nums, keys));  // the full parser rejects it too
+  }
+  // Every prefix (a torn write, cut inside a multi-byte sequence too) agrees or declines.
+  for (const auto& line : kUtf8Lines)
+    for (size_t cut = 0; cut <= line.size(); ++cut) check_agrees(line.substr(0, cut));
+}
+
+TEST_CASE("the row scanner on UTF-8 lines with random bytes changed agrees or declines",
+          "[report]") {
+  // Seeded: the same 6,000 mutations each run. Bytes are drawn from those that matter here:
+  // UTF-8 lead and continuation bytes, quotes, backslashes, digits and ASCII letters.
+  std::mt19937 rng(16);
+  const unsigned char pool[] = {0x80, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF,
+                                0xF0, 0xF4, 0xF5, 0xFF, '"',  '\\', '0',  '9',  'a',  ' '};
+  std::vector<report::RowField> f;
+  size_t accepted = 0;
+  for (int n = 0; n < 6000; ++n) {
+    std::string line = kUtf8Lines[n % kUtf8Lines.size()];
+    for (int k = 0; k <= n % 3; ++k)
+      line[rng() % line.size()] = static_cast<char>(pool[rng() % sizeof pool]);
+    check_agrees(line);
+    accepted += report::scan_row(line, f) ? 1 : 0;
+  }
+  CHECK(accepted > 200);  // the fast path was exercised (292 of 6,000), not only declined
+}
+
+TEST_CASE("utf8_sequence_at and invalid_utf8_at agree with a decoder's rules", "[util]") {
+  CHECK(util::utf8_sequence_at("a", 0) == 1);
+  CHECK(util::utf8_sequence_at("\xC3\xA9", 0) == 2);
+  CHECK(util::utf8_sequence_at("\xE6\x97\xA5", 0) == 3);
+  CHECK(util::utf8_sequence_at("\xF0\x9F\x9A\x80", 0) == 4);
+  CHECK(util::utf8_sequence_at("\xF0\x9F\x9A", 0) == 0);  // cut short
+  CHECK(util::utf8_sequence_at("\xC1\xBF", 0) == 0);      // overlong
+  CHECK(util::utf8_sequence_at("\xED\xB0\x80", 0) == 0);  // surrogate
+  CHECK(util::utf8_sequence_at("\x80", 0) == 0);
+  CHECK(util::invalid_utf8_at("ok \xE6\x97\xA5") == std::string_view::npos);
+  CHECK(util::invalid_utf8_at("ok \xE6\x97 x") == 3);
+  // Every 2-byte value: valid exactly when nlohmann's parser accepts it inside a string.
+  for (int a = 0x80; a < 0x100; ++a)
+    for (int b = 0; b < 0x100; ++b) {
+      std::string two{static_cast<char>(a), static_cast<char>(b)};
+      bool ours = util::invalid_utf8_at(two) == std::string_view::npos;
+      bool theirs = !json::parse("\"" + two + "\"", nullptr, false).is_discarded();
+      if (b == '"' || b == '\\' || b < 0x20) continue;  // JSON's own rules, not UTF-8's
+      INFO(a << " " << b);
+      CHECK(ours == theirs);
+    }
 }
 
 TEST_CASE("the row scanner on every prefix of a line (a torn write) agrees or declines",
