@@ -240,6 +240,7 @@ def driver_run(a, scratch, alg, seed):
             best = max(best, row["val_acc"])
             if row["epoch"] == 27:
                 final_best = max(final_best, row["val_acc"])
+    shutil.rmtree(d, ignore_errors=True)  # this run's own dir; the figures are read
     return {"alg": alg, "seed": seed, "best": best, "final_best": final_best, "epochs": epochs,
             "trials": trials, "wall_s": round(wall, 1)}
 
