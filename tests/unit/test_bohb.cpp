@@ -114,20 +114,21 @@ TEST_CASE("bohb's model is joint: it proposes the good combinations of values", 
   };
   auto f = [&](const json& c) { return std::min(dist(c, 0.2, 0.2), dist(c, 0.8, 0.8)); };
   int good = 0, cross = 0;
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
     BohbOptions o;
     o.random_fraction = 0;
     Bohb b = make(s, {1}, seed, o);
-    for (uint64_t i = 0; i < 80; ++i) {
-      json c = b.suggest(i, {});
-      if (i >= 40) {
-        good += f(c) < 0.2;
-        cross += std::min(dist(c, 0.2, 0.8), dist(c, 0.8, 0.2)) < 0.2;
-      }
+    for (uint64_t i = 0; i < 100; ++i) {  // random configs: both good corners in the good group
+      json c = generate(s, 100 + seed, i).config;
       b.observe("t" + std::to_string(i), c, 1, f(c));
     }
+    for (uint64_t i = 0; i < 100; ++i) {
+      json c = b.suggest(i, {});
+      good += f(c) < 0.2;
+      cross += std::min(dist(c, 0.2, 0.8), dist(c, 0.8, 0.2)) < 0.2;
+    }
   }
-  CHECK(good > 200);        // of 320
+  CHECK(good > 200);        // of 400
   CHECK(cross * 8 < good);  // random search: as many in the cross corners as in the good
 }
 
