@@ -457,10 +457,8 @@ std::vector<search::TrialConfig> known_configs(const spec::Experiment& exp, uint
            std::to_string(sa.tpe.n_startup_trials) + " trials have finished); the other " +
            std::to_string(total - known) + " are chosen from the results during the run";
   } else if (sa.kind == search::SearcherKind::kBohb) {
-    // No budget can hold min_points_in_model values before that many trials were suggested.
-    int64_t min_points = sa.bohb.min_points_in_model
-                             ? sa.bohb.min_points_in_model
-                             : static_cast<int64_t>(exp.space.params.size()) + 1;
+    // No budget can hold enough values for a model before that many trials were suggested.
+    uint64_t min_points = search::Bohb::values_for_model(sa.bohb, exp.space.params.size());
     known = std::min<uint64_t>(total, std::max<uint64_t>(points, min_points));
     note = "bohb: the first " + std::to_string(known) +
            " trial(s) are known in advance (points_to_evaluate, then random draws); the other " +

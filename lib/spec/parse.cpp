@@ -102,7 +102,9 @@ constexpr std::string_view kSearchKeys[] = {"type",
                                             "top_n_percent",
                                             "random_fraction",
                                             "min_points_in_model",
-                                            "num_samples"};
+                                            "num_samples",
+                                            "bandwidth_factor",
+                                            "min_bandwidth"};
 constexpr std::string_view kDomainKeys[] = {
     "uniform",    "loguniform", "quniform",    "qloguniform", "randint", "randn",
     "lograndint", "qrandint",   "qlograndint", "qrandn",      "choice",  "grid_search"};
@@ -1026,7 +1028,7 @@ void Parser::parse_search(const YAML::Node& n, Experiment& e) const {
     std::string k = kv.first.Scalar();
     bool external_key = k == "command" || k == "timeout_s";
     bool bohb_key = k == "top_n_percent" || k == "random_fraction" || k == "min_points_in_model" ||
-                    k == "num_samples";
+                    k == "num_samples" || k == "bandwidth_factor" || k == "min_bandwidth";
     bool tpe_key = !external_key && !bohb_key;
     bool fits = type == "external" ? external_key : type == "bohb" ? bohb_key : tpe_key;
     if (k != "type" && !is_common_search_key(k) && !fits)
@@ -1125,6 +1127,16 @@ void Parser::parse_bohb(const YAML::Node& n, Experiment& e) const {
     o.random_fraction = number(m, "search_alg.random_fraction");
     if (!(o.random_fraction >= 0 && o.random_fraction <= 1))
       error(m, "search_alg.random_fraction must be in [0, 1]");
+  }
+  if (auto m = n["bandwidth_factor"]) {
+    o.bandwidth_factor = number(m, "search_alg.bandwidth_factor");
+    if (!(o.bandwidth_factor > 0 && o.bandwidth_factor <= 1000))
+      error(m, "search_alg.bandwidth_factor must be in (0, 1000]");
+  }
+  if (auto m = n["min_bandwidth"]) {
+    o.min_bandwidth = number(m, "search_alg.min_bandwidth");
+    if (!(o.min_bandwidth > 0 && o.min_bandwidth <= 1))
+      error(m, "search_alg.min_bandwidth must be in (0, 1]");
   }
   for (auto [k, out, lo] : {std::tuple<const char*, int64_t*, int64_t>{"min_points_in_model",
                                                                        &o.min_points_in_model, 1},
