@@ -50,10 +50,31 @@ def best_of(n, fn):
     return min(runs), statistics.median(runs)
 
 
-def bench_launch(tmp, trials, repeat, storage_root=None, tune=None):
-    """`tune` (default TUNE) runs `trials` trials of `true`; storage dirs are deleted only after
-    every run, so that no run pays for the inodes an earlier one freed (ext4 scans recently
-    deleted inodes when it allocates new ones, which would charge one run for another's rm)."""
+def timed_rusage(cmd, stdin_bytes=None):
+    """Runs `cmd`; returns (wall s, CPU s of it and every process it waited for: user + system).
+    The CPU time is the steadier figure on a shared machine: other users' load stretches wall
+    time, a process's own CPU time much less."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin_bytes is not None else subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if stdin_bytes is not None:
+        p.stdin.write(stdin_bytes)
+        p.stdin.close()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.monotonic() - t0
+    if status != 0:
+        raise RuntimeError("%s exited with status %d" % (cmd[0], status))
+    return wall, ru.ru_utime + ru.ru_stime
+
+
+def bench_launch(tmp, trials, repeat, storage_root=None, tune=None, baseline_tune=None):
+    """`tune` (default TUNE) runs `trials` trials of `true` at concurrency 2, against `xargs -P2`,
+    GNU `parallel -j2` (if installed) and `baseline_tune` (if given), interleaved: each of the
+    `repeat` rounds runs every contender once, in an order that rotates, so that all of them see
+    the same load. Figures are medians (wall and CPU time), ratios are of medians. Storage dirs
+    are deleted only after every run, so that no run pays for the inodes an earlier one freed
+    (ext4 without a journal skips recently deleted inodes when it allocates, which would charge
+    one run for another's rm)."""
     tune = tune or TUNE
     yaml = os.path.join(tmp, "launch.yaml")
     with open(yaml, "w") as f:
@@ -61,35 +82,44 @@ def bench_launch(tmp, trials, repeat, storage_root=None, tune=None):
         f.write("param_space: {i: {grid_search: [%s]}}\n" % ", ".join(map(str, range(trials))))
         f.write("max_concurrent_trials: 2\nhosts: [{local: {cpus: 2}}]\n")
     made = []
-
-    def run_tune():
-        storage = tempfile.mkdtemp(dir=storage_root or tmp)
-        made.append(storage)
-        return timed([tune, "run", yaml, "--quiet", "--storage-path", storage])
-
     args = "\n".join(str(i) for i in range(trials)).encode()
 
-    def run_xargs():
-        t0 = time.monotonic()
-        subprocess.run(["xargs", "-P2", "-n1", "true"], input=args, check=True)
-        return time.monotonic() - t0
+    def run_tune(binary):
+        storage = tempfile.mkdtemp(dir=storage_root or tmp)
+        made.append(storage)
+        return timed_rusage([binary, "run", yaml, "--quiet", "--storage-path", storage])
 
-    out = {"trials": trials}
-    out["xargs_s"], _ = best_of(repeat, run_xargs)
-    out["tune_s"], out["tune_median_s"] = best_of(repeat, run_tune)
-    out["tune_over_xargs"] = out["tune_s"] / out["xargs_s"]
-    # Files and dirs a trial leaves in its dir (its dir counted), from the last run.
-    exp = os.path.join(made[-1], "launch")
+    contenders = [("xargs", lambda: timed_rusage(["xargs", "-P2", "-n1", "true"], args))]
+    if shutil.which("parallel"):
+        contenders.append(("parallel", lambda: timed_rusage(
+            ["parallel", "-j2", "true", ":::"] + [str(i) for i in range(trials)])))
+    contenders.append(("tune", lambda: run_tune(tune)))
+    if baseline_tune:
+        contenders.append(("baseline", lambda: run_tune(baseline_tune)))
+    runs = {name: [] for name, _ in contenders}
+    for r in range(repeat):
+        k = r % len(contenders)
+        for name, fn in contenders[k:] + contenders[:k]:
+            runs[name].append(fn())
+    out = {"trials": trials, "repeat": repeat}
+    for name, got in runs.items():
+        out[name + "_s"] = statistics.median(w for w, _ in got)
+        out[name + "_best_s"] = min(w for w, _ in got)
+        out[name + "_cpu_s"] = statistics.median(c for _, c in got)
+        out[name + "_runs_s"] = [round(w, 3) for w, _ in got]
+    for name in runs:
+        if name == "xargs":
+            continue
+        out[name + "_over_xargs"] = out[name + "_s"] / out["xargs_s"]
+        out[name + "_cpu_over_xargs"] = out[name + "_cpu_s"] / out["xargs_cpu_s"]
+    if "parallel" in runs:
+        out["tune_over_parallel"] = out["tune_s"] / out["parallel_s"]
+        if baseline_tune:
+            out["baseline_over_parallel"] = out["baseline_s"] / out["parallel_s"]
+    # Files and dirs a trial leaves in its dir (its dir counted), from tune's last run.
+    exp = os.path.join([d for d in made if os.path.isdir(os.path.join(d, "launch"))][-1], "launch")
     dirs = [d for d in os.listdir(exp) if d.startswith("trial_")]
     out["files_per_trial"] = 1 + sum(len(os.listdir(os.path.join(exp, d))) for d in dirs) / max(1, len(dirs))
-    if shutil.which("parallel"):
-        def run_parallel():
-            t0 = time.monotonic()
-            subprocess.run(["parallel", "-j2", "true", ":::"] + [str(i) for i in range(trials)], check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            return time.monotonic() - t0
-        out["parallel_s"], _ = best_of(repeat, run_parallel)
-        out["tune_over_parallel"] = out["tune_s"] / out["parallel_s"]
     for d in made:
         shutil.rmtree(d, ignore_errors=True)
     return out
@@ -142,8 +172,20 @@ def bench_stall(tmp, files=30000, repeat=3):
 
 
 def print_launch(label, launch):
-    print("%-44s %11.3fs %11.3fs %9.2fx  (%.1f files per trial; target <= 1.5x)" % (
-        label, launch["tune_s"], launch["xargs_s"], launch["tune_over_xargs"], launch["files_per_trial"]))
+    """One line per contender: median wall time and its ratio to xargs', median CPU time (all
+    processes) and its ratio."""
+    print("%s (median of %d, interleaved; target <= 1.5x xargs; %.1f files per trial)" % (
+        label, launch["repeat"], launch["files_per_trial"]))
+    for name in ("tune", "baseline", "xargs", "parallel"):
+        if name + "_s" not in launch:
+            continue
+        ratio = "" if name == "xargs" else "%6.2fx   cpu %6.2fx" % (
+            launch[name + "_over_xargs"], launch[name + "_cpu_over_xargs"])
+        print("  %-10s wall %7.3fs  cpu %7.3fs  %s   runs %s" % (
+            name, launch[name + "_s"], launch[name + "_cpu_s"], ratio,
+            " ".join("%.2f" % w for w in launch[name + "_runs_s"])))
+    if "tune_over_parallel" in launch:
+        print("  tune / parallel: %.2fx (target <= 0.5x)" % launch["tune_over_parallel"])
 
 
 def bench_results(tmp, n, repeat):
@@ -330,19 +372,19 @@ def main():
         tmp = tempfile.mkdtemp(prefix="tune-bench-")
         n = a.launch_trials
         try:
-            print_launch("launch: %d x true, -P2 vs xargs (disk)" % n, bench_launch(tmp, n, a.repeat))
-            if a.baseline_tune:
-                print_launch("  the same with %s" % a.baseline_tune,
-                             bench_launch(tmp, n, a.repeat, tune=a.baseline_tune))
+            got = {"disk": bench_launch(tmp, n, a.repeat, baseline_tune=a.baseline_tune)}
+            print_launch("launch: %d x true, -P2 (experiment on the disk)" % n, got["disk"])
             if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
                 shm = tempfile.mkdtemp(prefix="tune-bench-", dir="/dev/shm")
                 try:
-                    print_launch("launch: as above, on /dev/shm", bench_launch(tmp, n, a.repeat, storage_root=shm))
-                    if a.baseline_tune:
-                        print_launch("  the same with %s" % a.baseline_tune,
-                                     bench_launch(tmp, n, a.repeat, storage_root=shm, tune=a.baseline_tune))
+                    got["tmpfs"] = bench_launch(tmp, n, a.repeat, storage_root=shm, baseline_tune=a.baseline_tune)
+                    print_launch("launch: as above, experiment on /dev/shm", got["tmpfs"])
                 finally:
                     shutil.rmtree(shm, ignore_errors=True)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump({"launch": got, "baseline_tune": a.baseline_tune, "machine": os.uname().nodename,
+                               "cpus": os.cpu_count(), "load": os.getloadavg()}, f, indent=2)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -56,11 +57,12 @@ std::string json_escape(const std::string& s) {
 
 namespace {
 
-// Writes `target` atomically (temp, rename), making its directory if needed. No fsync: rename
-// is atomic against the crash of any process, and after a power loss the trial is gone too
-// (the driver then treats a missing record as a supervisor that died, and retries the trial).
-void write_atomic(const std::string& target, const std::string& content) {
-  if (auto slash = target.rfind('/'); slash != std::string::npos && slash > 0)
+// Writes `target` atomically (temp, rename), making its directory first if `make_dir`. No
+// fsync: rename is atomic against the crash of any process, and after a power loss the trial is
+// gone too (the driver then treats a missing record as a supervisor that died, and retries the
+// trial).
+void write_atomic(const std::string& target, const std::string& content, bool make_dir) {
+  if (auto slash = target.rfind('/'); make_dir && slash != std::string::npos && slash > 0)
     ::mkdir(target.substr(0, slash).c_str(), 0700);  // usually there already
   std::string tmp = target + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -193,15 +195,29 @@ void end_descendants(pid_t trial) {
   }
 }
 
-// The trial's process: its own group, stdin/stdout/stderr wired, in CWD. Returns its pid, or
-// -1 with `error` set; an exec failure is reported through `error` after the fork.
-pid_t start_trial(const Attempt& a, int in, int out, int err, const sigset_t& old,
-                  std::string& error) {
+// The message for a trial that could not be started: `e` > 0 from chdir, < 0 from exec.
+std::string start_error(const Attempt& a, int child_errno) {
+  int e = child_errno < 0 ? -child_errno : child_errno;
+  if (child_errno > 0)
+    return std::string("cannot enter workdir ") + a.cwd + ": " + std::strerror(e);
+  if (e == ENOENT) return std::string("command not found: ") + a.prog[0];
+  if (e == EACCES) return std::string("permission denied: ") + a.prog[0];
+  return std::string("cannot execute ") + a.prog[0] + ": " + std::strerror(e);
+}
+
+constexpr int kTrialDefaultSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1, SIGPIPE};
+
+// The trial's process by fork and execvp (the trial's PATH searched in the child), reporting a
+// failed chdir or exec through a pipe. Returns its pid (which exits 127 on such a failure, with
+// `error` set), or -1 with `error` set if it could not be forked.
+pid_t fork_trial(const Attempt& a, int in, int out, int err, const sigset_t& old,
+                 std::string& error) {
   int exec_pipe[2];
   if (::pipe2(exec_pipe, O_CLOEXEC) != 0) return -1;
   pid_t child = ::fork();
   if (child < 0) {
     error = std::string("fork failed: ") + std::strerror(errno);
+    ::close(exec_pipe[0]), ::close(exec_pipe[1]);
     return -1;
   }
   if (child == 0) {
@@ -209,7 +225,7 @@ pid_t start_trial(const Attempt& a, int in, int out, int err, const sigset_t& ol
     ::dup2(in, 0);
     ::dup2(out, 1);
     ::dup2(err, 2);
-    for (int s : {SIGTERM, SIGINT, SIGHUP, SIGCHLD, SIGUSR1, SIGPIPE}) ::signal(s, SIG_DFL);
+    for (int s : kTrialDefaultSignals) ::signal(s, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     int e = 0;
     if (::chdir(a.cwd.c_str()) != 0) {
@@ -227,18 +243,53 @@ pid_t start_trial(const Attempt& a, int in, int out, int err, const sigset_t& ol
   int child_errno = 0;
   ssize_t got = ::read(exec_pipe[0], &child_errno, sizeof child_errno);
   ::close(exec_pipe[0]);
-  if (got == static_cast<ssize_t>(sizeof child_errno)) {
-    int e = child_errno < 0 ? -child_errno : child_errno;
-    if (child_errno > 0)
-      error = std::string("cannot enter workdir ") + a.cwd + ": " + std::strerror(e);
-    else if (e == ENOENT)
-      error = std::string("command not found: ") + a.prog[0];
-    else if (e == EACCES)
-      error = std::string("permission denied: ") + a.prog[0];
-    else
-      error = std::string("cannot execute ") + a.prog[0] + ": " + std::strerror(e);
-  }
+  if (got == static_cast<ssize_t>(sizeof child_errno)) error = start_error(a, child_errno);
   return child;
+}
+
+// The trial's process by posix_spawn: the child shares this process's memory until its exec
+// (no page tables copied, no copy-on-write faults), which is most of what a fork costs here.
+// Only for a program given by its path (the driver resolves it on the trial's PATH). Returns
+// -1 if it did not start (then nothing was started: the caller forks instead, which reports
+// the failure as before).
+pid_t spawn_trial(const Attempt& a, int in, int out, int err, const sigset_t& old) {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  if (::posix_spawn_file_actions_init(&actions) != 0) return -1;
+  if (::posix_spawnattr_init(&attr) != 0) {
+    ::posix_spawn_file_actions_destroy(&actions);
+    return -1;
+  }
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int s : kTrialDefaultSignals) sigaddset(&defaults, s);
+  bool ok = ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
+                                                  POSIX_SPAWN_SETSIGMASK) == 0 &&
+            ::posix_spawnattr_setpgroup(&attr, 0) == 0 &&
+            ::posix_spawnattr_setsigdefault(&attr, &defaults) == 0 &&
+            ::posix_spawnattr_setsigmask(&attr, &old) == 0 &&
+            ::posix_spawn_file_actions_adddup2(&actions, in, 0) == 0 &&
+            ::posix_spawn_file_actions_adddup2(&actions, out, 1) == 0 &&
+            ::posix_spawn_file_actions_adddup2(&actions, err, 2) == 0 &&
+            ::posix_spawn_file_actions_addchdir_np(&actions, a.cwd.c_str()) == 0;
+  pid_t child = -1;
+  if (ok &&
+      ::posix_spawn(&child, a.prog[0], &actions, &attr, a.prog, a.envp ? a.envp : environ) != 0)
+    child = -1;
+  ::posix_spawnattr_destroy(&attr);
+  ::posix_spawn_file_actions_destroy(&actions);
+  return child;
+}
+
+// The trial's process: its own group, stdin/stdout/stderr wired, in CWD. Returns its pid, or
+// -1 with `error` set; an exec failure is reported through `error` after the fork.
+pid_t start_trial(const Attempt& a, int in, int out, int err, const sigset_t& old,
+                  std::string& error) {
+  if (std::strchr(a.prog[0], '/')) {
+    pid_t child = spawn_trial(a, in, out, err, old);
+    if (child > 0) return child;
+  }
+  return fork_trial(a, in, out, err, old, error);
 }
 
 // How the trial's process ended.
@@ -292,6 +343,7 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
   LeaseWatch lease;
   lease.changed_at = clock_s(CLOCK_MONOTONIC);
   bool stopping = false;
+  bool chld = true;  // a SIGCHLD since the last look for orphans (or the first turn)
   auto stop = [&](const char* why, bool now) {
     if (!stopping) reason = why;
     stopping = true;
@@ -311,7 +363,9 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
       (si.si_code == CLD_EXITED ? e.code : e.signal) = std::to_string(si.si_status);
       return e;
     }
-    for (pid_t pid : orphans(child)) ::waitpid(pid, nullptr, WNOHANG);
+    if (chld)
+      for (pid_t pid : orphans(child)) ::waitpid(pid, nullptr, WNOHANG);
+    chld = false;
     pollfd fds[3] = {{sig_fd, POLLIN, 0}, {outs[0].pipe, POLLIN, 0}, {outs[1].pipe, POLLIN, 0}};
     (void)::poll(fds, 3, 500);
     for (int k = 0; k < 2; ++k)
@@ -320,6 +374,7 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
     while (::read(sig_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       if (info.ssi_signo == SIGTERM || info.ssi_signo == SIGINT) stop("driver_stop", false);
       if (info.ssi_signo == SIGUSR1) stop("driver_stop", true);
+      if (info.ssi_signo == SIGCHLD) chld = true;
     }
     double now = clock_s(CLOCK_MONOTONIC);
     if (kill_at >= 0 && now >= kill_at) {
@@ -339,17 +394,20 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
 }
 
 // Makes the trial dir and writes params.json if it is missing (agent mode: the driver's loop
-// creates no file per trial, the supervisors do, in parallel).
-void make_trial_dir(const Attempt& a, std::string& error) {
-  if (::mkdir(a.dir.c_str(), 0755) != 0 && errno != EEXIST) {
+// creates no file per trial, the supervisors do, in parallel). Returns true if it made the dir
+// (then nothing else is in it: no earlier attempt's logs to look for).
+bool make_trial_dir(const Attempt& a, std::string& error) {
+  bool made = ::mkdir(a.dir.c_str(), 0755) == 0;
+  if (!made && errno != EEXIST) {
     // Its parent (the experiment dir) exists; a deeper missing path is an error worth naming.
     error = "cannot create trial dir '" + a.dir + "': " + std::strerror(errno);
-    return;
+    return false;
   }
-  if (!a.params_json) return;
+  if (!a.params_json) return made;
   std::string target = a.dir + "/params.json";
   struct stat st {};
-  if (::stat(target.c_str(), &st) != 0) write_atomic(target, *a.params_json);
+  if (made || ::stat(target.c_str(), &st) != 0) write_atomic(target, *a.params_json, false);
+  return made;
 }
 
 // Sends `line` (one JSON object, newline added) to the log and/or the driver. Each is a single
@@ -394,7 +452,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
 
   std::string error;  // set: the attempt fails as an exec failure, with this in its record
-  make_trial_dir(a, error);
+  const bool fresh_dir = make_trial_dir(a, error);
   int in = -1, out = -1, err = -1;  // the trial's stdin, and the write ends of its pipes
   Output outs[2];
   outs[0].name = "stdout.log";
@@ -421,7 +479,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
         // A log an earlier attempt wrote gets this attempt's marker now, even if this attempt
         // prints nothing there (so its last line is never an earlier attempt's); a new one is
         // made at the first byte.
-        if (::access((g_dir + "/" + o.name).c_str(), F_OK) == 0)
+        if (!fresh_dir && ::access((g_dir + "/" + o.name).c_str(), F_OK) == 0)
           o.file = open_log(o.name, a.attempt);
       }
     }
@@ -470,7 +528,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       ",\"started\":" + std::to_string(child_started) + ",\"exit_code\":" + ended.code +
       ",\"signal\":" + ended.signal + ",\"reason\":\"" + reason + "\",\"error\":\"" +
       json_escape(error) + "\",\"ended\":" + std::to_string(clock_s(CLOCK_REALTIME));
-  if (!sinks.record_file.empty()) write_atomic(sinks.record_file, record + "}\n");
+  if (!sinks.record_file.empty()) write_atomic(sinks.record_file, record + "}\n", true);
   emit(sinks.log_fd, record + ",\"event\":\"exit\",\"trial\":\"" + name + "\"}");
   emit(sinks.event_fd, record + ",\"event\":\"exit\",\"id\":\"" + json_escape(a.id) + "\"}");
   if (child > 0) ::waitpid(child, nullptr, 0);

@@ -936,6 +936,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     double now = ex_.now();
     check_deadlines(now);
     launch_ready();
+    pool_.sync_ledger();  // what ended this turn and was not started again
     bool more = !stopping_ && (state_.next_index < state_.total_trials || !pending_.empty());
     if (running_.empty() && !more && !stopping_ && !paused_.empty()) {
       release_stuck_paused();

@@ -70,8 +70,9 @@ std::string read_all(int fd) {
 }
 
 // Every live entry in the ledger's text, the first line of each driver only (unreadable lines
-// count for nothing).
-std::vector<LedgerEntry> live_entries(const std::string& text) {
+// count for nothing). With `self`, the lines of that driver (pid and start time) are skipped
+// unread: a driver never asks /proc whether it lives.
+std::vector<LedgerEntry> live_entries(const std::string& text, const LedgerEntry* self = nullptr) {
   std::vector<LedgerEntry> out;
   std::set<pid_t> seen;
   size_t start = 0;
@@ -80,6 +81,7 @@ std::vector<LedgerEntry> live_entries(const std::string& text) {
     if (nl == std::string::npos) nl = text.size();
     auto e = entry_from_json(
         json::parse(std::string_view(text).substr(start, nl - start), nullptr, false));
+    if (e && self && e->pid == self->pid && e->start_ticks == self->start_ticks) e.reset();
     if (e && !seen.contains(e->pid) && alive(*e)) {
       seen.insert(e->pid);
       out.push_back(std::move(*e));
@@ -145,7 +147,7 @@ Result<bool> Ledger::transact(
     const std::function<bool(const std::vector<LedgerEntry>& others, LedgerEntry& mine)>& decide) {
   lock(fd_, LOCK_EX);
   std::vector<LedgerEntry> others;
-  for (auto& e : live_entries(read_all(fd_)))
+  for (auto& e : live_entries(read_all(fd_), &mine_))
     if (e.pid != mine_.pid) others.push_back(std::move(e));
   LedgerEntry mine = mine_;
   bool decided = decide(others, mine);

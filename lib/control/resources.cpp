@@ -87,6 +87,7 @@ std::optional<Placement> ResourcePool::acquire_shared(size_t h, const spec::Reso
   if (!plan(h, req, {})) return std::nullopt;  // no room of our own: the ledger is not asked
   std::optional<Placement> placed;
   std::string held_by_others;
+  host.ledger_stale = false;  // this write says what the host holds now
   auto r = host.ledger->transact([&](const std::vector<LedgerEntry>& others, LedgerEntry& mine) {
     std::set<int> taken;
     double others_cpu = 0;
@@ -138,6 +139,7 @@ std::optional<Placement> ResourcePool::acquire_shared(size_t h, const spec::Reso
 
 void ResourcePool::record(size_t h) {
   Host& host = hosts_[h];
+  host.ledger_stale = false;
   if (!host.ledger) return;
   auto r = host.ledger->transact([&](const std::vector<LedgerEntry>&, LedgerEntry& mine) {
     mine.cpus = std::max(0.0, host.cpus - host.cpu_free);
@@ -210,7 +212,12 @@ void ResourcePool::release(const Placement& p) {
     auto i = static_cast<size_t>(g);
     if (i < host.gpu_free.size()) host.gpu_free[i] = std::min(1.0, host.gpu_free[i] + each);
   }
-  record(p.host);
+  host.ledger_stale = host.ledger != nullptr;
+}
+
+void ResourcePool::sync_ledger() {
+  for (size_t h = 0; h < hosts_.size(); ++h)
+    if (hosts_[h].ledger_stale) record(h);
 }
 
 bool ResourcePool::fits_somewhere(const spec::Resources& req) const {

@@ -37,7 +37,8 @@ class ResourcePool {
     bool available = true;  // false while an SSH host is unreachable
     // This machine, shared with other experiments through the host-wide ledger (null: alone).
     std::shared_ptr<Ledger> ledger;
-    double machine_cpus = 0;  // the machine's CPU count (with a ledger)
+    double machine_cpus = 0;    // the machine's CPU count (with a ledger)
+    bool ledger_stale = false;  // released since the ledger was last written (see release())
   };
   explicit ResourcePool(std::vector<Host> hosts) : hosts_(std::move(hosts)) {}
 
@@ -50,7 +51,13 @@ class ResourcePool {
   // CPUs and the GPUs it holds are taken on the first host even beyond capacity.
   [[nodiscard]] Placement acquire_exact(const spec::Resources& req, const std::vector<int>& gpu_ids,
                                         size_t host = 0);
+  // Gives back what `p` holds. The ledger is written at the next acquire() on that host or
+  // the next sync_ledger(), whichever comes first: a trial that ends and the one started in
+  // its place cost one ledger write, not two. Until then the ledger says too much, never too
+  // little.
   void release(const Placement& p);
+  // Writes the ledger of every host released on since its last write (once per loop turn).
+  void sync_ledger();
   // An SSH host went down or came back: no placements on it while it is down.
   void set_available(const std::string& host, bool up);
   // True if some host with room for `req` is available.

@@ -399,7 +399,9 @@ Result<void> LocalExecutor::start(const Launch& l) {
     impl.runs.erase(it);
   }
   Run r = impl.new_run(l);
-  ::unlink((l.trial_dir / "stdin.fifo").c_str());
+  // A step-mode attempt's supervisor makes a new FIFO: an earlier attempt's must not be opened
+  // for this one's commands in the meantime.
+  if (l.stdin_fifo) ::unlink((l.trial_dir / "stdin.fifo").c_str());
   std::vector<std::string> argv = l.argv;
   if (!argv.empty()) argv[0] = impl.resolve(argv[0], l.env);
   nlohmann::json req = {{"op", "launch"},

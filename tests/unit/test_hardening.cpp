@@ -8,6 +8,7 @@
 
 #include "checkpoint/adopt.hpp"
 #include "control/ledger.hpp"
+#include "control/resources.hpp"
 #include "controller_fixtures.hpp"
 #include "state/state.hpp"
 #include "util/fs.hpp"
@@ -332,5 +333,43 @@ TEST_CASE("the CPU/GPU ledger skips lines with numbers that are not integers in 
   auto live = tune::control::Ledger::read_live(dir);
   REQUIRE(live.size() == 1);
   CHECK(live[0].exp_dir == "/ok");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the ledger is written once per trial: a release waits for the next acquire or sync",
+          "[hardening]") {
+  char tmpl[] = "/tmp/tune-ledger-XXXXXX";
+  std::filesystem::path dir = ::mkdtemp(tmpl);
+  auto ledger = tune::control::Ledger::open(dir, "/exp");
+  REQUIRE(ledger);
+  tune::control::ResourcePool::Host host;
+  host.name = "local";
+  host.cpus = host.cpu_free = 2;
+  host.machine_cpus = 2;
+  host.ledger = std::shared_ptr<tune::control::Ledger>(std::move(*ledger));
+  tune::control::ResourcePool pool({host});
+  tune::spec::Resources one;
+  one.cpu = 1;
+  auto held = [&] {
+    auto live = tune::control::Ledger::read_live(dir);
+    return live.empty() ? 0.0 : live[0].cpus;
+  };
+  auto a = pool.acquire(one);
+  auto b = pool.acquire(one);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(held() == 2);
+  pool.release(*a);
+  CHECK(held() == 2);  // too much for a moment, never too little
+  auto c = pool.acquire(one);
+  REQUIRE(c);
+  CHECK(held() == 2);  // the acquire wrote what is held now
+  pool.release(*b);
+  pool.release(*c);
+  CHECK(held() == 2);
+  pool.sync_ledger();
+  CHECK(held() == 0);
+  pool.sync_ledger();  // nothing released since: nothing to write
+  CHECK(held() == 0);
   std::filesystem::remove_all(dir);
 }

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -103,6 +104,48 @@ TEST_CASE("local transport: output, exit code, params.json, and the attempt log"
       exec::attempt_nonce(options(s.dir).record_key, "trial_a", 1), {}, {}, {}};
   CHECK(exec::check_exit_record(*a->exit, 1, id, info) == exec::RecordCheck::kGenuine);
   CHECK(info.exit_code == 3);
+}
+
+TEST_CASE("local transport: a trial started by its path gets its own group, cwd, env and signals") {
+  // Programs the driver resolved to a path are started with posix_spawn, others with fork and
+  // execvp: both give the trial the same process, and report the same failures.
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  // (the signal state is read by the trial's own process, exec'd last: the shell blocks every
+  // signal for a moment around each fork)
+  auto c = launch(s.dir, "c",
+                  {"/bin/sh", "-c",
+                   "echo \"$$ $(cut -d' ' -f5 /proc/$$/stat)\"; pwd; echo \"$FOO\"; "
+                   "exec grep -E '^Sig(Blk|Ign)' /proc/self/status"});
+  c.env["FOO"] = "bar";
+  REQUIRE(ex.start(c));
+  auto d = launch(s.dir, "d", {"/bin/true"});
+  d.cwd = s.dir / "no-such-dir";
+  REQUIRE(ex.start(d));
+  REQUIRE(ex.start(launch(s.dir, "e", {"/no/such/program"})));
+  auto o = run_until_exits(ex, 3);
+  REQUIRE(o.exits.size() == 3);
+  CHECK(o.exits["c"].reason == "exited");
+  CHECK(o.exits["c"].exit_code == 0);
+  std::istringstream out(o.out["c"]);
+  std::string group, cwd, foo, blk, ign;
+  std::getline(out, group), std::getline(out, cwd), std::getline(out, foo);
+  std::getline(out, blk), std::getline(out, ign);
+  auto space = group.find(' ');
+  REQUIRE(space != std::string::npos);
+  CHECK(group.substr(0, space) == group.substr(space + 1));  // leads its own process group
+  CHECK(cwd == s.dir.string());
+  CHECK(foo == "bar");
+  // Nothing blocked, whatever the driver and the supervisor block; none of the signals the
+  // agent or supervisor handle or ignore (HUP INT USR1 PIPE TERM CHLD) ignored.
+  CHECK(blk == "SigBlk:\t0000000000000000");
+  REQUIRE(ign.rfind("SigIgn:\t", 0) == 0);
+  CHECK((std::stoull(ign.substr(8), nullptr, 16) & 0x15203) == 0);
+  CHECK(o.exits["d"].reason == "exec_failed");
+  CHECK(o.exits["d"].error ==
+        "cannot enter workdir " + (s.dir / "no-such-dir").string() + ": No such file or directory");
+  CHECK(o.exits["e"].reason == "exec_failed");
+  CHECK(o.exits["e"].error == "command not found: /no/such/program");
 }
 
 TEST_CASE("local transport: stop before and after the supervisor is known") {
