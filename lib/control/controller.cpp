@@ -502,8 +502,22 @@ void Controller::resume_running(trial::Trial& t) {
   rt.time_base = t.time_base;
   rt.iterations_since_restore = t.iteration - t.restore_iteration;
   if (const auto* c = t.latest_checkpoint()) rt.last_checkpoint_iteration = c->iteration;
-  // A scheduler's stop or pause was on its way when the driver died (saved before it was sent):
-  // it is carried out now.
+  // A stop or pause decided before the driver died, and recorded in the state or journalled
+  // after the results it was decided on: carried out now. One the state does not record with
+  // its results yet is applied when they are read again (replay_decision).
+  std::optional<state::JournalledDecision> replay;
+  if (auto j = journalled_.find(t.id); j != journalled_.end()) {
+    if (t.reason == trial::Reason::kNone && j->second.attempt == t.attempt) {
+      if (t.iteration >= j->second.iteration && !step) {
+        t.reason = j->second.reason;
+        t.cause = j->second.cause;
+        t.decided_at = j->second.decided_at;
+      } else if (!step) {
+        replay = j->second;
+      }
+    }
+    journalled_.erase(j);
+  }
   StopWhy decided = t.reason == trial::Reason::kStopped  ? StopWhy::kScheduler
                     : t.reason == trial::Reason::kPaused ? StopWhy::kPause
                                                          : StopWhy::kNone;
@@ -540,6 +554,13 @@ void Controller::resume_running(trial::Trial& t) {
   if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
   spdlog::info("trial {} attempt {}: re-attached ({}), reading from byte {}", t.name, t.attempt,
                *found == exec::Attached::kRunning ? "running" : "ended meanwhile", t.stdout_offset);
+  if (replay) {
+    spdlog::info(
+        "trial {}: {} at iteration {} before the driver stopped: carried out when its "
+        "results are read again",
+        t.name, replay->reason == trial::Reason::kPaused ? "paused" : "stopped", replay->iteration);
+    rt.replay = std::move(replay);
+  }
 }
 
 void Controller::set_pending(trial::Trial& t) {
@@ -786,7 +807,6 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   double t0 = ex_.now();
   auto r = writer_.save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
-  last_write_cost_ = cost;
   if (!r) {
     check_experiment_dir(now);
     if (lost_) return false;  // said once, by check_experiment_dir
@@ -804,6 +824,7 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   last_write_failed_ = false;
   searcher_->state_written();
   if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);
+  journal_replays();  // decisions read again after a crash that the state does not record yet
   // At most ~5% of wall time goes to state writes, unless a fixed period is set.
   double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
   next_state_write_ = now + period;
@@ -879,6 +900,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                     std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
     for (size_t i = 0; i < state_.trials.size(); ++i) index_[state_.trials[i].id] = i;
     trim_policy_log();  // before any exploit is carried out again
+    for (auto& d : state_.decisions) journalled_[d.trial_id] = std::move(d);
+    state_.decisions.clear();
     // Trials only the journal knows (created after the last full state write) join the
     // scheduler again, in creation order, as they did before the crash.
     for (const auto& t : state_.trials)
@@ -954,7 +977,6 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     note_job_ids();
     poll_searcher();
     on_file_jobs_done();
-    send_decided_stops();
     now = ex_.now();
     flush_result_logs(now);
     if (now >= next_lease_) {
@@ -1005,8 +1027,6 @@ double Controller::wait_timeout(double now) const {
   if (exp_.time_budget_s && !budget_spent_)
     timeout = std::min(timeout,
                        std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
-  if (!decided_stops_.empty())
-    timeout = std::min(timeout, std::max(0.0, next_decision_write_ - now));
   if (observer_) timeout = std::min(timeout, observer_->seconds_until_due(now));
   for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
   if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies

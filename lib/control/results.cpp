@@ -194,6 +194,7 @@ void Controller::record_result(trial::Trial& t, Runtime& rt, json result) {
   if (criterion) result["done"] = flat["done"] = true;
   if (!criterion && !done) {
     consult_scheduler(t, rt, flat);  // nested metrics are seen flattened, as by the stop rules
+    replay_decision(t, rt, flat);    // (a resume reading again what it decided before a crash)
     if (auto d = flat.find("decision"); d != flat.end()) {
       result["decision"] = *d;
       result["done"] = flat["done"];
