@@ -22,6 +22,7 @@
 namespace tune::control {
 
 using json = nlohmann::json;
+using exec::ExitReason;
 using trial::Status;
 
 namespace {
@@ -34,7 +35,7 @@ std::string describe_exit(const exec::ExitInfo& info) {
            (name ? std::string(" (SIG") + name + ")" : "");
   }
   if (info.exit_code) return "exit code " + std::to_string(*info.exit_code);
-  return info.reason;
+  return exec::exit_reason_name(info.reason);
 }
 
 }  // namespace
@@ -193,7 +194,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
   // driver_stop without a stop of ours: an earlier driver's, or `tune stop`'s.
   bool by_supervisor =
-      info.reason == "orphaned" || info.reason == "host_lost" || info.reason == "driver_stop";
+      info.reason == ExitReason::kOrphaned || info.reason == ExitReason::kHostLost ||
+      info.reason == ExitReason::kPreempted || info.reason == ExitReason::kDriverStop;
   bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
                     why == StopWhy::kBudget || why == StopWhy::kScheduler ||
                     (why == StopWhy::kNone && clean && !by_supervisor);
@@ -223,9 +225,10 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   if (interrupted) {
-    if (info.reason == "orphaned" || info.reason == "host_lost")
+    if (info.reason == ExitReason::kOrphaned || info.reason == ExitReason::kHostLost ||
+        info.reason == ExitReason::kPreempted)
       spdlog::warn("trial {}: {}; it resumes from its latest checkpoint", t.name,
-                   info.reason == "orphaned"
+                   info.reason == ExitReason::kOrphaned
                        ? "its supervisor stopped it while the driver was silent (stopped or "
                          "suspended past orphan_timeout_s)"
                        : info.error);
@@ -233,7 +236,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   std::string why_text = describe_exit(info);
-  if (info.reason != "exec_failed") {
+  if (info.reason != ExitReason::kExecFailed) {
     std::string tail = util::last_line(trial_dir(t) / "stderr.log");
     if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos &&
         !exec::is_attempt_marker(tail))  // the attempt wrote nothing there
@@ -241,7 +244,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
   t.failures += 1;
   int max = exp_.failure.max_failures;
-  bool retry = info.reason != "exec_failed" && !stopping_ && (max < 0 || t.failures <= max);
+  bool retry =
+      info.reason != ExitReason::kExecFailed && !stopping_ && (max < 0 || t.failures <= max);
   if (retry) {
     schedule_retry(t, why_text);
     return;

@@ -158,7 +158,7 @@ struct SshExecutor::Impl {
       if (r.sup_pid > 0) w.superseded.push_back(r.sup_pid);
       ExitInfo info;
       info.attempt = r.attempt;
-      info.reason = "host_lost";
+      info.reason = ExitReason::kHostLost;
       info.error = w.h.key_changed ? "host " + w.name + ": its host key changed"
                                    : "host " + w.name + " unreachable for " +
                                          util::format_short(now - w.down_since) + " s";
@@ -298,7 +298,7 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
     if (r->exit) continue;
     ExitInfo info;
     info.attempt = r->attempt;
-    info.reason = "supervisor_died";
+    info.reason = ExitReason::kSupervisorDied;
     info.error = "the trial's supervisor on " + w.name +
                  " is gone without recording the trial's exit (killed, or the host's disk is "
                  "full)";
@@ -504,7 +504,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     check(w);
     ExitInfo info;
     info.attempt = l.attempt;
-    info.reason = "host_lost";
+    info.reason = ExitReason::kHostLost;
     info.error = why;
     emit(ExitEvent{l.trial_id, std::move(info)});
   };
@@ -512,7 +512,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   auto failed = [&](const std::string& why) {
     ExitInfo info;
     info.attempt = l.attempt;
-    info.reason = "exec_failed";
+    info.reason = ExitReason::kExecFailed;
     info.error = why;
     emit(ExitEvent{l.trial_id, std::move(info)});
   };

@@ -159,7 +159,7 @@ TEST_CASE("a command that cannot be executed is an ERROR at once, and the others
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 5}\n");
   struct Missing : FakeProcess {
     void on_start(FakeContext& c) override {
-      c.exit(127, "command not found: train", "exec_failed");
+      c.exit(127, "command not found: train", exec::ExitReason::kExecFailed);
     }
   };
   FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
