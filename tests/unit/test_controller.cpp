@@ -1,15 +1,9 @@
 // The controller driven by the scripted FakeExecutor: protocol, stopping, retries, checkpoints,
 // retention, step mode, interrupts, budget, concurrency. No processes; milliseconds each.
-#include <spdlog/spdlog.h>
-
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "control/controller.hpp"
 #include "controller_fixtures.hpp"
-#include "fake_executor.hpp"
-#include "spec/parse.hpp"
-#include "trial/result_log.hpp"
 #include "util/fs.hpp"
 
 using namespace tune;
