@@ -335,6 +335,56 @@ class SshTest(TuneTest):
         self.assertTrue(all(t["host"] == w1 for t in self.trials("lone")))
         self.assertTrue(any(t["attempt"] >= 2 for t in self.trials("lone")))
 
+    def test_a_sync_past_sync_timeout_is_killed_and_tried_again(self):
+        # A 4 MB checkpoint over a link slowed to 8 Mbit/s takes ~4 s; sync_timeout is 1 s: each
+        # pull is killed (with a warning naming the trial, the host and the timeout) and tried
+        # again at the next sync_period. Once the link is fast again a pull completes, and the
+        # head holds the whole checkpoint, never a part of it.
+        self.write("slowck.py", """
+            import os, tempfile, time, tune_trial
+            for i in range(1, 41):
+                time.sleep(0.5)
+                d = None
+                if i == 1:
+                    d = tempfile.mkdtemp()
+                    with open(os.path.join(d, "weights.bin"), "wb") as f:
+                        f.write(b"w" * (4 << 20))
+                tune_trial.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: synctimeout
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'slowck.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            sync_config: {{sync_period: 1, sync_timeout: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to shape")
+        log = os.path.join(self.exp_dir("synctimeout"), "tune.log")
+        def killed():
+            if not os.path.exists(log):
+                return False
+            with open(log) as f:
+                return "ran longer than sync_timeout (1 s): killed" in f.read()
+        try:
+            run = self.start_tune("run", "exp.yaml")
+            self.wait_for(killed, timeout=60, what="a pull killed past sync_timeout")
+        finally:
+            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
+        out, err = run.communicate(timeout=120)
+        self.assertEqual(run.returncode, 0, err)
+        t = self.trials("synctimeout")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        with open(log) as fh:
+            warning = [line for line in fh if "sync_timeout" in line][0]
+        self.assertIn("trial 00000: sync from %s" % self.hosts["hosts"][0]["host"], warning)
+        f = os.path.join(self.exp_dir("synctimeout"), t["trial_name"], "checkpoint_000001",
+                         "weights.bin")
+        self.assertEqual(os.path.getsize(f), 4 << 20)
+
     def test_sshd_killed_mid_checkpoint_sync_never_leaves_a_partial_checkpoint_on_the_head(self):
         # 4 MB checkpoints over a link slowed to 8 Mbit/s: each takes ~4 s to copy. The trial
         # runs 3 s past its first checkpoint, so the kill comes while it still runs.
