@@ -71,12 +71,38 @@ class TuneTest(unittest.TestCase):
         return path
 
     def tune(self, *args, timeout=120, check=None, env=None):
-        p = subprocess.run([TUNE, *args], cwd=self.dir, env=env or self.env, capture_output=True,
-                           text=True, timeout=timeout)
+        proc = subprocess.Popen([TUNE, *args], cwd=self.dir, env=env or self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            report = self.hang_report()  # before the kill, while the hang is still there
+            proc.kill()
+            out, err = proc.communicate()
+            self.fail("tune %s ran past its %s s timeout\nstderr:\n%s\n%s"
+                      % (" ".join(args), timeout, err[-4000:], report))
+        p = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         if check is not None and p.returncode != check:
             self.fail("tune %s exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
                       % (" ".join(args), p.returncode, check, p.stdout, p.stderr))
         return p
+
+    def hang_report(self):
+        """What a hung `tune` left to read: the tail of every tune.log and .tune/*.log under the
+        test's directory, and the processes running there (or talking to a test S3 server)."""
+        parts = []
+        for root, _, names in os.walk(self.dir):
+            for n in names:
+                if n == "tune.log" or (n.endswith(".log") and os.path.basename(root) == ".tune"):
+                    path = os.path.join(root, n)
+                    with open(path, errors="replace") as f:
+                        parts.append("%s (tail):\n%s" % (path, "".join(f.readlines()[-40:])))
+        ps = subprocess.run(["ps", "-eo", "pid,ppid,etimes,stat,args"], capture_output=True,
+                            text=True).stdout
+        parts.append("processes:\n" + "\n".join(
+            line for line in ps.splitlines() if self.dir in line or "aws" in line
+            or "s3rver" in line))
+        return "\n".join(parts)
 
     def start_tune(self, *args, env=None):
         return subprocess.Popen([TUNE, *args], cwd=self.dir, env=env or self.env, stdout=subprocess.PIPE,
