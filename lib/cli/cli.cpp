@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "cli/common.hpp"
 #include "util/error.hpp"
 #include "util/strings.hpp"
 
@@ -67,6 +68,9 @@ int main(int argc, char** argv, const char* version) {
     std::fprintf(stderr, "tune: error: %s (see 'tune --help')\n", e.what());
     return kExitUsage;
   }
+  // Until a command sets up its own logging, warnings go to stderr (never stdout, which
+  // `checkpoints best` and `export` keep for their answer), formatted as later ones.
+  setup_logging({}, false, false, nullptr, false);
   try {
     if (run_cmd->parsed()) return run.execute();
     if (validate_cmd->parsed()) return validate.execute();

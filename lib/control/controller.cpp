@@ -820,22 +820,38 @@ void Controller::final_upload() {
     spdlog::warn("not mirrored to {} (interrupted twice); the next run mirrors it", up->target());
     return;
   }
-  // Whatever runs now may predate the last state: wait for it, then mirror once more.
+  // Whatever runs now may predate the last state: wait for it, then mirror once more. A last
+  // mirror that fails or is killed at sync_timeout (a stalled network) is tried again.
   spdlog::info("mirroring the experiment to {}", up->target());
+  constexpr int kAttempts = 3;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    if (!mirror_once(*up)) return;
+    if (up->failures() == 0) return;
+    if (attempt < kAttempts)
+      spdlog::warn("mirror to {} failed: trying again ({} of {})", up->target(), attempt + 1,
+                   kAttempts);
+  }
+  spdlog::warn(
+      "the experiment was not mirrored to {} ({} attempts failed); the next run "
+      "mirrors it",
+      up->target(), kAttempts);
+}
+
+bool Controller::mirror_once(sync::Uploader& up) {
   bool asked = false;
   while (true) {
-    bool busy = up->poll();
-    if (!busy && asked) break;
+    bool busy = up.poll();
+    if (!busy && asked) return true;
     if (!busy) {
-      up->request(true);
+      up.request(true);
       asked = true;
       continue;
     }
     for (auto& ev : ex_.wait(0.1)) {
       if (std::holds_alternative<exec::InterruptEvent>(ev)) {
-        up->cancel();
-        spdlog::warn("mirror to {} cancelled; the next run mirrors it", up->target());
-        return;
+        up.cancel();
+        spdlog::warn("mirror to {} cancelled; the next run mirrors it", up.target());
+        return false;
       }
     }
   }

@@ -297,6 +297,8 @@ class Controller : private sched::Population {
   }
   // The last mirror to upload_dir at the end of a run (Ctrl-C cancels it).
   void final_upload();
+  // One more mirror once the running one (if any) ends; false if Ctrl-C cancelled it.
+  bool mirror_once(sync::Uploader& up);
   [[nodiscard]] int exit_code() const;
 
   spec::Experiment exp_;

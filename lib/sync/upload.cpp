@@ -56,6 +56,8 @@ const std::vector<std::string> kAwsExcludes = {
     ".tune/upload.log", "*stdin.fifo",          "*.pending_checkpoint_*", "*.staged_checkpoint_*",
     "*.tmp.*",          "experiment_state.json"};
 const std::vector<std::string> kRsyncLocalOnly = {"/.tune/stop_requests/", "/.tune/callbacks/"};
+
+constexpr int kDownloadAttempts = 3;  // each bounded by sync_timeout
 const std::vector<std::string> kAwsLocalOnly = {".tune/stop_requests/*", ".tune/callbacks/*"};
 const char* const kGsLocalOnly = R"(^\.tune/(stop_requests|callbacks)/.*$)";
 
@@ -288,10 +290,12 @@ Result<std::optional<bool>> Uploader::remote_has_state(const fs::path& exp_dir,
   }
   std::error_code ec;
   fs::create_directories(log.parent_path(), ec);
-  auto rc = util::run_process(cmd, log);
+  auto rc = util::run_process(cmd, log, cfg.sync_timeout);
   std::string why = util::last_line(log);
   fs::remove(log, ec);
-  if (!rc) return std::unexpected(rc.error());
+  if (!rc)
+    return fail("cannot look into upload_dir '", remote, "': ", rc.error().message,
+                " (sync_config.sync_timeout)");
   if (*rc == 0) return std::optional<bool>(true);
   if (*rc == 1 && (why.empty() || kind_of(cfg) == Kind::kGs))
     return std::optional<bool>(false);  // not found
@@ -328,8 +332,18 @@ Result<void> Uploader::download(const fs::path& exp_dir, const std::string& name
       break;
   }
   fs::path log = exp_dir / ".tune" / "upload.log";
-  auto rc = util::run_process(cmd, log);
-  if (!rc) return std::unexpected(rc.error());
+  // A download that stalls (a dead network, a stuck server) is killed after sync_timeout and
+  // tried again, as mirrors are; it never holds the run for ever.
+  Result<int> rc = 0;
+  for (int attempt = 1; attempt <= kDownloadAttempts; ++attempt) {
+    rc = util::run_process(cmd, log, cfg.sync_timeout);
+    if (rc || attempt == kDownloadAttempts) break;
+    spdlog::warn("download from {}: {} (sync_config.sync_timeout); trying again ({} of {})", remote,
+                 rc.error().message, attempt + 1, kDownloadAttempts);
+  }
+  if (!rc)
+    return fail("cannot download the experiment from '", remote, "': ", rc.error().message,
+                " (sync_config.sync_timeout), ", std::to_string(kDownloadAttempts), " times");
   if (*rc != 0)
     return fail("cannot download the experiment from '", remote, "' (", cmd[0], " exit ",
                 std::to_string(*rc), "): ", util::last_line(log));

@@ -43,6 +43,8 @@ class Uploader {
   // Reaps a finished step and starts the next; never blocks. True while a mirror runs or waits.
   bool poll();
   [[nodiscard]] bool busy() const { return pid_ > 0 || queued_; }
+  // Mirrors that failed (or were killed at sync_timeout) since the last one that succeeded.
+  [[nodiscard]] int failures() const { return failures_; }
   // Kills a running mirror (Ctrl-C twice).
   void cancel();
   // Where it mirrors to, for messages.

@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -102,14 +104,32 @@ std::optional<int> try_wait(pid_t pid) {
   return 255;
 }
 
-Result<int> run_process(const std::vector<std::string>& argv, const fs::path& log) {
+Result<int> run_process(const std::vector<std::string>& argv, const fs::path& log,
+                        double timeout_s) {
   auto pid = spawn_process(argv, log);
   if (!pid) return std::unexpected(pid.error());
-  int status = 0;
-  while (::waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+  if (timeout_s <= 0) {
+    int status = 0;
+    while (::waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  long nap_us = 1000;  // short helpers answer within milliseconds; long ones are polled less
+  while (true) {
+    if (auto status = try_wait(*pid)) return *status;
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    double took = double(now.tv_sec - start.tv_sec) + double(now.tv_nsec - start.tv_nsec) * 1e-9;
+    if (took > timeout_s) {
+      kill_and_reap(*pid);
+      return fail("'", argv[0], "' ran longer than ", format_double(timeout_s), " s: killed");
+    }
+    ::usleep(static_cast<useconds_t>(nap_us));
+    nap_us = std::min(nap_us * 2, 50'000L);
+  }
 }
 
 void kill_and_reap(pid_t pid) {

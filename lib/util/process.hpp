@@ -36,8 +36,11 @@ void tie_helpers_to_this_thread();
 // The exit status (128+signal if killed) once `pid` has ended, else nullopt. Never blocks.
 [[nodiscard]] std::optional<int> try_wait(pid_t pid);
 
-// Runs argv to completion (blocking); returns the exit status.
-[[nodiscard]] Result<int> run_process(const std::vector<std::string>& argv, const fs::path& log);
+// Runs argv to completion (blocking); returns the exit status. With `timeout_s` > 0, a process
+// still running after that long has its process group killed, and the result is an error that
+// says so (a stalled network must not hang the caller for ever).
+[[nodiscard]] Result<int> run_process(const std::vector<std::string>& argv, const fs::path& log,
+                                      double timeout_s = 0);
 
 // Kills the process group of `pid` and reaps it.
 void kill_and_reap(pid_t pid);

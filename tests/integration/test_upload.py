@@ -30,7 +30,7 @@ class UploadTest(TuneTest):
             seed: 11
             max_concurrent_trials: 2
             checkpoint_config: {{num_to_keep: 1}}
-            sync_config: {{upload_dir: "{upload_dir}", sync_period: 0.5{syncer_line}}}
+            sync_config: {{upload_dir: "{upload_dir}", sync_period: 0.5, sync_timeout: 60{syncer_line}}}
             """)
 
     def interrupt_midway(self):
@@ -50,7 +50,9 @@ class UploadTest(TuneTest):
         mirrored = json.loads(self.read_mirror_state())
         self.assertEqual(mirrored["phase"], "interrupted")
         shutil.rmtree(self.exp_dir("up"))
-        p = self.tune("run", "up.yaml", "--resume=auto", check=0, timeout=300)
+        # aws s3 sync is known to hang now and then (aws-cli#6164): a stalled download or
+        # mirror is killed at sync_timeout (60 s here) and tried again, so this ends in time.
+        p = self.tune("run", "up.yaml", "--resume=auto", check=0, timeout=480)
         self.assertIn("downloading experiment 'up'", p.stderr)
         trials = self.trials("up")
         self.assertEqual(len(trials), 4)
@@ -146,6 +148,63 @@ class UploadTest(TuneTest):
         self.assertTrue(os.path.exists(marker))
         with open(os.path.join(mirror, "up", "experiment_state.json")) as f:
             self.assertEqual(json.load(f)["phase"], "finished")  # a later mirror went through
+
+    def hang_when(self, condition, times=1):
+        """A file:// syncer whose first `times` calls for which `condition` (Python, over src
+        and dst) holds hang; every other call copies the tree."""
+        self.write("hang_when.py", f"""
+            import json, os, shutil, sys, time
+            strip = lambda p: p[len("file://"):] if p.startswith("file://") else p
+            src, dst, marker = strip(sys.argv[1]), strip(sys.argv[2]), sys.argv[3]
+            if ({condition}) and not os.path.exists(marker + ".{times}"):
+                n = 1
+                while os.path.exists(marker + ".%d" % n):
+                    n += 1
+                open(marker + ".%d" % n, "w").close()
+                time.sleep(120)
+            shutil.copytree(src, dst, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("stdin.fifo", "lock"))
+            """)
+        marker = os.path.join(self.dir, "hung")
+        self.write("up.yaml", f"""
+            trial: {{command: ["{PY}", "{TRIAL}"]}}
+            param_space: {{x: 1.0, steps: 4, sleep: 0.05}}
+            sync_config:
+              upload_dir: "file://{os.path.join(self.dir, 'mirror')}"
+              upload_syncer: "{PY} hang_when.py {{source}} {{target}} {marker}"
+              sync_period: 0.5
+              sync_timeout: 1
+            """)
+        return marker + ".1"
+
+    def mirrored_phase(self):
+        with open(os.path.join(self.dir, "mirror", "up", "experiment_state.json")) as f:
+            return json.load(f)["phase"]
+
+    def test_a_last_mirror_that_hangs_is_killed_and_tried_again(self):
+        # Two calls with the final state hang: a mirror started before the last one may be the
+        # first, so the last mirror itself hangs at least once and is tried again.
+        marker = self.hang_when(
+            "json.load(open(os.path.join(src, 'experiment_state.json')))['phase'] == 'finished'",
+            times=2)
+        p = self.tune("run", "up.yaml", check=0, timeout=100)
+        self.assertTrue(os.path.exists(marker[:-2] + ".2"), p.stderr)
+        self.assertIn("trying again (2 of 3)", p.stderr)
+        self.assertEqual(self.mirrored_phase(), "finished")
+
+    def test_a_download_that_hangs_is_killed_and_tried_again(self):
+        marker = self.hang_when("src.startswith(%r)" % os.path.join(self.dir, "mirror"))
+        self.tune("run", "up.yaml", check=0, timeout=100)
+        self.assertFalse(os.path.exists(marker))
+        shutil.rmtree(self.exp_dir("up"))
+        started = time.time()
+        p = self.tune("run", "up.yaml", "--resume=auto", check=0, timeout=100)
+        self.assertLess(time.time() - started, 60)
+        self.assertTrue(os.path.exists(marker))  # the download's first call hung
+        self.assertIn("download from file://", p.stderr)
+        self.assertIn("ran longer than 1 s: killed (sync_config.sync_timeout); trying again "
+                      "(2 of 3)", p.stderr)
+        self.assertTrue(all(t["status"] == "TERMINATED" for t in self.trials("up")))
 
     def test_a_sync_timeout_that_is_not_positive_is_refused(self):
         self.write("up.yaml", """
