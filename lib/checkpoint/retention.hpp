@@ -1,4 +1,4 @@
-// Keep-N-best checkpoint retention (SPEC §5).
+// Keep-N-best checkpoint retention.
 #pragma once
 
 #include <optional>

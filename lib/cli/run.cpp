@@ -186,7 +186,7 @@ int RunCommand::execute() {
     has_state = true;
   }
 
-  // No local state but an upload_dir: the mirror may hold the experiment (SPEC §1, §7). A
+  // No local state but an upload_dir: the mirror may hold the experiment. A
   // fresh start would mirror over it (with --delete), so it is never done blindly.
   if (!has_state && mirrored) try {
       find_mirrored_state(exp, dir, has_state);
@@ -198,7 +198,7 @@ int RunCommand::execute() {
     throw Fatal("--resume=" + resume_ + ": no experiment state in '" + dir.string() +
                 "' or its upload_dir to resume");
 
-  // The spec as run, to refuse a resume under a different one (SPEC §4).
+  // The spec as run, to refuse a resume under a different one.
   fs::path spec_file = dir / ".tune" / "spec.json";
   std::vector<std::string> changed;
   if (has_state) {

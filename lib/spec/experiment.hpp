@@ -1,4 +1,4 @@
-// The validated experiment specification (SPEC §2), as parsed from an experiment YAML.
+// The validated experiment specification, as parsed from an experiment YAML.
 #pragma once
 
 #include <filesystem>

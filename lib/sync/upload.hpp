@@ -1,4 +1,4 @@
-// upload_dir (SPEC §7): the experiment dir mirrored to s3:// (aws s3 sync), gs:// (gsutil
+// upload_dir: the experiment dir mirrored to s3:// (aws s3 sync), gs:// (gsutil
 // rsync), file:// (rsync) or a custom "CMD {source} {target}" template, as <upload_dir>/<name>.
 //
 // A mirror runs in two steps: the tree without experiment_state.json (--delete, so pruned

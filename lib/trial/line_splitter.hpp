@@ -1,4 +1,4 @@
-// Splits a byte stream into lines, with a cap on line length (SPEC §3: 16 MiB).
+// Splits a byte stream into lines, with a cap on line length (16 MiB).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// One line of a trial's stdout, as the driver reads it: untrusted bytes (SPEC §3).
+// One line of a trial's stdout, as the driver reads it: untrusted bytes.
 #pragma once
 
 #include <cstdint>

@@ -14,7 +14,7 @@ namespace tune::trial {
 
 using json = nlohmann::json;
 
-// Ray Tune's trial statuses (SPEC §1).
+// Ray Tune's trial statuses.
 enum class Status { kPending, kRunning, kPaused, kTerminated, kError };
 
 [[nodiscard]] const char* status_name(Status s);

@@ -26,7 +26,7 @@ template <typename... Args>
   return std::unexpected(Error{std::move(s)});
 }
 
-// Process exit codes of the `tune` command (SPEC §1).
+// Process exit codes of the `tune` command.
 enum ExitCode : int {
   kExitOk = 0,
   kExitTrialError = 1,

@@ -1,5 +1,5 @@
 """Crash the driver with SIGKILL at seeded random instants and resume it each time: the
-experiment must end exactly as an uninterrupted run of the same seed (SPEC §4, §6)."""
+experiment must end exactly as an uninterrupted run of the same seed."""
 import json
 import os
 import random

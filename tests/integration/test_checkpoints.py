@@ -1,4 +1,4 @@
-"""Checkpoints end to end (SPEC §5): retention on disk, `tune checkpoints best`, hostile paths."""
+"""Checkpoints end to end: retention on disk, `tune checkpoints best`, hostile paths."""
 import json
 import os
 import unittest

@@ -1,4 +1,4 @@
-"""A driver killed with SIGKILL while its trials run (SPEC §6): the next `--resume=auto`
+"""A driver killed with SIGKILL while its trials run: the next `--resume=auto`
 re-attaches to the trials still running (same process, same attempt) and finishes the ones that
 ended meanwhile from their output and exit status; no result is lost or recorded twice."""
 import json

@@ -1,4 +1,4 @@
-"""upload_dir (SPEC §7): the experiment mirrored to file:// and to a real S3-compatible server
+"""upload_dir: the experiment mirrored to file:// and to a real S3-compatible server
 (s3rver, started by scripts/s3-server.sh, driven through Debian's awscli); a run interrupted,
 its local dir deleted, and `--resume=auto` restoring it from the mirror and finishing."""
 import json

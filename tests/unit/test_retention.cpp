@@ -1,4 +1,4 @@
-// Keep-N-best retention (SPEC §5) as a pure function.
+// Keep-N-best retention as a pure function.
 #include <catch2/catch.hpp>
 #include <cmath>
 
