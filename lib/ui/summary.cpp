@@ -80,7 +80,21 @@ std::optional<double> eta_seconds(const state::ExperimentState& s, const spec::E
       done += finished(t) ? *bound : std::min(*bound, static_cast<double>(t.iteration));
     work = static_cast<double>(s.total_trials) * *bound;
   } else {
-    for (const auto& t : s.trials) done += finished(t) ? 1 : 0;
+    // No bound: a finished trial is one unit of work, and an unfinished one counts the share
+    // of a finished trial's typical length it has run (at most 95%), so the ETA shrinks while
+    // trials run instead of growing until the next one ends.
+    double finished_iterations = 0, finished_trials = 0;
+    for (const auto& t : s.trials)
+      if (finished(t)) {
+        done += 1;
+        finished_trials += 1;
+        finished_iterations += static_cast<double>(t.iteration);
+      }
+    if (finished_iterations > 0) {
+      double typical = finished_iterations / finished_trials;
+      for (const auto& t : s.trials)
+        if (!finished(t)) done += std::min(0.95, static_cast<double>(t.iteration) / typical);
+    }
     work = static_cast<double>(s.total_trials);
   }
   if (done >= work) return 0.0;

@@ -259,10 +259,15 @@ TEST_CASE("ETA from an iteration bound or trials finished, capped by the budget"
   auto eta = ui::eta_seconds(s, e, 100);
   REQUIRE(eta);
   CHECK(*eta == Approx((80.0 - 37.0) * 100.0 / 37.0));
-  // No iteration bound: three of eight trials finished in 100 s.
+  // No iteration bound: three of eight trials finished in 100 s (10 iterations each), and the
+  // two running ones are 3/10 and 4/10 of the way: 3.7 of 8 trials done.
   auto free = experiment(d, "");
   free.stop.clear();
-  CHECK(*ui::eta_seconds(s, free, 100) == Approx(5.0 * 100.0 / 3.0));
+  CHECK(*ui::eta_seconds(s, free, 100) == Approx((8.0 - 3.7) * 100.0 / 3.7));
+  // A running trial's progress shrinks the ETA, and one past the typical length counts 95%.
+  s.trials[0].iteration = 30;
+  CHECK(*ui::eta_seconds(s, free, 100) == Approx((8.0 - 4.35) * 100.0 / 4.35));
+  s.trials[0].iteration = 3;
   // A scheduler's max_t bounds it too (the smaller of the two wins).
   free.scheduler.kind = spec::SchedulerKind::kAsha;
   free.scheduler.max_t = 5;
