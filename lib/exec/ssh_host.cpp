@@ -85,11 +85,15 @@ std::vector<std::string> SshHost::ssh_options() const {
 
 namespace {
 // One word of rsync's -e command: rsync splits it at spaces and honours single and double
-// quotes (no backslashes).
+// quotes (no backslashes); inside quotes, the quote doubled stands for itself.
 std::string rsync_e_word(const std::string& w) {
   if (w.find_first_of(" \t'\"") == std::string::npos) return w;
-  if (w.find('\'') == std::string::npos) return "'" + w + "'";
-  return "\"" + w + "\"";
+  std::string out = "'";
+  for (char c : w) {
+    out += c;
+    if (c == '\'') out += '\'';
+  }
+  return out + "'";
 }
 }  // namespace
 
