@@ -378,6 +378,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         (sched_->may_resume(t.id) ? pending_ : paused_).insert(t.index);
       }
     }
+    order_catch_up();
     end_strays();
     fetch_all_remote_only();
   } else {
@@ -434,10 +435,14 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     woke = ex_.now();
     longest_overrun_ = std::max(longest_overrun_, woke - slept_from - timeout);
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
-    for (auto& ev : events) dispatch(ev);
+    for (auto& ev : events) dispatch_in_order(ev);
     note_job_ids();
     poll_searcher();
     on_file_jobs_done();
+    if (!catch_up_.empty()) {  // (an exit that waited for checkpoint copies may be in now)
+      advance_catch_up();
+      if (!catch_up_.empty() && ex_.now() >= catch_up_deadline_) release_catch_up();
+    }
     now = ex_.now();
     flush_result_logs(now);
     if (now >= next_lease_) {

@@ -165,6 +165,17 @@ class Controller : private sched::Population {
   // Resume: asks every host which attempts run there, and ends those no trial expects (an
   // attempt re-queued elsewhere while its host was unreachable, say), before anything starts.
   void end_strays();
+  // Resume: the output read again of re-attached attempts reaches the scheduler in the order
+  // the crashed driver saw it, whatever order the executor delivers it in: attempt by attempt
+  // in launch order, an attempt that had ended (its output, then its exit) before any later
+  // one's. Events of later attempts are held meanwhile (dispatch_in_order), and let go as each
+  // earlier attempt exits (advance_catch_up); an attempt still running holds nothing back.
+  void order_catch_up();
+  void dispatch_in_order(exec::Event& ev);
+  void advance_catch_up();
+  // Lets go of everything held (after kCatchUpLimit s: an ended attempt's exit never came).
+  void release_catch_up();
+  static constexpr double kCatchUpLimit = 60;
   // A new trial with the searcher's config; nullptr if the searcher has none yet (or no more).
   trial::Trial* new_trial();
   // The searcher side of a loop turn: answers collected, a failure turned into a stop.
@@ -330,6 +341,12 @@ class Controller : private sched::Population {
   bool told_no_more_ = false;
   // Resume: decisions journalled after the last state write, by trial (resume_running).
   std::map<std::string, state::JournalledDecision> journalled_;
+  // Resume: re-attached attempts whose output read again is still to be dispatched in order,
+  // front first (resume.cpp); those found ended; events of the others held meanwhile.
+  std::deque<std::string> catch_up_;
+  std::set<std::string> caught_ended_;
+  std::map<std::string, std::vector<exec::Event>> held_;
+  double catch_up_deadline_ = 0;
   std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head

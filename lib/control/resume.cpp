@@ -26,6 +26,10 @@ void Controller::resume_running(trial::Trial& t) {
     set_pending(t);
     return;
   }
+  if (!step) {  // (step mode restarts what it finds: its output is not replayed)
+    catch_up_.push_back(t.id);
+    if (*found == exec::Attached::kEnded) caught_ended_.insert(t.id);
+  }
   // Its placement: the GPUs it holds, else the first that fits (it runs regardless).
   auto placement = pool_.acquire_exact(exp_.trial.resources, t.gpu_ids,
                                        pool_.find(l.host.empty() ? "local" : l.host).value_or(0));
@@ -47,6 +51,7 @@ void Controller::resume_running(trial::Trial& t) {
         t.reason = j->second.reason;
         t.cause = j->second.cause;
         t.decided_at = j->second.decided_at;
+        if (j->second.exploit.is_object()) t.pending_exploit = j->second.exploit;
       } else if (!step) {
         replay = j->second;
       }
@@ -95,6 +100,68 @@ void Controller::resume_running(trial::Trial& t) {
         "results are read again",
         t.name, replay->reason == trial::Reason::kPaused ? "paused" : "stopped", replay->iteration);
     rt.replay = std::move(replay);
+  }
+}
+
+void Controller::order_catch_up() {
+  // Launch order: when each attempt started (journalled or saved with its launch), then index.
+  std::sort(catch_up_.begin(), catch_up_.end(), [&](const std::string& a, const std::string& b) {
+    const trial::Trial &x = trial(a), &y = trial(b);
+    return std::pair(x.attempt_started, x.index) < std::pair(y.attempt_started, y.index);
+  });
+  catch_up_deadline_ = ex_.now() + kCatchUpLimit;
+  advance_catch_up();
+}
+
+namespace {
+const std::string* trial_of(const exec::Event& ev) {
+  if (const auto* o = std::get_if<exec::OutputEvent>(&ev)) return &o->trial_id;
+  if (const auto* x = std::get_if<exec::ExitEvent>(&ev)) return &x->trial_id;
+  return nullptr;
+}
+}  // namespace
+
+void Controller::dispatch_in_order(exec::Event& ev) {
+  const std::string* id = catch_up_.empty() ? nullptr : trial_of(ev);
+  if (id && *id != catch_up_.front() &&
+      std::find(catch_up_.begin(), catch_up_.end(), *id) != catch_up_.end()) {
+    held_[*id].push_back(std::move(ev));  // launched after the front: it waits for its turn
+    return;
+  }
+  dispatch(ev);
+  if (!catch_up_.empty()) advance_catch_up();
+}
+
+void Controller::advance_catch_up() {
+  while (!catch_up_.empty()) {
+    const std::string front = catch_up_.front();
+    if (auto h = held_.find(front); h != held_.end()) {
+      std::vector<exec::Event> events = std::move(h->second);
+      held_.erase(h);
+      for (auto& ev : events) dispatch(ev);
+    }
+    // An attempt that had ended holds the later ones back until its exit is handled (and any
+    // checkpoint copies it waited for); one still running gives no order to keep.
+    if (caught_ended_.count(front) && running_.count(front)) return;
+    catch_up_.pop_front();
+    caught_ended_.erase(front);
+  }
+}
+
+void Controller::release_catch_up() {
+  spdlog::warn(
+      "trial {}: its exit after a resume did not come within {:.0f} s: the output of {} later "
+      "attempt(s) is handled without waiting for it",
+      trial(catch_up_.front()).name, kCatchUpLimit, catch_up_.size() - 1);
+  caught_ended_.clear();
+  while (!catch_up_.empty()) {
+    std::string id = catch_up_.front();
+    catch_up_.pop_front();
+    if (auto h = held_.find(id); h != held_.end()) {
+      std::vector<exec::Event> events = std::move(h->second);
+      held_.erase(h);
+      for (auto& ev : events) dispatch(ev);
+    }
   }
 }
 

@@ -72,7 +72,10 @@ void Controller::act_on_decision(trial::Trial& t, Runtime& rt) {
 }
 
 state::JournalledDecision Controller::journalled(const trial::Trial& t) const {
-  return {t.id, t.attempt, t.reason, t.cause, t.decided_at, t.iteration};
+  state::JournalledDecision d{t.id, t.attempt, t.reason, t.cause, t.decided_at, t.iteration, {}};
+  if (t.reason == trial::Reason::kPaused && t.pending_exploit.is_object())
+    d.exploit = t.pending_exploit;  // replayed as decided: same donor, checkpoint and config
+  return d;
 }
 
 void Controller::stop_decided(trial::Trial& t, Runtime& rt) {
@@ -91,13 +94,33 @@ void Controller::stop_decided(trial::Trial& t, Runtime& rt) {
 void Controller::replay_decision(trial::Trial& t, Runtime& rt, json& result) {
   if (!rt.replay || t.iteration < rt.replay->iteration) return;
   state::JournalledDecision d = *std::exchange(rt.replay, std::nullopt);
+  // What was decided before the crash is carried out exactly, whatever the scheduler (restored
+  // from an older state) decided this time: the same action, and for an exploit the same donor,
+  // donor checkpoint and new config. A pause is not an exploit, nor an exploit another one.
   bool pause = d.reason == trial::Reason::kPaused;
-  sched::Action a = rt.decision.action;
-  if (pause ? a == sched::Action::kPause || a == sched::Action::kExploit
-            : a == sched::Action::kStop)
-    return;  // decided alike again (the scheduler replayed the same results)
+  bool exploit = pause && d.exploit.is_object();
+  sched::Action was = !pause    ? sched::Action::kStop
+                      : exploit ? sched::Action::kExploit
+                                : sched::Action::kPause;
+  bool same = rt.decision.action == was &&
+              (!exploit || (t.pending_exploit.is_object() &&
+                            t.pending_exploit.value("donor", "") == d.exploit.value("donor", "") &&
+                            t.pending_exploit.value("donor_seq", int64_t{-1}) ==
+                                d.exploit.value("donor_seq", int64_t{-2}) &&
+                            t.pending_exploit["new_config"] == d.exploit["new_config"]));
+  // The journalled record stands even when decided alike (it keeps the first decision's time).
+  t.pending_exploit = exploit ? d.exploit : json(nullptr);
+  if (same) return;  // decided alike again (the scheduler saw the same results in order)
+  spdlog::warn(
+      "trial {}: the scheduler decided otherwise on results read again after a crash: "
+      "carrying out the decision taken before it",
+      t.name);
   rt.decision = sched::Decision::go();
-  rt.decision.action = pause ? sched::Action::kPause : sched::Action::kStop;
+  rt.decision.action = was;
+  if (exploit) {
+    rt.decision.donor = d.exploit.value("donor", "");
+    rt.decision.config = d.exploit.value("new_config", json::object());
+  }
   rt.decision.why = d.cause;
   rt.decision.at = d.decided_at;
   t.cause = d.cause;

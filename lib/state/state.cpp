@@ -375,6 +375,11 @@ void replay_decision(ExperimentState& s, const json& d) {
   out.cause = *cause;
   if (d.contains("decided_at") && d["decided_at"].is_number())
     out.decided_at = d["decided_at"].get<double>();
+  if (d.contains("exploit")) {
+    // An exploit's record must be whole: a pause that lost it would replay as a plain pause.
+    if (!d["exploit"].is_object() || *reason != trial::Reason::kPaused) return;
+    out.exploit = d["exploit"];
+  }
   bool current = false;
   for (const auto& t : s.trials)
     if (t.id == out.trial_id)
@@ -461,13 +466,14 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
 }
 
 Result<void> Journal::record_decision(const JournalledDecision& d) {
-  return append({{"decision",
-                  {{"trial_id", d.trial_id},
-                   {"attempt", d.attempt},
-                   {"reason", trial::reason_name(d.reason)},
-                   {"cause", trial::cause_name(d.cause)},
-                   {"decided_at", d.decided_at},
-                   {"iteration", d.iteration}}}});
+  json line = {{"trial_id", d.trial_id},
+               {"attempt", d.attempt},
+               {"reason", trial::reason_name(d.reason)},
+               {"cause", trial::cause_name(d.cause)},
+               {"decided_at", d.decided_at},
+               {"iteration", d.iteration}};
+  if (d.exploit.is_object()) line["exploit"] = d.exploit;
+  return append({{"decision", std::move(line)}});
 }
 
 Result<void> Journal::append(const json& line) {

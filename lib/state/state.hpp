@@ -24,7 +24,7 @@ inline constexpr const char* kSchedulerLog = ".tune/scheduler.log";
 // A stop or pause of a running function-mode attempt (a scheduler's decision, or `tune stop`),
 // journalled before the signal goes out and recorded in the state at its next write. A resume
 // after a crash in between carries it out: the attempt's results up to `iteration` are read
-// again and the decision is applied at that result (control/decisions.cpp).
+// again and exactly this decision is applied at that result (control/scheduling.cpp).
 struct JournalledDecision {
   std::string trial_id;
   int attempt = 0;
@@ -32,6 +32,9 @@ struct JournalledDecision {
   trial::Cause cause = trial::Cause::kNone;
   double decided_at = 0;  // the scheduler's time_attr value then
   int64_t iteration = 0;  // the trial's training_iteration when it was decided
+  // A pause that is a PBT exploit: the trial's pending_exploit as decided (donor, donor
+  // checkpoint, new config, ...); null otherwise.
+  nlohmann::json exploit;
 };
 
 struct ExperimentState {
