@@ -420,6 +420,18 @@ TEST_CASE(
   CHECK(dec->exploit["donor"] == first["donor"]);
   CHECK(dec->exploit["donor_checkpoint"] == first["donor_checkpoint"]);
   CHECK(dec->exploit["new_config"] == first["new_config"]);
+  bool plain_pause = false;
+  SECTION("replayed as journalled") {}
+  SECTION("a journalled pause is not taken for the exploit decided again") {
+    // (a line written later about the same attempt replaces the first)
+    plain_pause = true;
+    state::Journal journal;
+    REQUIRE(journal.open(e.dir()));
+    REQUIRE(journal.record_decision(
+        {crashed, 1, trial::Reason::kPaused, trial::Cause::kTurn, 3, 3, nullptr}));
+    s = state::load(e.dir());
+    REQUIRE(s);
+  }
 
   // All first attempts ended; the executor hands their output over latest first.
   FakeExecutor ex([&](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
@@ -434,5 +446,16 @@ TEST_CASE(
   control::Controller c(e, ex, opts());
   REQUIRE(c.run(std::move(*s)) == kExitOk);
   CHECK(ex.attaches.size() == static_cast<size_t>(last + 1));
-  CHECK(outcome(e) == straight);
+  if (!plain_pause) {
+    CHECK(outcome(e) == straight);
+    return;
+  }
+  // Paused at 3, as journalled: no exploit then, and its 4th result is its own q's.
+  for (const auto& l : policy_lines(e)) CHECK_FALSE((l["trial"] == crashed && l["at"] == 3));
+  auto rows = results_of(e, by_id(c.state(), crashed));
+  REQUIRE(rows.size() >= 4);
+  CHECK(rows[2]["decision"] == "paused by pbt at 3");
+  const double grid[] = {1, 0.5, 0.1, 0.2};
+  CHECK(rows[3]["loss"].get<double>() ==
+        Approx(rows[2]["loss"].get<double>() - grid[last]).margin(1e-9));
 }
