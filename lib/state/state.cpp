@@ -23,6 +23,15 @@ using json = nlohmann::json;
 
 namespace {
 
+// A pbt exploit decided and not carried out yet (a trial's pending_exploit, in the state or a
+// journal line): what carrying it out needs, with the right types.
+bool exploit_well_formed(const json& pe) {
+  return pe.is_object() && pe.contains("donor") && pe["donor"].is_string() &&
+         pe.contains("donor_seq") && pe["donor_seq"].is_number_integer() && pe.contains("n") &&
+         pe["n"].is_number_integer() && pe.contains("at") && pe["at"].is_number() &&
+         pe.contains("new_config") && pe["new_config"].is_object();
+}
+
 json trial_to_json(const trial::Trial& t) {
   json metrics = metrics_to_json(t);
   json ckpts = json::array();
@@ -241,14 +250,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
       t.exploited_at = r.get<double>(tj, "exploited_at", ctx);
       t.exploits = r.get<int>(tj, "exploits", ctx);
       t.pending_exploit = r.get<json>(tj, "pending_exploit", ctx);
-      const json& pe = t.pending_exploit;
-      bool well_formed =
-          pe.is_null() ||
-          (pe.is_object() && pe.contains("donor") && pe["donor"].is_string() &&
-           pe.contains("donor_seq") && pe["donor_seq"].is_number_integer() && pe.contains("n") &&
-           pe["n"].is_number_integer() && pe.contains("at") && pe["at"].is_number() &&
-           pe.contains("new_config") && pe["new_config"].is_object());
-      if (r.ok && !well_formed)
+      if (r.ok && !t.pending_exploit.is_null() && !exploit_well_formed(t.pending_exploit))
         return fail(where, ": ", ctx,
                     ": 'pending_exploit' needs donor, donor_seq, n, at and new_config");
     }
@@ -377,7 +379,7 @@ void replay_decision(ExperimentState& s, const json& d) {
     out.decided_at = d["decided_at"].get<double>();
   if (d.contains("exploit")) {
     // An exploit's record must be whole: a pause that lost it would replay as a plain pause.
-    if (!d["exploit"].is_object() || *reason != trial::Reason::kPaused) return;
+    if (!exploit_well_formed(d["exploit"]) || *reason != trial::Reason::kPaused) return;
     out.exploit = d["exploit"];
   }
   bool current = false;

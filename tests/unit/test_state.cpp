@@ -293,14 +293,17 @@ TEST_CASE(
   REQUIRE(back->decisions.size() == 1);
   CHECK(back->decisions[0].cause == trial::Cause::kExploit);
   CHECK(back->decisions[0].exploit == exploit);
-  // A pause without it is a plain pause; an exploit record that is not an object, or on a
-  // stop, drops the line (a later whole line about the trial still counts).
+  // A pause without it is a plain pause; an exploit record that is not whole (an object with
+  // donor, donor_seq, n, at and new_config), or one on a stop, drops the line (a later whole
+  // line about the trial still counts).
   {
     std::ofstream out(d.path / ".tune" / "state.journal", std::ios::app);
     out << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"paused","cause":"exploit","iteration":4,"exploit":"00000"}})"
         << "\n"
-        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"stopped","cause":"cutoff","iteration":4,"exploit":{}}})"
-        << "\n";
+        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"paused","cause":"exploit","iteration":4,"exploit":{"donor":5,"donor_seq":3,"n":1,"at":3,"new_config":{}}}})"
+        << "\n"
+        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"stopped","cause":"cutoff","iteration":4,"exploit":)"
+        << exploit.dump() << "}}\n";
   }
   back = state::load(d.path);
   REQUIRE(back);
