@@ -1,4 +1,5 @@
-// The controller's loop: launching, exits, stopping, state. Result handling is in results.cpp.
+// The controller's loop: the run, exits, stops, deadlines and the experiment dir. Launching is in
+// launching.cpp, results in results.cpp, state writes in state_writes.cpp, resume in resume.cpp.
 #include "control/controller.hpp"
 
 #include <spdlog/spdlog.h>
@@ -21,6 +22,7 @@
 namespace tune::control {
 
 using json = nlohmann::json;
+using exec::ExitReason;
 using trial::Status;
 
 namespace {
@@ -33,7 +35,7 @@ std::string describe_exit(const exec::ExitInfo& info) {
            (name ? std::string(" (SIG") + name + ")" : "");
   }
   if (info.exit_code) return "exit code " + std::to_string(*info.exit_code);
-  return info.reason;
+  return exec::exit_reason_name(info.reason);
 }
 
 }  // namespace
@@ -67,152 +69,6 @@ Controller::Controller(spec::Experiment exp, exec::Executor& executor, Controlle
 
 Controller::~Controller() = default;
 
-trial::Trial* Controller::new_trial() {
-  auto cfg = searcher_->suggest(state_.next_index);
-  if (cfg.kind == search::Suggestion::Kind::kFinished) {
-    spdlog::info("the searcher has no more configs: {} trial(s) in all", state_.next_index);
-    state_.total_trials = state_.next_index;
-    mark_dirty();
-    return nullptr;
-  }
-  if (cfg.kind == search::Suggestion::Kind::kWait) return nullptr;
-  trial::Trial t;
-  t.index = state_.next_index++;
-  char id[32];
-  std::snprintf(id, sizeof id, "%05llu", static_cast<unsigned long long>(t.index));
-  t.id = id;
-  t.name = trial::make_trial_name(t.id, cfg.varying);
-  t.config = std::move(cfg.config);
-  index_[t.id] = state_.trials.size();
-  state_.trials.push_back(std::move(t));
-  sched_->on_trial_add(state_.trials.back().id, state_.trials.back().index);
-  return &state_.trials.back();
-}
-
-void Controller::start_searcher() {
-  std::vector<search::KnownTrial> known;
-  for (const auto& t : state_.trials) {
-    search::KnownTrial k{t.id, t.config, t.finished(), {}};
-    if (k.finished)
-      k.completion = {t.id, t.config, t.status == Status::kError ? std::nullopt : value_of(t),
-                      t.last_result, t.status == Status::kError};
-    known.push_back(std::move(k));
-  }
-  if (auto r = searcher_->start(known); !r) throw Fatal(r.error(), kExitTrialError);
-}
-
-void Controller::load_warm_start() {
-  if (!exp_.search_alg.restore_from) return;
-  const fs::path& from = *exp_.search_alg.restore_from;
-  auto earlier = state::load(from);
-  if (!earlier) throw Fatal("search_alg.restore_from: " + earlier.error().message, kExitUsage);
-  size_t skipped = 0;
-  for (const auto& t : earlier->trials) {
-    if (!t.finished()) continue;
-    // Its config must fit this space: the searcher models this space only.
-    auto fits = search::config_from_answer(exp_.space, t.config);
-    if (!fits) {
-      ++skipped;
-      continue;
-    }
-    bool error = t.status == Status::kError;
-    warm_.push_back({"restored-" + t.id, fits->config, error ? std::nullopt : value_of(t),
-                     t.last_result, error});
-  }
-  if (skipped)
-    spdlog::warn(
-        "search_alg.restore_from: {} finished trial(s) of {} left out: their configs "
-        "do not fit this param_space",
-        skipped, from.string());
-}
-
-void Controller::warm_searcher() {
-  for (const auto& c : warm_) searcher_->on_complete(c);
-  if (!warm_.empty()) {
-    spdlog::info("search_alg.restore_from: the searcher was told {} finished trial(s) of {}",
-                 warm_.size(), exp_.search_alg.restore_from->string());
-    mark_dirty();
-  }
-  warm_.clear();
-}
-
-void Controller::poll_searcher() {
-  if (searcher_->poll()) mark_dirty();
-  if (searcher_failed_) return;
-  searcher_failed_ = searcher_->failure();
-  if (!searcher_failed_) return;
-  // Ends the run like a Ctrl-C (trials resume later), then exits 1 with this error.
-  spdlog::debug("{}", *searcher_failed_);
-  stopping_ = true;
-  stop_all(StopWhy::kUser, false);
-  mark_dirty();
-}
-
-std::vector<std::string> Controller::trial_argv(const trial::Trial& t) const {
-  std::vector<std::string> argv;
-  for (const auto& word : exp_.trial.command) {
-    std::string out;
-    for (size_t i = 0; i < word.size(); ++i) {
-      char c = word[i];
-      if ((c == '{' || c == '}') && i + 1 < word.size() && word[i + 1] == c) {
-        out.push_back(c);
-        ++i;
-      } else if (c == '{') {
-        size_t close = word.find('}', i);
-        const json* v =
-            search::lookup(t.config, std::string_view(word).substr(i + 1, close - i - 1));
-        out += v ? search::value_text(*v) : "";
-        i = close;
-      } else {
-        out.push_back(c);
-      }
-    }
-    argv.push_back(std::move(out));
-  }
-  return argv;
-}
-
-std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, const Placement& p,
-                                                         const std::string& restore) const {
-  const auto& host = pool_.hosts()[p.host];
-  // On an SSH host the trial gets the host's own environment (its login shell's), not ours.
-  auto env = host.remote ? std::map<std::string, std::string>{} : opts_.base_env;
-  for (const auto& [k, v] : exp_.trial.env) env[k] = v;
-  fs::path dir = host.remote ? fs::path(host.remote_exp_dir) / t.name : trial_dir(t);
-  env["TUNE_TRIAL_ID"] = t.id;
-  env["TUNE_TRIAL_NAME"] = t.name;
-  env["TUNE_TRIAL_DIR"] = dir.string();
-  env["TUNE_EXPERIMENT_NAME"] = exp_.name;
-  env["TUNE_CONFIG"] = t.config.dump(-1, ' ', false, json::error_handler_t::replace);
-  env["TUNE_CONFIG_FILE"] = (dir / "params.json").string();
-  // Where the helpers stage a checkpoint before naming it: inside the trial dir, so the driver
-  // takes it over with a rename (its .staged_checkpoint_* leftovers are cleaned on restart).
-  env["TUNE_CHECKPOINT_STAGING"] = dir.string();
-  env["TUNE_TRIAL_MODE"] = exp_.trial.mode == spec::TrialMode::kStep ? "step" : "function";
-  env["CUDA_VISIBLE_DEVICES"] = p.cuda_visible_devices();
-  if (restore.empty())
-    env.erase("TUNE_RESTORE_CHECKPOINT");
-  else
-    env["TUNE_RESTORE_CHECKPOINT"] = restore;
-  std::string helpers = host.remote ? host.remote_helpers_dir : opts_.python_helpers_dir;
-  if (!helpers.empty()) {
-    auto it = env.find("PYTHONPATH");
-    env["PYTHONPATH"] = helpers + (it != env.end() && !it->second.empty() ? ":" + it->second : "");
-  }
-  return env;
-}
-
-fs::path Controller::host_trial_dir(const trial::Trial& t, const Placement& p) const {
-  const auto& host = pool_.hosts()[p.host];
-  return host.remote ? fs::path(host.remote_exp_dir) / t.name : trial_dir(t);
-}
-
-std::string Controller::remote_host(const trial::Trial& t) const {
-  for (const auto& h : pool_.hosts())
-    if (h.remote && h.name == t.host) return h.name;
-  return "";
-}
-
 void Controller::note_job_ids() {
   for (auto& [id, job] : ex_.take_job_ids()) {
     auto it = index_.find(id);
@@ -222,331 +78,6 @@ void Controller::note_job_ids() {
     t.job_id = job;
     mark_dirty();
   }
-}
-
-void Controller::end_strays() {
-  std::unordered_map<std::string, const trial::Trial*> by_name;
-  for (const auto& t : state_.trials) by_name[t.name] = &t;
-  std::vector<exec::LiveAttempt> strays;
-  for (auto& a : ex_.live_attempts()) {
-    auto it = by_name.find(a.trial_name);
-    const trial::Trial* t = it == by_name.end() ? nullptr : it->second;
-    if (t && running_.count(t->id) && t->attempt == a.attempt && remote_host(*t) == a.host)
-      continue;  // the attempt this resume re-attached
-    spdlog::warn(
-        "{} attempt {} still runs on {} but is not the trial's current attempt{}: "
-        "stopping it before anything starts",
-        a.trial_name, a.attempt, a.host.empty() ? host_name_ : a.host,
-        t ? " (" + std::to_string(t->attempt) + ")" : std::string(" (unknown trial)"));
-    strays.push_back(std::move(a));
-  }
-  if (!strays.empty()) ex_.end_attempts(strays, opts_.grace_s);
-}
-
-std::vector<std::string> Controller::missing_on_head(const trial::Trial& t) const {
-  std::vector<std::string> missing;
-  if (remote_host(t).empty()) return missing;
-  fs::path dir = trial_dir(t);
-  std::error_code ec;
-  for (const auto& c : t.checkpoints)
-    if (!fs::is_directory(dir / c.dir_name(), ec)) missing.push_back(c.dir_name());
-  return missing;
-}
-
-void Controller::fetch_all_remote_only() {
-  std::vector<std::pair<trial::Trial*, std::vector<std::string>>> todo;
-  size_t total = 0, done = 0;
-  for (auto& t : state_.trials) {
-    if (running_.count(t.id)) continue;
-    auto missing = missing_on_head(t);
-    if (missing.empty()) continue;
-    total += missing.size();
-    todo.emplace_back(&t, std::move(missing));
-  }
-  for (auto& [t, missing] : todo) {
-    fetch_remote_only(*t, missing);
-    done += missing.size();
-    if (opts_.fetch_progress) opts_.fetch_progress(done, total);
-  }
-}
-
-void Controller::fetch_remote_only(trial::Trial& t, const std::vector<std::string>& missing) {
-  std::string host = remote_host(t);
-  fs::path dir = trial_dir(t);
-  spdlog::info("trial {}: bringing {} checkpoint(s) from {} that never reached the head", t.name,
-               missing.size(), host);
-  auto got = ex_.fetch_checkpoints(host, dir, missing);
-  for (const auto& name : got) spdlog::info("trial {}: {} brought from {}", t.name, name, host);
-}
-
-void Controller::prepare_restart(trial::Trial& t) {
-  fs::path dir = trial_dir(t);
-  // A trial that ran on an SSH host restarts from the newest checkpoint the head holds (its
-  // host may be gone); newer ones that never reached the head are forgotten.
-  if (!remote_host(t).empty()) {
-    std::error_code ec;
-    while (!t.checkpoints.empty() && !fs::is_directory(dir / t.checkpoints.back().dir_name(), ec)) {
-      spdlog::warn("trial {}: {} never reached the head: restarting from an earlier one", t.name,
-                   t.checkpoints.back().dir_name());
-      t.checkpoints.pop_back();
-    }
-  }
-  const trial::Checkpoint* c = t.latest_checkpoint();
-  int64_t keep = c ? c->iteration : 0;
-  std::vector<json> kept;
-  auto rows = trial::ResultLog::truncate_after(dir, keep, &kept);
-  if (!rows) spdlog::warn("trial {}: {}", t.name, rows.error().message);
-  t.iteration = t.restore_iteration = keep;
-  t.time_total_s = t.time_base = c ? c->time_total_s : 0;
-  // last/min/max cover the results kept, not the dropped ones.
-  if (rows) {
-    t.metrics.clear();
-    t.last_result = json::object();
-    for (auto& row : kept) {
-      t.track_metrics(row);
-      t.last_result = std::move(row);
-    }
-  }
-  reconcile_checkpoints(t, false, nullptr);
-}
-
-std::string Controller::host_of(const Placement& p) const {
-  return pool_.hosts()[p.host].name == "local" ? host_name_ : pool_.hosts()[p.host].name;
-}
-
-bool Controller::launch(trial::Trial& t, const Placement& p) {
-  fs::path dir = trial_dir(t);   // the executor makes it (off this loop where it can)
-  Runtime& rt = running_[t.id];  // a fresh runtime for this attempt
-  rt.placement = p;
-  rt.time_base = t.time_base;
-  // A retried or resumed trial starts from its latest checkpoint (prepare_restart dropped the
-  // results after it).
-  std::string restore;
-  if (const trial::Checkpoint* c = t.latest_checkpoint(); c && t.attempt > 1) {
-    const auto& host = pool_.hosts()[p.host];
-    restore =
-        ((host.remote ? fs::path(host.remote_exp_dir) / t.name : dir) / c->dir_name()).string();
-    rt.last_checkpoint_iteration = c->iteration;
-  } else if (!c && opts_.warm_start) {  // trial.restore_from: a warm start
-    restore = pool_.hosts()[p.host].remote ? exp_.trial.restore_from->string()
-                                           : opts_.warm_start->string();
-  }
-  t.status = Status::kRunning;
-  t.reason = trial::Reason::kNone;
-  t.host = host_of(p);
-  t.error.clear();
-
-  exec::Launch l;
-  l.trial_id = t.id;
-  l.attempt = t.attempt;
-  l.trial_dir = dir;
-  l.cwd = exp_.trial.workdir;
-  if (pool_.hosts()[p.host].remote) l.host = pool_.hosts()[p.host].name;
-  l.argv = trial_argv(t);
-  l.env = trial_env(t, p, restore);
-  l.stdout_offset = t.stdout_offset;
-  l.stdin_fifo = exp_.trial.mode == spec::TrialMode::kStep;
-  if (t.attempt == 1) l.params_json = t.config.dump(2) + "\n";
-  rt.started = rt.last_result_at = ex_.now();
-  spdlog::info("trial {} attempt {}: starting{}", t.name, t.attempt,
-               restore.empty() ? "" : " from " + fs::path(restore).filename().string());
-  if (auto r = ex_.start(l); !r) {
-    running_.erase(t.id);
-    pool_.release(p);
-    finish(t, Status::kError, r.error().message);
-    return false;
-  }
-  notify(TrialEvent::kStart, t);
-  if (exp_.trial.mode == spec::TrialMode::kStep) step_send(t, running_.at(t.id), StepOp::kStep);
-  return true;
-}
-
-void Controller::launch_ready() {
-  if (stopping_) return;
-  if (last_write_failed_ && ex_.now() < next_state_write_) return;
-  size_t limit =
-      exp_.max_concurrent_trials ? static_cast<size_t>(*exp_.max_concurrent_trials) : SIZE_MAX;
-  if (exp_.search_alg.max_concurrent)  // the searcher's own limit (Ray's ConcurrencyLimiter)
-    limit = std::min(limit, static_cast<size_t>(*exp_.search_alg.max_concurrent));
-  // Restarts (retries, resumed trials) are prepared first and started after one full state
-  // write: their truncated results and restore point must be on disk before they run. They are
-  // held by index: new_trial() below may grow state_.trials and move every Trial.
-  std::vector<std::pair<size_t, Placement>> restarts;
-  // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
-  while (running_.size() + restarts.size() < limit) {
-    std::optional<size_t> ready = next_pending(ex_.now());
-    if (!ready && state_.next_index >= state_.total_trials) break;
-    auto placement = pool_.acquire(exp_.trial.resources);
-    if (!placement) break;
-    size_t at = 0;
-    if (ready) {
-      at = *ready;
-      pending_.erase(at);
-      retry_at_.erase(at);
-    } else {
-      trial::Trial* t = new_trial();
-      if (!t) {
-        pool_.release(*placement);
-        break;
-      }
-      at = t->index;
-    }
-    trial::Trial& next = state_.trials[at];
-    next.gpu_ids = placement->gpu_ids;
-    // Where it runs is written ahead with the rest (journal line or state), so that a resume
-    // after a crash at any instant looks for the attempt on the right host.
-    next.host = host_of(*placement);
-    next.attempt_started = ex_.wall_time();
-    if (next.attempt > 0) {
-      if (!next.pending_exploit.is_null()) carry_out_exploit(next);
-      prepare_restart(next);
-      next.attempt += 1;
-      next.status = Status::kRunning;
-      next.job_id.clear();
-      next.stdout_offset = util::file_size_or_zero(trial_dir(next) / "stdout.log");
-      restarts.emplace_back(at, *placement);
-      continue;
-    }
-    if (!start_first_attempt(next, *placement)) break;
-  }
-  maybe_no_more_trials();
-  if (restarts.empty()) return;
-  mark_dirty();
-  if (!maybe_save_state(true, false)) {
-    for (auto& [at, p] : restarts) {
-      trial::Trial& t = state_.trials[at];
-      spdlog::error("trial {} not restarted: its state could not be saved", t.name);
-      t.attempt -= 1;
-      set_pending(t);
-      pool_.release(p);
-    }
-    return;
-  }
-  for (auto& [at, p] : restarts) launch(state_.trials[at], p);
-  mark_dirty();
-}
-
-bool Controller::start_first_attempt(trial::Trial& next, const Placement& placement) {
-  // Write-ahead for a first attempt: one journal line rather than a rewrite of the whole
-  // state (SPEC §4). If it cannot be written, nothing starts.
-  next.attempt = 1;
-  next.status = Status::kRunning;
-  next.job_id.clear();
-  next.iteration = next.restore_iteration = 0;
-  next.time_total_s = next.time_base = 0;
-  next.stdout_offset = util::file_size_or_zero(trial_dir(next) / "stdout.log");
-  if (next.stdout_offset > 0) {
-    // Output of a launch the state does not know (its journal line was lost, e.g. a state
-    // downloaded from upload_dir): nothing of it counts.
-    next.checkpoint_seq = 0;
-    next.checkpoints.clear();
-    prepare_restart(next);
-  }
-  if (auto r = journal_.record_launch(next); !r) {
-    spdlog::error("cannot record the launch of {}: {} (not started)", next.name, r.error().message);
-    next.attempt = 0;
-    set_pending(next);
-    pool_.release(placement);
-    last_write_failed_ = true;
-    next_state_write_ = ex_.now() + 1;
-    return false;
-  }
-  launch(next, placement);
-  mark_dirty();
-  return true;
-}
-
-std::optional<size_t> Controller::next_pending(double now) const {
-  // The lowest priority first (the scheduler's; 0 for most), then the oldest.
-  std::optional<size_t> best;
-  double best_p = 0;
-  for (uint64_t at : pending_) {
-    auto it = retry_at_.find(at);
-    if (it != retry_at_.end() && it->second > now) continue;
-    if (exploit_waits(state_.trials[at])) continue;  // pbt: its donor's save is on its way
-    double p = sched_->priority(state_.trials[at].id);
-    if (!best || p < best_p) best = at, best_p = p;
-  }
-  // A trial not created yet has advanced least of all (pbt ranks waiting trials so).
-  if (best_p > 0 && state_.next_index < state_.total_trials && !stopping_) return std::nullopt;
-  return best;
-}
-
-void Controller::resume_running(trial::Trial& t) {
-  fs::path dir = trial_dir(t);
-  bool step = exp_.trial.mode == spec::TrialMode::kStep;
-  exec::Launch l;
-  l.trial_id = t.id;
-  l.attempt = t.attempt;
-  l.trial_dir = dir;
-  l.cwd = exp_.trial.workdir;
-  l.host = remote_host(t);
-  l.stdout_offset = t.stdout_offset;
-  l.stdin_fifo = step;
-  l.job_id = t.job_id;
-  auto found = ex_.attach(l);
-  if (!found) spdlog::warn("trial {}: {}", t.name, found.error().message);
-  if (!found || *found == exec::Attached::kGone) {
-    spdlog::info("trial {} attempt {}: not running any more; it restarts", t.name, t.attempt);
-    set_pending(t);
-    return;
-  }
-  // Its placement: the GPUs it holds, else the first that fits (it runs regardless).
-  auto placement = pool_.acquire_exact(exp_.trial.resources, t.gpu_ids,
-                                       pool_.find(l.host.empty() ? "local" : l.host).value_or(0));
-  Runtime& rt = running_[t.id];
-  rt.placement = placement;
-  double now = ex_.now();
-  rt.started = now - std::max(0.0, ex_.wall_time() - t.attempt_started);
-  rt.last_result_at = now;
-  rt.time_base = t.time_base;
-  rt.iterations_since_restore = t.iteration - t.restore_iteration;
-  if (const auto* c = t.latest_checkpoint()) rt.last_checkpoint_iteration = c->iteration;
-  // A scheduler's stop or pause was on its way when the driver died (saved before it was sent):
-  // it is carried out now.
-  StopWhy decided = t.reason == trial::Reason::kStopped  ? StopWhy::kScheduler
-                    : t.reason == trial::Reason::kPaused ? StopWhy::kPause
-                                                         : StopWhy::kNone;
-  if (decided != StopWhy::kNone) {
-    spdlog::info("trial {} attempt {}: found {}; {} as decided before the driver stopped", t.name,
-                 t.attempt, *found == exec::Attached::kRunning ? "running" : "ended",
-                 decided == StopWhy::kPause ? "pausing it" : "stopping it");
-    rt.stop_why = decided;
-    if (*found == exec::Attached::kRunning) {
-      ex_.stop(t.id, false);
-      rt.term_sent = true;
-    }
-    if (!step) {
-      if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
-    }
-    return;
-  }
-  if (step) {
-    // Which command it was answering is unknown: stop it, then restart from its checkpoint.
-    spdlog::info("trial {} attempt {}: found {}; step mode: stopping it to restart it", t.name,
-                 t.attempt, *found == exec::Attached::kRunning ? "running" : "ended");
-    rt.stop_why = StopWhy::kResync;
-    if (*found == exec::Attached::kRunning) {
-      ex_.stop(t.id, false);
-      rt.term_sent = true;
-    }
-    return;
-  }
-  // Results recorded after the last state write are read again from the saved offset: drop
-  // them from result.json first so that none is recorded twice.
-  if (auto r = trial::ResultLog::truncate_after(dir, t.iteration); !r)
-    spdlog::warn("trial {}: {}", t.name, r.error().message);
-  reconcile_checkpoints(t, true, &rt);
-  if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
-  spdlog::info("trial {} attempt {}: re-attached ({}), reading from byte {}", t.name, t.attempt,
-               *found == exec::Attached::kRunning ? "running" : "ended meanwhile", t.stdout_offset);
-}
-
-void Controller::set_pending(trial::Trial& t) {
-  t.status = Status::kPending;
-  // index == position in state_.trials: trials are created in index order and never removed
-  pending_.insert(t.index);
-  mark_dirty();
 }
 
 void Controller::request_stop(trial::Trial& t, Runtime& rt, StopWhy why) {
@@ -663,7 +194,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
   // driver_stop without a stop of ours: an earlier driver's, or `tune stop`'s.
   bool by_supervisor =
-      info.reason == "orphaned" || info.reason == "host_lost" || info.reason == "driver_stop";
+      info.reason == ExitReason::kOrphaned || info.reason == ExitReason::kHostLost ||
+      info.reason == ExitReason::kPreempted || info.reason == ExitReason::kDriverStop;
   bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
                     why == StopWhy::kBudget || why == StopWhy::kScheduler ||
                     (why == StopWhy::kNone && clean && !by_supervisor);
@@ -693,9 +225,10 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   if (interrupted) {
-    if (info.reason == "orphaned" || info.reason == "host_lost")
+    if (info.reason == ExitReason::kOrphaned || info.reason == ExitReason::kHostLost ||
+        info.reason == ExitReason::kPreempted)
       spdlog::warn("trial {}: {}; it resumes from its latest checkpoint", t.name,
-                   info.reason == "orphaned"
+                   info.reason == ExitReason::kOrphaned
                        ? "its supervisor stopped it while the driver was silent (stopped or "
                          "suspended past orphan_timeout_s)"
                        : info.error);
@@ -703,7 +236,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   std::string why_text = describe_exit(info);
-  if (info.reason != "exec_failed") {
+  if (info.reason != ExitReason::kExecFailed) {
     std::string tail = util::last_line(trial_dir(t) / "stderr.log");
     if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos &&
         !exec::is_attempt_marker(tail))  // the attempt wrote nothing there
@@ -711,7 +244,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
   t.failures += 1;
   int max = exp_.failure.max_failures;
-  bool retry = info.reason != "exec_failed" && !stopping_ && (max < 0 || t.failures <= max);
+  bool retry =
+      info.reason != ExitReason::kExecFailed && !stopping_ && (max < 0 || t.failures <= max);
   if (retry) {
     schedule_retry(t, why_text);
     return;
@@ -757,59 +291,6 @@ void Controller::schedule_retry(trial::Trial& t, const std::string& why_text) {
   retry_at_[t.index] = ex_.now() + delay;
   t.error = why_text;
   mark_dirty();
-}
-
-void Controller::flush_result_logs(double now) {
-  for (auto& [id, rt] : running_) {
-    if (auto r = rt.log.flush(); !r && now >= rt.next_write_warning) {
-      spdlog::warn("trial {}: {} (retrying; logged at most every 30 s)", trial(id).name,
-                   r.error().message);
-      rt.next_write_warning = now + 30;
-    }
-  }
-}
-
-bool Controller::maybe_save_state(bool force, bool durable) {
-  double now = ex_.now();
-  if (!force && (!state_dirty_ || now < next_state_write_)) return true;
-  // Rows first: a state that counts an iteration whose row is still in a buffer would, after a
-  // crash, resume with that row missing from result.json.
-  flush_result_logs(now);
-  state_.elapsed_s = elapsed_before_ + (now - run_started_);
-  // Checkpoints are deleted right after this write: it must survive a power loss too, or an
-  // older state could name them.
-  durable = durable || !pending_deletions_.empty();
-  append_scheduler_log(durable);  // first: the state then counts what the log holds
-  state_.scheduler = sched_->save();
-  searcher_->prepare_save();  // a snapshot for a later write: this one names the last acked
-  state_.search_alg = searcher_->save();
-  double t0 = ex_.now();
-  auto r = writer_.save(exp_.dir(), state_, durable);
-  double cost = ex_.now() - t0;
-  last_write_cost_ = cost;
-  if (!r) {
-    check_experiment_dir(now);
-    if (lost_) return false;  // said once, by check_experiment_dir
-    // Said at once, then at most every 30 s while it lasts (a full disk stays full for a while).
-    if (!last_write_failed_ || now >= next_write_error_ || force)
-      spdlog::error("cannot save experiment state: {} (the previous state is intact{})",
-                    r.error().message, last_write_failed_ ? "; still failing" : "");
-    if (!last_write_failed_ || now >= next_write_error_) next_write_error_ = now + 30;
-    next_state_write_ = now + 1;
-    last_write_failed_ = true;
-    return false;
-  }
-  if (last_write_failed_) spdlog::warn("experiment state saved again");
-  state_dirty_ = false;
-  last_write_failed_ = false;
-  searcher_->state_written();
-  if (auto j = journal_.reset(); !j) spdlog::warn("{}", j.error().message);
-  // At most ~5% of wall time goes to state writes, unless a fixed period is set.
-  double period = opts_.state_period_s ? *opts_.state_period_s : std::max(0.5, 20 * cost);
-  next_state_write_ = now + period;
-  run_deletions();
-  if (opts_.uploader) opts_.uploader->request(false);
-  return true;
 }
 
 void Controller::final_upload() {
@@ -895,6 +376,8 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
                     std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
     for (size_t i = 0; i < state_.trials.size(); ++i) index_[state_.trials[i].id] = i;
     trim_policy_log();  // before any exploit is carried out again
+    for (auto& d : state_.decisions) journalled_[d.trial_id] = std::move(d);
+    state_.decisions.clear();
     // Trials only the journal knows (created after the last full state write) join the
     // scheduler again, in creation order, as they did before the crash.
     for (const auto& t : state_.trials)
@@ -911,6 +394,7 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
         (sched_->may_resume(t.id) ? pending_ : paused_).insert(t.index);
       }
     }
+    order_catch_up();
     end_strays();
     fetch_all_remote_only();
   } else {
@@ -967,11 +451,14 @@ int Controller::run(std::optional<state::ExperimentState> resume) {
     woke = ex_.now();
     longest_overrun_ = std::max(longest_overrun_, woke - slept_from - timeout);
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
-    for (auto& ev : events) dispatch(ev);
+    for (auto& ev : events) dispatch_in_order(ev);
     note_job_ids();
     poll_searcher();
     on_file_jobs_done();
-    send_decided_stops();
+    if (!catch_up_.empty()) {  // (an exit that waited for checkpoint copies may be in now)
+      advance_catch_up();
+      if (!catch_up_.empty() && ex_.now() >= catch_up_deadline_) release_catch_up();
+    }
     now = ex_.now();
     flush_result_logs(now);
     if (now >= next_lease_) {
@@ -1022,8 +509,6 @@ double Controller::wait_timeout(double now) const {
   if (exp_.time_budget_s && !budget_spent_)
     timeout = std::min(timeout,
                        std::max(0.0, *exp_.time_budget_s - elapsed_before_ - (now - run_started_)));
-  if (!decided_stops_.empty())
-    timeout = std::min(timeout, std::max(0.0, next_decision_write_ - now));
   if (observer_) timeout = std::min(timeout, observer_->seconds_until_due(now));
   for (const auto& [at, when] : retry_at_) timeout = std::min(timeout, std::max(0.0, when - now));
   if (worker_.outstanding() > 0) timeout = std::min(timeout, 0.05);  // collect finished copies

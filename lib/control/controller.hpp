@@ -120,8 +120,11 @@ class Controller : private sched::Population {
     std::deque<exec::Arrival> arrivals;          // notes not yet passed
     std::optional<exec::HostTime> host_started;  // the attempt's start
     exec::HostTime host_last;                    // the last result's arrival (or the start)
-    std::optional<exec::HostTime> passed;        // the latest note passed
-    uint64_t line_end = 0;                       // in on_line: stdout offset after the line
+    // Resume: a stop or pause journalled before the crash that the state does not record; it
+    // is applied when the results read again reach its iteration.
+    std::optional<state::JournalledDecision> replay;
+    std::optional<exec::HostTime> passed;  // the latest note passed
+    uint64_t line_end = 0;                 // in on_line: stdout offset after the line
   };
 
   trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }
@@ -162,6 +165,17 @@ class Controller : private sched::Population {
   // Resume: asks every host which attempts run there, and ends those no trial expects (an
   // attempt re-queued elsewhere while its host was unreachable, say), before anything starts.
   void end_strays();
+  // Resume: the output read again of re-attached attempts reaches the scheduler in the order
+  // the crashed driver saw it, whatever order the executor delivers it in: attempt by attempt
+  // in launch order, an attempt that had ended (its output, then its exit) before any later
+  // one's. Events of later attempts are held meanwhile (dispatch_in_order), and let go as each
+  // earlier attempt exits (advance_catch_up); an attempt still running holds nothing back.
+  void order_catch_up();
+  void dispatch_in_order(exec::Event& ev);
+  void advance_catch_up();
+  // Lets go of everything held (after kCatchUpLimit s: an ended attempt's exit never came).
+  void release_catch_up();
+  static constexpr double kCatchUpLimit = 60;
   // A new trial with the searcher's config; nullptr if the searcher has none yet (or no more).
   trial::Trial* new_trial();
   // The searcher side of a loop turn: answers collected, a failure turned into a stop.
@@ -213,10 +227,18 @@ class Controller : private sched::Population {
   void consult_scheduler(trial::Trial& t, Runtime& rt, nlohmann::json& result);
   // Function mode: carries out rt.decision at once (step mode: step_next does).
   void act_on_decision(trial::Trial& t, Runtime& rt);
+  // A function-mode stop or pause decided on `t` (t.reason says which): journalled, then
+  // signalled at once; the state records it at its next periodic write. A driver killed in
+  // between carries it out on resume (the journal says so) instead of restarting the trial.
+  void stop_decided(trial::Trial& t, Runtime& rt);
+  [[nodiscard]] state::JournalledDecision journalled(const trial::Trial& t) const;
+  // Resume: applies rt.replay once the result just recorded reaches its iteration (whatever
+  // the scheduler, restored from an older state, decided on it this time).
+  void replay_decision(trial::Trial& t, Runtime& rt, nlohmann::json& result);
+  // Journals again the decisions still waiting in a resumed attempt's rt.replay (after the
+  // journal was emptied by a state write that does not record them yet).
+  void journal_replays();
   void apply_verdicts();
-  // Sends the stops the scheduler decided this loop turn, after a state write that records
-  // them (a driver killed in between carries them out on resume instead of failing the trials).
-  void send_decided_stops();
   // A trial the scheduler paused has ended its attempt: PAUSED, waiting or queued to resume.
   void paused(trial::Trial& t);
   // Tells the scheduler a trial ended (TERMINATED or ERROR).
@@ -319,11 +341,14 @@ class Controller : private sched::Population {
   std::optional<std::string> searcher_failed_;  // the error that ends the run (exit 1)
   std::vector<search::Completion> warm_;        // search_alg.restore_from's finished trials
   bool told_no_more_ = false;
-  std::vector<std::string> decided_stops_;  // trials to signal once the state records why
-  // Decisions are written in batches: at most ~5% of wall time goes to their state writes
-  // (each write is a whole state: one per decision would cost O(trials²) over a large run).
-  double next_decision_write_ = 0;
-  double last_write_cost_ = 0;           // seconds the last state write took
+  // Resume: decisions journalled after the last state write, by trial (resume_running).
+  std::map<std::string, state::JournalledDecision> journalled_;
+  // Resume: re-attached attempts whose output read again is still to be dispatched in order,
+  // front first (resume.cpp); those found ended; events of the others held meanwhile.
+  std::deque<std::string> catch_up_;
+  std::set<std::string> caught_ended_;
+  std::map<std::string, std::vector<exec::Event>> held_;
+  double catch_up_deadline_ = 0;
   std::map<uint64_t, double> retry_at_;  // pending trials backing off: index -> monotonic time
   struct Deletion {
     fs::path dir;      // the trial dir on the head

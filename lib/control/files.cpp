@@ -1,7 +1,7 @@
-// The controller's file work on trial dirs: taking over reported checkpoints, deleting the
-// ones retention dropped, and removing leftovers. Anything that may take long (a copy across
-// filesystems, deleting a tree, walking a finished trial's dir) runs on the file worker, off
-// the loop; the loop itself only renames.
+// The controller's file work on trial dirs: taking over reported checkpoints and deleting the
+// ones retention dropped (leftovers: checkpoints.cpp). Anything that may take long (a copy
+// across filesystems, deleting a tree) runs on the file worker, off the loop; the loop itself
+// only renames.
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
@@ -9,37 +9,12 @@
 
 #include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
+#include "control/dir_names.hpp"
 #include "util/fs.hpp"
 
 namespace tune::control {
 
 using json = nlohmann::json;
-
-namespace {
-
-// A hidden name for a tree on its way out, so its own name is free at once.
-constexpr std::string_view kTrashPrefix = ".deleting_";
-
-// Prefixes of dirs that only ever hold unfinished work of an attempt.
-bool is_leftover(std::string_view name, bool keep_staged) {
-  if (name.starts_with(kTrashPrefix) || name.starts_with(".copying_")) return true;
-  // Staged dirs are reported by lines not read yet when re-attaching: those may stay.
-  return !keep_staged &&
-         (name.starts_with(".pending_checkpoint_") || name.starts_with(".staged_checkpoint_"));
-}
-
-// N of "checkpoint_N", or -1 for any other name.
-int64_t checkpoint_seq_of(std::string_view name) {
-  if (!name.starts_with("checkpoint_") || name.size() == 11) return -1;
-  int64_t seq = 0;
-  for (char c : name.substr(11)) {
-    if (c < '0' || c > '9' || seq > (INT64_MAX - 9) / 10) return -1;
-    seq = seq * 10 + (c - '0');
-  }
-  return seq;
-}
-
-}  // namespace
 
 void Controller::delete_later(const fs::path& dir, const std::string& name) {
   // Renamed on the loop (one syscall), so the name can be taken again at once; the tree is
@@ -67,65 +42,6 @@ void Controller::run_deletions() {
     spdlog::debug("deleting {}/{}", dir.filename().string(), name);
   }
   pending_deletions_.clear();
-}
-
-void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {
-  fs::path dir = trial_dir(t);
-  std::set<std::string> named;
-  // A trial re-attached on an SSH host has checkpoints that reach the head only with its next
-  // sync: missing here does not mean gone.
-  bool only_on_host = keep_newer && !remote_host(t).empty();
-  std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
-    std::error_code ec;
-    if (only_on_host ||
-        fs::symlink_status(dir / c.dir_name(), ec).type() == fs::file_type::directory) {
-      named.insert(c.dir_name());
-      return false;
-    }
-    spdlog::warn("trial {}: {} is named in the state but missing on disk: forgotten", t.name,
-                 c.dir_name());
-    mark_dirty();
-    return true;
-  });
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (!is_leftover(name, keep_newer)) {
-      int64_t seq = checkpoint_seq_of(name);
-      if (seq < 0 || named.count(name)) continue;  // not one of ours, or kept
-      if (keep_newer && seq > t.checkpoint_seq) {
-        if (rt) rt->adopted_before.insert(name);
-        continue;
-      }
-    }
-    spdlog::debug("trial {}: removing stray {}", t.name, name);
-    delete_later(dir, name);
-  }
-}
-
-void Controller::clean_finished(const trial::Trial& t) {
-  // A deletion the previous driver had not finished when it died leaves checkpoint dirs that
-  // no state names; a finished trial's set never changes, so its dir is walked on the worker.
-  std::set<std::string> named;
-  for (const auto& c : t.checkpoints) named.insert(c.dir_name());
-  fs::path dir = trial_dir(t);
-  std::string name = t.name;
-  worker_.submit([dir, named, name](const std::atomic<bool>&) -> Result<std::string> {
-    std::error_code ec;
-    std::vector<std::string> doomed;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      std::string n = it->path().filename().string();
-      if (is_leftover(n, false) || (checkpoint_seq_of(n) >= 0 && !named.count(n)))
-        doomed.push_back(std::move(n));
-    }
-    std::string removed;
-    for (const auto& n : doomed) {
-      if (auto r = util::remove_tree_nofollow(dir, n); !r) return std::unexpected(r.error());
-      removed += (removed.empty() ? "" : ", ") + n;
-    }
-    if (removed.empty()) return removed;
-    return "trial " + name + ": removed " + removed + " (left over from an unfinished deletion)";
-  });
 }
 
 void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,

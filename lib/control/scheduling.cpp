@@ -63,34 +63,81 @@ void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
 
 void Controller::act_on_decision(trial::Trial& t, Runtime& rt) {
   if (rt.decision.action == sched::Action::kContinue) return;
-  // Function mode: later results are ignored from now on; the signal goes after the next state
-  // write, which records the decision (the reason, while the trial is still RUNNING).
+  // Function mode: later results are ignored from now on.
   bool pause =
       rt.decision.action == sched::Action::kPause || rt.decision.action == sched::Action::kExploit;
   rt.stop_why = pause ? StopWhy::kPause : StopWhy::kScheduler;
   t.reason = pause ? trial::Reason::kPaused : trial::Reason::kStopped;
-  decided_stops_.push_back(t.id);
-  mark_dirty();
+  stop_decided(t, rt);
 }
 
-void Controller::send_decided_stops() {
-  if (decided_stops_.empty()) return;
-  // The trials decided on meanwhile wait (their results are ignored from the decision on), so
-  // that one write records many decisions once writes cost more than a few milliseconds.
-  double now = ex_.now();
-  if (now < next_decision_write_) return;
-  bool saved = maybe_save_state(true, false);
-  next_decision_write_ = now + 20 * last_write_cost_;
-  if (!saved)
-    spdlog::warn("the scheduler's decisions could not be saved first: stopping {} trial(s) anyway",
-                 decided_stops_.size());
-  for (const auto& id : decided_stops_) {
-    auto it = running_.find(id);
-    if (it == running_.end() || it->second.term_sent || it->second.deferred_exit) continue;
-    ex_.stop(id, false);
-    it->second.term_sent = true;
+state::JournalledDecision Controller::journalled(const trial::Trial& t) const {
+  state::JournalledDecision d{t.id, t.attempt, t.reason, t.cause, t.decided_at, t.iteration, {}};
+  if (t.reason == trial::Reason::kPaused && t.pending_exploit.is_object())
+    d.exploit = t.pending_exploit;  // replayed as decided: same donor, checkpoint and config
+  return d;
+}
+
+void Controller::stop_decided(trial::Trial& t, Runtime& rt) {
+  mark_dirty();
+  // One journal line, not a whole state: the state records the decision at its next periodic
+  // write (one forced write per decision would cost O(trials²) over a large run, and batching
+  // those writes kept stopped trials running meanwhile).
+  if (auto r = journal_.record_decision(journalled(t)); !r)
+    spdlog::warn("trial {}: the decision could not be journalled ({}): stopping it anyway", t.name,
+                 r.error().message);
+  if (rt.term_sent || rt.deferred_exit) return;
+  ex_.stop(t.id, false);
+  rt.term_sent = true;
+}
+
+void Controller::replay_decision(trial::Trial& t, Runtime& rt, json& result) {
+  if (!rt.replay || t.iteration < rt.replay->iteration) return;
+  state::JournalledDecision d = *std::exchange(rt.replay, std::nullopt);
+  // What was decided before the crash is carried out exactly, whatever the scheduler (restored
+  // from an older state) decided this time: the same action, and for an exploit the same donor,
+  // donor checkpoint and new config. A pause is not an exploit, nor an exploit another one.
+  bool pause = d.reason == trial::Reason::kPaused;
+  bool exploit = pause && d.exploit.is_object();
+  sched::Action was = !pause    ? sched::Action::kStop
+                      : exploit ? sched::Action::kExploit
+                                : sched::Action::kPause;
+  bool same = rt.decision.action == was &&
+              (!exploit || (t.pending_exploit.is_object() &&
+                            t.pending_exploit.value("donor", "") == d.exploit.value("donor", "") &&
+                            t.pending_exploit.value("donor_seq", int64_t{-1}) ==
+                                d.exploit.value("donor_seq", int64_t{-2}) &&
+                            t.pending_exploit["new_config"] == d.exploit["new_config"]));
+  // The journalled record stands even when decided alike (it keeps the first decision's time).
+  t.pending_exploit = exploit ? d.exploit : json(nullptr);
+  if (same) return;  // decided alike again (the scheduler saw the same results in order)
+  spdlog::warn(
+      "trial {}: the scheduler decided otherwise on results read again after a crash: "
+      "carrying out the decision taken before it",
+      t.name);
+  rt.decision = sched::Decision::go();
+  rt.decision.action = was;
+  if (exploit) {
+    rt.decision.donor = d.exploit.value("donor", "");
+    rt.decision.config = d.exploit.value("new_config", json::object());
   }
-  decided_stops_.clear();
+  rt.decision.why = d.cause;
+  rt.decision.at = d.decided_at;
+  t.cause = d.cause;
+  t.decided_at = d.decided_at;
+  trial::Trial view = t;
+  view.reason = d.reason;
+  std::string what = trial::describe_decision(view, spec::scheduler_name(exp_.scheduler.kind));
+  result["decision"] = what;
+  if (!pause) result["done"] = true;
+  spdlog::info("trial {}: {}, as decided before the driver stopped", t.name, what);
+}
+
+void Controller::journal_replays() {
+  for (const auto& [id, rt] : running_)
+    if (rt.replay)
+      if (auto r = journal_.record_decision(*rt.replay); !r)
+        spdlog::warn("trial {}: {}", trial(id).name, r.error().message);
 }
 
 void Controller::paused(trial::Trial& t) {

@@ -1,6 +1,6 @@
 // `tune stop --trial ID` on the driver's side: the requests the CLI leaves in the experiment's
 // .tune dir (control/stop_requests.hpp), read once a second and when a resume starts. The trial
-// stops as a scheduler's stop does (its decision saved before the signal goes) and ends
+// stops as a scheduler's stop does (its decision journalled before the signal goes) and ends
 // TERMINATED, with reason "stopped" and cause "user": a later resume keeps it as it is.
 #include <spdlog/spdlog.h>
 
@@ -33,6 +33,12 @@ void Controller::stop_by_user(trial::Trial& t) {
   mark_dirty();
   if (auto it = running_.find(t.id); it != running_.end()) {
     Runtime& rt = it->second;
+    if (rt.replay) {  // resumed: a journalled decision is carried out when its results are in
+      t.reason = trial::Reason::kNone;
+      rt.replay->reason = trial::Reason::kStopped;
+      rt.replay->cause = trial::Cause::kUser;
+      return;
+    }
     if (rt.stop_why == StopWhy::kCriterion || rt.stop_why == StopWhy::kDone ||
         rt.stop_why == StopWhy::kScheduler)
       return;  // ending TERMINATED already
@@ -46,7 +52,7 @@ void Controller::stop_by_user(trial::Trial& t) {
       if (rt.kill_deadline < 0) rt.kill_deadline = ex_.now() + opts_.grace_s;
     } else {
       rt.stop_why = StopWhy::kScheduler;  // later results are ignored
-      decided_stops_.push_back(t.id);     // the signal goes once the state records the stop
+      stop_decided(t, rt);                // journalled, then signalled
     }
     return;
   }

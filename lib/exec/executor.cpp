@@ -12,6 +12,30 @@
 
 namespace tune::exec {
 
+namespace {
+constexpr std::pair<ExitReason, const char*> kExitReasons[] = {
+    {ExitReason::kExited, "exited"},
+    {ExitReason::kDriverStop, "driver_stop"},
+    {ExitReason::kOrphaned, "orphaned"},
+    {ExitReason::kExecFailed, "exec_failed"},
+    {ExitReason::kSupervisorDied, "supervisor_died"},
+    {ExitReason::kHostLost, "host_lost"},
+    {ExitReason::kPreempted, "preempted"},
+};
+}  // namespace
+
+const char* exit_reason_name(ExitReason r) {
+  for (const auto& [v, name] : kExitReasons)
+    if (v == r) return name;
+  return "exited";
+}
+
+std::optional<ExitReason> parse_exit_reason(std::string_view s) {
+  for (const auto& [v, name] : kExitReasons)
+    if (s == name) return v;
+  return std::nullopt;
+}
+
 std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return std::nullopt;
@@ -36,7 +60,8 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   const auto* reason = field("reason");
   const auto* ended = field("ended");
   if (!reason || !reason->is_string() || !ended || !ended->is_number()) return std::nullopt;
-  info.reason = reason->get<std::string>();
+  // A reason this driver does not know (a newer supervisor's): the exit code says the rest.
+  info.reason = parse_exit_reason(reason->get<std::string>()).value_or(ExitReason::kExited);
   if (const auto* v = field("error"); v && v->is_string()) info.error = v->get<std::string>();
   return info;
 }

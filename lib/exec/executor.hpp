@@ -46,12 +46,28 @@ struct Launch {
 [[nodiscard]] Result<void> prepare_trial_dir(const Launch& launch);
 
 // How an attempt ended, as the supervisor recorded it.
+// How an attempt ended, as its executor tells the controller. Exit records on disk keep the
+// text (exit_reason_name), read back with parse_exit_reason.
+enum class ExitReason {
+  kExited,          // "exited": the trial's process ended by itself (any exit code or signal)
+  kDriverStop,      // "driver_stop": stopped at a driver's request (or `tune stop`'s)
+  kOrphaned,        // "orphaned": its supervisor stopped it, the driver silent past the timeout
+  kExecFailed,      // "exec_failed": its command could not be executed
+  kSupervisorDied,  // "supervisor_died": its supervisor ended without an exit record
+  kHostLost,        // "host_lost": its host was unreachable for host_timeout_s
+  kPreempted,       // "preempted": Slurm ended or requeued its job (time limit, preemption, a
+                    // node lost); it is re-queued from its checkpoint as for a lost host
+};
+
+[[nodiscard]] const char* exit_reason_name(ExitReason r);
+// Parses an exit_reason_name(); nullopt for anything else.
+[[nodiscard]] std::optional<ExitReason> parse_exit_reason(std::string_view s);
+
 struct ExitInfo {
   int attempt = 0;
   std::optional<int> exit_code;
   std::optional<int> signal;
-  std::string reason;      // exited | driver_stop | orphaned | exec_failed | supervisor_died |
-                           // host_lost (its host was unreachable for host_timeout_s)
+  ExitReason reason = ExitReason::kExited;
   std::string error;       // e.g. "command not found: foo"
   std::optional<int> pid;  // the trial's process, as the supervisor recorded it
   // What identifies the record's writer (checked by check_exit_record, exit_record.hpp):

@@ -353,7 +353,7 @@ struct LocalExecutor::Impl {
       info = std::move(*r.exit);
     } else {
       info.attempt = r.attempt;
-      info.reason = "supervisor_died";
+      info.reason = ExitReason::kSupervisorDied;
       info.error = r.gone_error.empty()
                        ? "the trial's supervisor exited without recording the trial's exit"
                        : "cannot start the trial's supervisor: " + r.gone_error;

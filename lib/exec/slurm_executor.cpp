@@ -226,7 +226,9 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
       return;
     }
     ExitInfo e;
-    e.reason = r.stop_asked ? "driver_stop" : r.grew ? "host_lost" : "supervisor_died";
+    e.reason = r.stop_asked ? ExitReason::kDriverStop
+               : r.grew     ? ExitReason::kHostLost
+                            : ExitReason::kSupervisorDied;
     e.error = "slurm job " + r.job_id + " is gone from squeue and left no exit record";
     end_run(r, std::move(e));
     return;
@@ -237,7 +239,7 @@ void SlurmExecutor::Impl::judge(Run& r, double now) {
   if (j.state == JobState::kRunning) r.seen_running = true;
   if ((j.state == JobState::kPending || j.state == JobState::kRequeued) && r.seen_running) {
     ExitInfo e;  // Slurm requeued it (preemption, `scontrol requeue`, a node lost)
-    e.reason = "host_lost";
+    e.reason = ExitReason::kPreempted;
     e.error = "slurm job " + r.job_id + " was requeued by Slurm";
     maybe_requeued[r.trial_id] = {r.job_id, r.first_attempt};
     end_run(r, std::move(e));
@@ -256,12 +258,14 @@ ExitInfo SlurmExecutor::Impl::ended_without_record(const Run& r, const JobInfo& 
   ExitInfo e;
   bool slurms = j.state == JobState::kTimeout || j.state == JobState::kPreempted ||
                 j.state == JobState::kNodeFail;
-  e.reason =
-      slurms || (j.state == JobState::kCancelled && r.stop_asked) ? "host_lost" : "supervisor_died";
+  e.reason = slurms || (j.state == JobState::kCancelled && r.stop_asked)
+                 ? ExitReason::kPreempted
+                 : ExitReason::kSupervisorDied;
   // A rerun of a requeued job that found no launch file prepared for its restart count (Slurm
   // requeued it more often than this driver saw) exits 0 without starting anything.
-  if (j.state == JobState::kCompleted && r.attempt > r.first_attempt) e.reason = "host_lost";
-  if (r.stop_asked) e.reason = "driver_stop";
+  if (j.state == JobState::kCompleted && r.attempt > r.first_attempt)
+    e.reason = ExitReason::kPreempted;
+  if (r.stop_asked) e.reason = ExitReason::kDriverStop;
   e.error = "slurm job " + r.job_id + " ended " + j.state_text;
   if (j.exit_code) e.error += " (exit code " + std::to_string(*j.exit_code) + ")";
   if (j.signal) e.error += " (signal " + std::to_string(*j.signal) + ")";
@@ -319,21 +323,21 @@ void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
     AttemptIdentity id{r.nonce, std::nullopt, std::nullopt, std::nullopt};
     auto check = check_exit_record(text ? std::optional(*text) : std::nullopt, r.attempt, id, info);
     if (check != RecordCheck::kGenuine) return;
-    if (info.reason == "driver_stop" && !r.stop_asked) {
+    if (info.reason == ExitReason::kDriverStop && !r.stop_asked) {
       // Signalled by Slurm (time limit, preemption, requeue) or cancelled by someone: the
       // attempt is re-queued from its checkpoint, unless Slurm ended it twice without one.
       if (!o.use_allocation) maybe_requeued[r.trial_id] = {r.job_id, r.first_attempt};
       int& n = slurm_ends[r.trial_id];
       if (++n >= 2) {
         n = 0;
-        info.reason = "exited";
+        info.reason = ExitReason::kExited;
         info.exit_code.reset();
         info.signal = SIGTERM;
         info.error = "slurm job " + r.job_id +
                      " was ended by Slurm (time limit or preemption) a second time without a new "
                      "checkpoint";
       } else {
-        info.reason = "host_lost";
+        info.reason = ExitReason::kPreempted;
         info.error =
             "slurm job " + r.job_id + " was signalled by Slurm (time limit, preemption or requeue)";
       }
@@ -419,7 +423,7 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
       log_once(a.job.error().message);
       if (++r.submit_failures >= 5) {
         ExitInfo e;
-        e.reason = "exec_failed";
+        e.reason = ExitReason::kExecFailed;
         e.error = a.job.error().message;
         r.phase = Phase::kSubmitted;
         end_run(r, std::move(e));
@@ -508,7 +512,7 @@ void SlurmExecutor::stop(const std::string& id, bool now) {
   bool first = !r.stop_asked;
   r.stop_asked = true;
   ExitInfo stopped;
-  stopped.reason = "driver_stop";
+  stopped.reason = ExitReason::kDriverStop;
   switch (r.phase) {
     case Phase::kWaiting:
     case Phase::kDeciding:  // never reached Slurm

@@ -53,7 +53,7 @@ void SlurmExecutor::Impl::judge_steps(const std::vector<std::string>& ended, dou
       r.ended_at = now;
     if (r.ended_at < 0 || now - r.ended_at < o.record_wait_s) continue;
     ExitInfo e;
-    e.reason = r.stop_asked ? "driver_stop" : "supervisor_died";
+    e.reason = r.stop_asked ? ExitReason::kDriverStop : ExitReason::kSupervisorDied;
     e.error = "slurm job step of trial " + r.trial_name + " (srun pid " + r.job_id +
               ") ended without an exit record (see its slurm-step.a" + std::to_string(r.attempt) +
               ".out)";

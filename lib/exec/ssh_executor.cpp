@@ -161,7 +161,7 @@ struct SshExecutor::Impl {
       if (r.sup_pid > 0) w.superseded.push_back(r.sup_pid);
       ExitInfo info;
       info.attempt = r.attempt;
-      info.reason = "host_lost";
+      info.reason = ExitReason::kHostLost;
       info.error = w.h.key_changed ? "host " + w.name + ": its host key changed"
                                    : "host " + w.name + " unreachable for " +
                                          util::format_short(now - w.down_since) + " s";
@@ -306,7 +306,7 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
     if (r->exit) continue;
     ExitInfo info;
     info.attempt = r->attempt;
-    info.reason = "supervisor_died";
+    info.reason = ExitReason::kSupervisorDied;
     std::string full = w.h.full_note(r->dir);
     info.error = full.empty() ? "the trial's supervisor on " + w.name +
                                     " is gone without recording the trial's exit (killed?)"
@@ -525,7 +525,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     check(w);
     ExitInfo info;
     info.attempt = l.attempt;
-    info.reason = "host_lost";
+    info.reason = ExitReason::kHostLost;
     info.error = why;
     emit(ExitEvent{l.trial_id, std::move(info)});
   };
@@ -533,7 +533,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   auto failed = [&](const std::string& why) {
     ExitInfo info;
     info.attempt = l.attempt;
-    info.reason = "exec_failed";
+    info.reason = ExitReason::kExecFailed;
     info.error = why;
     emit(ExitEvent{l.trial_id, std::move(info)});
   };

@@ -23,6 +23,15 @@ using json = nlohmann::json;
 
 namespace {
 
+// A pbt exploit decided and not carried out yet (a trial's pending_exploit, in the state or a
+// journal line): what carrying it out needs, with the right types.
+bool exploit_well_formed(const json& pe) {
+  return pe.is_object() && pe.contains("donor") && pe["donor"].is_string() &&
+         pe.contains("donor_seq") && pe["donor_seq"].is_number_integer() && pe.contains("n") &&
+         pe["n"].is_number_integer() && pe.contains("at") && pe["at"].is_number() &&
+         pe.contains("new_config") && pe["new_config"].is_object();
+}
+
 json trial_to_json(const trial::Trial& t) {
   json metrics = metrics_to_json(t);
   json ckpts = json::array();
@@ -241,14 +250,7 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
       t.exploited_at = r.get<double>(tj, "exploited_at", ctx);
       t.exploits = r.get<int>(tj, "exploits", ctx);
       t.pending_exploit = r.get<json>(tj, "pending_exploit", ctx);
-      const json& pe = t.pending_exploit;
-      bool well_formed =
-          pe.is_null() ||
-          (pe.is_object() && pe.contains("donor") && pe["donor"].is_string() &&
-           pe.contains("donor_seq") && pe["donor_seq"].is_number_integer() && pe.contains("n") &&
-           pe["n"].is_number_integer() && pe.contains("at") && pe["at"].is_number() &&
-           pe.contains("new_config") && pe["new_config"].is_object());
-      if (r.ok && !well_formed)
+      if (r.ok && !t.pending_exploit.is_null() && !exploit_well_formed(t.pending_exploit))
         return fail(where, ": ", ctx,
                     ": 'pending_exploit' needs donor, donor_seq, n, at and new_config");
     }
@@ -354,8 +356,45 @@ fs::path journal_path(const fs::path& exp_dir) {
   return exp_dir / ".tune" / "state.journal";
 }
 
+// A decision line: kept (the latest per trial) if it is about the current attempt of a trial
+// the state has RUNNING; malformed lines are ignored.
+void replay_decision(ExperimentState& s, const json& d) {
+  if (!d.contains("trial_id") || !d["trial_id"].is_string() || !d.contains("attempt") ||
+      !d["attempt"].is_number_integer() || !d.contains("iteration") ||
+      !d["iteration"].is_number_integer() || !d.contains("reason") || !d["reason"].is_string() ||
+      !d.contains("cause") || !d["cause"].is_string())
+    return;
+  JournalledDecision out;
+  out.trial_id = d["trial_id"].get<std::string>();
+  out.attempt = d["attempt"].get<int>();
+  out.iteration = d["iteration"].get<int64_t>();
+  auto reason = trial::parse_reason(d["reason"].get<std::string>());
+  auto cause = trial::parse_cause(d["cause"].get<std::string>());
+  if (!reason || !cause ||
+      (*reason != trial::Reason::kStopped && *reason != trial::Reason::kPaused))
+    return;
+  out.reason = *reason;
+  out.cause = *cause;
+  if (d.contains("decided_at") && d["decided_at"].is_number())
+    out.decided_at = d["decided_at"].get<double>();
+  if (d.contains("exploit")) {
+    // An exploit's record must be whole: a pause that lost it would replay as a plain pause.
+    if (!exploit_well_formed(d["exploit"]) || *reason != trial::Reason::kPaused) return;
+    out.exploit = d["exploit"];
+  }
+  bool current = false;
+  for (const auto& t : s.trials)
+    if (t.id == out.trial_id)
+      current = t.status == trial::Status::kRunning && t.attempt == out.attempt;
+  if (!current) return;
+  std::erase_if(s.decisions, [&](const auto& x) { return x.trial_id == out.trial_id; });
+  s.decisions.push_back(std::move(out));
+}
+
 // Applies one journal line; unknown or malformed lines are ignored.
 void replay(ExperimentState& s, const json& j) {
+  if (j.is_object() && j.contains("decision") && j["decision"].is_object())
+    return replay_decision(s, j["decision"]);
   if (!j.is_object() || !j.contains("launch") || !j["launch"].is_object()) return;
   const json& l = j["launch"];
   if (!l.contains("trial_id") || !l["trial_id"].is_string() || !l.contains("attempt") ||
@@ -425,6 +464,22 @@ Result<void> Journal::record_launch(const trial::Trial& t) {
                  {"started", t.attempt_started},
                  {"gpu_ids", t.gpu_ids},
                  {"host", t.host}}}};
+  return append(line);
+}
+
+Result<void> Journal::record_decision(const JournalledDecision& d) {
+  json line = {{"trial_id", d.trial_id},
+               {"attempt", d.attempt},
+               {"reason", trial::reason_name(d.reason)},
+               {"cause", trial::cause_name(d.cause)},
+               {"decided_at", d.decided_at},
+               {"iteration", d.iteration}};
+  if (d.exploit.is_object()) line["exploit"] = d.exploit;
+  return append({{"decision", std::move(line)}});
+}
+
+Result<void> Journal::append(const json& line) {
+  if (fd_ < 0) return fail("internal: journal not open");
   std::string text = seal_object(util::dump_json_ext(line)) + "\n";
   ssize_t n =
       ::write(fd_, text.data(), text.size());  // one write: a line is whole or torn, never mixed

@@ -21,6 +21,22 @@ inline constexpr const char* kStateFile = "experiment_state.json";
 // its first `scheduler_log_bytes` bytes belong to the state.
 inline constexpr const char* kSchedulerLog = ".tune/scheduler.log";
 
+// A stop or pause of a running function-mode attempt (a scheduler's decision, or `tune stop`),
+// journalled before the signal goes out and recorded in the state at its next write. A resume
+// after a crash in between carries it out: the attempt's results up to `iteration` are read
+// again and exactly this decision is applied at that result (control/scheduling.cpp).
+struct JournalledDecision {
+  std::string trial_id;
+  int attempt = 0;
+  trial::Reason reason = trial::Reason::kStopped;  // kStopped or kPaused
+  trial::Cause cause = trial::Cause::kNone;
+  double decided_at = 0;  // the scheduler's time_attr value then
+  int64_t iteration = 0;  // the trial's training_iteration when it was decided
+  // A pause that is a PBT exploit: the trial's pending_exploit as decided (donor, donor
+  // checkpoint, new config, ...); null otherwise.
+  nlohmann::json exploit;
+};
+
 struct ExperimentState {
   std::string name;
   uint64_t seed = 0;
@@ -37,6 +53,9 @@ struct ExperimentState {
   uint64_t pbt_policy_bytes = 0;     // pbt_policy.jsonl's length as of this state (control/exploit)
   uint64_t scheduler_log_bytes = 0;  // kSchedulerLog's length as of this state
   std::vector<trial::Trial> trials;
+  // Read from the journal by load(), never written: decisions the state does not record yet
+  // (the latest per trial, for RUNNING trials' current attempts only).
+  std::vector<JournalledDecision> decisions;
 };
 
 [[nodiscard]] nlohmann::json to_json(const ExperimentState& s);
@@ -50,7 +69,8 @@ struct ExperimentState {
 
 // The write-ahead journal (.tune/state.journal): one JSON line per trial launch, appended with
 // one write() before the trial's process starts, so a launch is on disk without rewriting the
-// whole state. load() replays it over experiment_state.json (idempotently: a line the state
+// whole state; and one per decision to stop or pause a running attempt, appended before the
+// signal goes out. load() replays it over experiment_state.json (idempotently: a line the state
 // already covers changes nothing); it is emptied after each full state write.
 class Journal {
  public:
@@ -61,10 +81,13 @@ class Journal {
   [[nodiscard]] Result<void> open(const fs::path& exp_dir);
   // Records that `t` (already marked RUNNING with its new attempt) is about to start.
   [[nodiscard]] Result<void> record_launch(const trial::Trial& t);
+  // Records a decision about to be carried out (the stop or pause is signalled next).
+  [[nodiscard]] Result<void> record_decision(const JournalledDecision& d);
   // Empties the journal (after the full state was written).
   [[nodiscard]] Result<void> reset();
 
  private:
+  [[nodiscard]] Result<void> append(const nlohmann::json& line);
   fs::path path_;
   int fd_ = -1;
 };

@@ -27,7 +27,8 @@ struct FakeContext {
   // Stdout bytes with the host's notes of when they arrived (exec/arrivals.hpp).
   void print_noted(const std::string& bytes, std::vector<exec::Arrival> arrivals,
                    std::optional<exec::HostTime> started = std::nullopt);
-  void exit(int code, const std::string& error = "", const std::string& reason = "exited");
+  void exit(int code, const std::string& error = "",
+            exec::ExitReason reason = exec::ExitReason::kExited);
   void killed(int signal);
   // A real directory inside the trial dir, e.g. for a function-mode checkpoint.
   std::string make_dir(const std::string& name) const;
@@ -153,7 +154,7 @@ inline void FakeContext::print_noted(const std::string& bytes, std::vector<exec:
   ev.started = started;
   ex->push(std::move(ev));
 }
-inline void FakeContext::exit(int code, const std::string& error, const std::string& reason) {
+inline void FakeContext::exit(int code, const std::string& error, exec::ExitReason reason) {
   if (!alive) return;
   alive = false;
   exec::ExitInfo info;
@@ -169,7 +170,7 @@ inline void FakeContext::killed(int signal) {
   exec::ExitInfo info;
   info.attempt = launch.attempt;
   info.signal = signal;
-  info.reason = "driver_stop";
+  info.reason = exec::ExitReason::kDriverStop;
   ex->push(exec::ExitEvent{launch.trial_id, info});
 }
 inline std::string FakeContext::make_dir(const std::string& name) const {

@@ -1,15 +1,9 @@
 // The controller driven by the scripted FakeExecutor: protocol, stopping, retries, checkpoints,
 // retention, step mode, interrupts, budget, concurrency. No processes; milliseconds each.
-#include <spdlog/spdlog.h>
-
 #include <catch2/catch.hpp>
 #include <fstream>
 
-#include "control/controller.hpp"
 #include "controller_fixtures.hpp"
-#include "fake_executor.hpp"
-#include "spec/parse.hpp"
-#include "trial/result_log.hpp"
 #include "util/fs.hpp"
 
 using namespace tune;
@@ -159,7 +153,7 @@ TEST_CASE("a command that cannot be executed is an ERROR at once, and the others
   auto e = make_exp(d, std::string(kBase) + kTrial + kTwo + "failure_config: {max_failures: 5}\n");
   struct Missing : FakeProcess {
     void on_start(FakeContext& c) override {
-      c.exit(127, "command not found: train", "exec_failed");
+      c.exit(127, "command not found: train", exec::ExitReason::kExecFailed);
     }
   };
   FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {

@@ -31,6 +31,7 @@ struct Learner : FakeProcess {
   double q, loss = 10;
   int every, max_i, i = 0, stop_delay, stopping = -1;
   std::vector<std::string>* restores;
+  std::vector<std::string>* printed = nullptr;  // what its stdout.log holds, if kept
   Learner(double q_, int every_, int max_, int delay, std::vector<std::string>* r)
       : q(q_), every(every_), max_i(max_), stop_delay(delay), restores(r) {}
   void on_start(FakeContext& c) override {
@@ -55,6 +56,7 @@ struct Learner : FakeProcess {
       r["checkpoint"] = d;
     }
     c.print(r.dump());
+    if (printed) printed->push_back(r.dump());
   }
 };
 
@@ -311,4 +313,149 @@ TEST_CASE("an interrupted pbt run resumes to the exploits of an uninterrupted on
     INFO("interrupted at " << at);
     CHECK(run(at) == straight);
   }
+}
+
+namespace {
+
+struct Crash {};  // thrown from the executor: ends Controller::run as a SIGKILL would
+
+// A first driver's trial: a Learner whose lines are kept; the driver dies right after it
+// signals this trial's stop (the decision journalled, the state not written since).
+struct CrashOnStop : Learner {
+  bool crash;
+  CrashOnStop(double q_, std::vector<std::string>* r, std::vector<std::string>* out, bool c)
+      : Learner(q_, 1, 9, 0, r), crash(c) {
+    printed = out;
+  }
+  void on_stop(FakeContext& c, bool now) override {
+    if (crash) throw Crash{};
+    Learner::on_stop(c, now);
+  }
+};
+
+// The same attempt found ended by the next driver: its output from the offset read again,
+// then its exit; `delay` ticks late (an executor may deliver attempts' output in any order).
+struct ReadAgain : FakeProcess {
+  std::vector<std::string> lines;
+  int delay;
+  ReadAgain(std::vector<std::string> l, int d) : lines(std::move(l)), delay(d) {}
+  void emit(FakeContext& c) {
+    for (const auto& line : lines) c.print(line);
+    c.killed(15);
+  }
+  void on_attach(FakeContext& c) override {
+    if (delay == 0) emit(c);
+  }
+  void on_tick(FakeContext& c, double) override {
+    if (--delay == 0) emit(c);
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "a pbt driver killed after an exploit went out, before the state recorded it, resumes to "
+    "the same exploits",
+    "[controller][sched][pbt][state]") {
+  // Resampling and perturbation draw random numbers: a decision taken differently on resume
+  // (or in another order) changes every later config.
+  const std::string yaml =
+      "name: exp\ntrial: {command: [train]}\nparam_space: {q: {grid_search: [1, 0.5, 0.1, 0.2]}}\n"
+      "metric: loss\nmode: min\nmax_concurrent_trials: 1\nseed: 5\n"
+      "scheduler: {type: pbt, perturbation_interval: 3, quantile_fraction: 0.25,\n"
+      "  resample_probability: 0.25, hyperparam_mutations: {q: {uniform: [0, 2]}}}\n";
+  auto outcome = [](const spec::Experiment& e) {
+    std::vector<std::string> out;
+    for (auto l : policy_lines(e)) {
+      l.erase("time");
+      out.push_back(l.dump());
+    }
+    auto s = state::load(e.dir());
+    REQUIRE(s);
+    for (const auto& t : s->trials)
+      out.push_back(t.id + " " + trial::status_name(t.status) + " " + std::to_string(t.iteration) +
+                    " " + t.config.dump() + " " + std::to_string(t.exploits));
+    return out;
+  };
+  std::vector<std::string> restores;
+  ScratchDir straight_dir;
+  auto straight_exp = make_exp(straight_dir, yaml);
+  {
+    FakeExecutor ex(learners(1, 9, &restores));
+    control::Controller c(straight_exp, ex, opts());
+    REQUIRE(c.run() == kExitOk);
+  }
+  auto straight = outcome(straight_exp);
+  // The first exploit: at a trial's first check, while later trials have not started yet.
+  auto first = policy_lines(straight_exp).at(0);
+  const std::string crashed = first["trial"];
+  const int last = std::stoi(crashed);
+  REQUIRE(last >= 1);
+  REQUIRE(first["at"] == 3);
+
+  ScratchDir d;
+  auto e = make_exp(d, yaml);
+  std::map<std::string, std::vector<std::string>> printed;
+  {
+    FakeExecutor ex([&](const exec::Launch& l) {
+      double q = json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>();
+      return std::make_unique<CrashOnStop>(q, &restores, &printed[l.trial_id],
+                                           l.trial_id == crashed);
+    });
+    auto o = opts();
+    o.state_period_s = 1000;  // no state write after the start: the journal has it all
+    control::Controller c(e, ex, o);
+    REQUIRE_THROWS_AS(c.run(), Crash);
+  }
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  REQUIRE(s->trials.size() == static_cast<size_t>(last + 1));
+  auto dec = std::find_if(s->decisions.begin(), s->decisions.end(),
+                          [&](const auto& x) { return x.trial_id == crashed; });
+  REQUIRE(dec != s->decisions.end());
+  CHECK(dec->reason == trial::Reason::kPaused);
+  CHECK(dec->cause == trial::Cause::kExploit);
+  // The journal line holds the exploit as decided: donor, its checkpoint, the new config.
+  REQUIRE(dec->exploit.is_object());
+  CHECK(dec->exploit["donor"] == first["donor"]);
+  CHECK(dec->exploit["donor_checkpoint"] == first["donor_checkpoint"]);
+  CHECK(dec->exploit["new_config"] == first["new_config"]);
+  bool plain_pause = false;
+  SECTION("replayed as journalled") {}
+  SECTION("a journalled pause is not taken for the exploit decided again") {
+    // (a line written later about the same attempt replaces the first)
+    plain_pause = true;
+    state::Journal journal;
+    REQUIRE(journal.open(e.dir()));
+    REQUIRE(journal.record_decision(
+        {crashed, 1, trial::Reason::kPaused, trial::Cause::kTurn, 3, 3, nullptr}));
+    s = state::load(e.dir());
+    REQUIRE(s);
+  }
+
+  // All first attempts ended; the executor hands their output over latest first.
+  FakeExecutor ex([&](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.env.empty()) {
+      REQUIRE(l.stdout_offset == 0);
+      return std::make_unique<ReadAgain>(printed.at(l.trial_id), last - std::stoi(l.trial_id));
+    }
+    double q = json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>();
+    return std::make_unique<Learner>(q, 1, 9, 0, &restores);
+  });
+  ex.on_attach = [](const exec::Launch&) { return exec::Attached::kEnded; };
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run(std::move(*s)) == kExitOk);
+  CHECK(ex.attaches.size() == static_cast<size_t>(last + 1));
+  if (!plain_pause) {
+    CHECK(outcome(e) == straight);
+    return;
+  }
+  // Paused at 3, as journalled: no exploit then, and its 4th result is its own q's.
+  for (const auto& l : policy_lines(e)) CHECK_FALSE((l["trial"] == crashed && l["at"] == 3));
+  auto rows = results_of(e, by_id(c.state(), crashed));
+  REQUIRE(rows.size() >= 4);
+  CHECK(rows[2]["decision"] == "paused by pbt at 3");
+  const double grid[] = {1, 0.5, 0.1, 0.2};
+  CHECK(rows[3]["loss"].get<double>() ==
+        Approx(rows[2]["loss"].get<double>() - grid[last]).margin(1e-9));
 }

@@ -226,3 +226,149 @@ TEST_CASE("an interrupted hyperband run resumes to the decisions of an uninterru
     CHECK(run(at) == straight);
   }
 }
+
+namespace {
+
+// A Curve that notes, when its stop arrives, how many results it had printed and whether the
+// state on disk recorded the decision yet; with `crash`, the driver dies right after (the
+// exception ends Controller::run as a SIGKILL would: nothing more is written).
+struct Crash {};
+struct Stopped {
+  int printed = 0;
+  trial::Reason on_disk = trial::Reason::kNone;
+  bool journalled = false;
+};
+struct Watched : Curve {
+  fs::path exp_dir;
+  std::string id;
+  std::map<std::string, Stopped>* stops;
+  bool crash;
+  Watched(double q_, int max_, fs::path dir, std::string id_, std::map<std::string, Stopped>* s,
+          bool crash_)
+      : Curve(q_, 0, max_, nullptr),
+        exp_dir(std::move(dir)),
+        id(std::move(id_)),
+        stops(s),
+        crash(crash_) {}
+  void on_stop(FakeContext& c, bool now) override {
+    auto saved = state::load(exp_dir);
+    REQUIRE(saved);
+    Stopped s{i, trial::Reason::kNone, false};
+    for (const auto& t : saved->trials)
+      if (t.id == id) s.on_disk = t.reason;
+    for (const auto& d : saved->decisions) s.journalled = s.journalled || d.trial_id == id;
+    (*stops)[id] = s;
+    if (crash) throw Crash{};
+    FakeProcess::on_stop(c, now);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a scheduler's stop goes to the trial at once, before the state records it",
+          "[controller][sched][state]") {
+  ScratchDir d;
+  auto e = make_exp(d, exp_yaml("{type: asha, max_t: 9, grace_period: 1, reduction_factor: 3}", 3));
+  std::map<std::string, Stopped> stops;
+  FakeExecutor ex([&](const exec::Launch& l) {
+    double q = json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>();
+    return std::make_unique<Watched>(q, 100, e.dir(), l.trial_id, &stops, false);
+  });
+  auto o = opts();
+  o.state_period_s = 1000;  // writes only when forced (the start, restarts, the end)
+  control::Controller c(e, ex, o);
+  REQUIRE(c.run() == kExitOk);
+  int cut = 0;
+  for (const auto& t : c.state().trials) {
+    if (t.cause != trial::Cause::kCutoff) continue;
+    ++cut;
+    INFO("trial " << t.name);
+    REQUIRE(stops.count(t.id));
+    // Signalled in the loop turn it was decided in: no result past the decided one was made,
+    // and the stop did not wait for a state write (the journal holds the decision meanwhile).
+    CHECK(stops[t.id].printed == t.iteration);
+    CHECK(stops[t.id].on_disk == trial::Reason::kNone);
+    CHECK(stops[t.id].journalled);
+    CHECK(results_of(e, t).size() == static_cast<size_t>(t.iteration));
+  }
+  CHECK(cut >= 3);
+}
+
+TEST_CASE(
+    "a driver killed after a stop went out, before the state recorded it, resumes to "
+    "the same decisions",
+    "[controller][sched][state]") {
+  const std::string yaml =
+      exp_yaml("{type: asha, max_t: 9, grace_period: 1, reduction_factor: 3}", 1);
+  auto outcome = [](const state::ExperimentState& s) {
+    std::map<double, std::tuple<int64_t, int, int>> out;  // q -> iteration, status, cause
+    for (const auto& t : s.trials)
+      out[t.config["q"].get<double>()] = {t.iteration, static_cast<int>(t.status),
+                                          static_cast<int>(t.cause)};
+    return out;
+  };
+  std::map<std::string, Stopped> stops;
+  ScratchDir straight_dir;
+  auto straight_exp = make_exp(straight_dir, yaml);
+  FakeExecutor straight_ex(curves(0, 100, nullptr));
+  control::Controller straight(straight_exp, straight_ex, opts());
+  REQUIRE(straight.run() == kExitOk);
+
+  ScratchDir d;
+  auto e = make_exp(d, yaml);
+  {
+    FakeExecutor ex([&](const exec::Launch& l) {
+      double q = json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>();
+      return std::make_unique<Watched>(q, 100, e.dir(), l.trial_id, &stops, q == 7);
+    });
+    control::Controller c(e, ex, opts());
+    REQUIRE_THROWS_AS(c.run(), Crash);
+  }
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  const trial::Trial& killed = by_q(*s, 7);
+  auto dec_at = std::find_if(s->decisions.begin(), s->decisions.end(),
+                             [&](const auto& x) { return x.trial_id == killed.id; });
+  REQUIRE(dec_at != s->decisions.end());
+  const auto dec = *dec_at;
+  CHECK(dec.reason == trial::Reason::kStopped);
+  CHECK(dec.cause == trial::Cause::kCutoff);
+  CHECK(killed.status == trial::Status::kRunning);
+  CHECK(killed.reason == trial::Reason::kNone);  // the state does not know yet
+  CHECK(killed.iteration < dec.iteration);
+  int printed = stops.at(killed.id).printed;
+  CHECK(printed == dec.iteration);
+
+  // The attempt ended by the stop; its output past the state's offset is read again.
+  struct Ended : FakeProcess {
+    double q;
+    int from, upto;
+    Ended(double q_, int f, int u) : q(q_), from(f), upto(u) {}
+    void on_attach(FakeContext& c) override {
+      for (int i = from + 1; i <= upto; ++i) c.print(json{{"loss", q + 1.0 / i}}.dump());
+      c.killed(15);
+    }
+  };
+  std::map<std::string, int64_t> from;  // the attempts found: where the state has them
+  std::map<std::string, double> qs;
+  for (const auto& t : s->trials) {
+    qs[t.id] = t.config["q"].get<double>();
+    if (t.status == trial::Status::kRunning) from[t.id] = t.iteration;
+  }
+  FakeExecutor ex([&](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.env.empty())  // attach(): the attempt the first driver stopped, ended since
+      return std::make_unique<Ended>(qs.at(l.trial_id), static_cast<int>(from.at(l.trial_id)),
+                                     stops.at(l.trial_id).printed);
+    double q = json::parse(l.env.at("TUNE_CONFIG"))["q"].get<double>();
+    return std::make_unique<Curve>(q, 0, 100, nullptr);
+  });
+  ex.on_attach = [](const exec::Launch&) { return exec::Attached::kEnded; };
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run(std::move(*s)) == kExitOk);
+  CHECK(ex.attaches.size() == from.size());
+  const trial::Trial& after = by_q(c.state(), 7);
+  CHECK(after.attempt == 1);  // not restarted
+  CHECK(after.reason == trial::Reason::kStopped);
+  CHECK(results_of(e, after).size() == static_cast<size_t>(after.iteration));
+  CHECK(outcome(c.state()) == outcome(straight.state()));
+}

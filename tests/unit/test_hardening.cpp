@@ -163,7 +163,7 @@ TEST_CASE("item 7: a trial its supervisor stopped as orphaned is re-queued, not 
   struct Orphaned : FakeProcess {
     int i = 0;
     void on_tick(FakeContext& c, double) override {
-      if (++i == 3) return c.exit(0, "", "orphaned");
+      if (++i == 3) return c.exit(0, "", exec::ExitReason::kOrphaned);
       c.print(json{{"loss", 1.0 / i}}.dump());
     }
   };

@@ -87,9 +87,9 @@ TEST_CASE("local transport: output, exit code, params.json, and the attempt log"
   REQUIRE(o.exits.size() == 2);
   CHECK(o.out["a"] == "{\"v\": 1}\n");
   CHECK(o.exits["a"].exit_code == 3);
-  CHECK(o.exits["a"].reason == "exited");
+  CHECK(o.exits["a"].reason == exec::ExitReason::kExited);
   CHECK(o.exits["a"].pid.has_value());
-  CHECK(o.exits["b"].reason == "exec_failed");
+  CHECK(o.exits["b"].reason == exec::ExitReason::kExecFailed);
   CHECK(o.exits["b"].error == "command not found: no-such-program-xyz");
   CHECK(util::read_file(s.dir / "trial_a" / "params.json", 100) == "{\"x\": 1}\n");
   exec::AttemptLog log(s.dir / exec::kAttemptLog);
@@ -125,7 +125,7 @@ TEST_CASE("local transport: a trial started by its path gets its own group, cwd,
   REQUIRE(ex.start(launch(s.dir, "e", {"/no/such/program"})));
   auto o = run_until_exits(ex, 3);
   REQUIRE(o.exits.size() == 3);
-  CHECK(o.exits["c"].reason == "exited");
+  CHECK(o.exits["c"].reason == exec::ExitReason::kExited);
   CHECK(o.exits["c"].exit_code == 0);
   std::istringstream out(o.out["c"]);
   std::string group, cwd, foo, blk, ign;
@@ -141,10 +141,10 @@ TEST_CASE("local transport: a trial started by its path gets its own group, cwd,
   CHECK(blk == "SigBlk:\t0000000000000000");
   REQUIRE(ign.rfind("SigIgn:\t", 0) == 0);
   CHECK((std::stoull(ign.substr(8), nullptr, 16) & 0x15203) == 0);
-  CHECK(o.exits["d"].reason == "exec_failed");
+  CHECK(o.exits["d"].reason == exec::ExitReason::kExecFailed);
   CHECK(o.exits["d"].error ==
         "cannot enter workdir " + (s.dir / "no-such-dir").string() + ": No such file or directory");
-  CHECK(o.exits["e"].reason == "exec_failed");
+  CHECK(o.exits["e"].reason == exec::ExitReason::kExecFailed);
   CHECK(o.exits["e"].error == "command not found: /no/such/program");
 }
 
@@ -158,13 +158,13 @@ TEST_CASE("local transport: stop before and after the supervisor is known") {
   while (!ex.pid("b")) collect(ex, o, 0.05);
   ex.stop("b", true);
   o = run_until_exits(ex, 2, o);
-  for (const auto& [id, x] : o.exits) INFO(id + ": " + x.reason);
+  for (const auto& [id, x] : o.exits) INFO(id + ": " + exec::exit_reason_name(x.reason));
   CHECK(o.exits.count("a"));
   CHECK(o.exits.count("b"));
   REQUIRE(o.exits.size() == 2);
-  CHECK(o.exits["a"].reason == "driver_stop");
+  CHECK(o.exits["a"].reason == exec::ExitReason::kDriverStop);
   CHECK(o.exits["a"].signal == SIGTERM);
-  CHECK(o.exits["b"].reason == "driver_stop");
+  CHECK(o.exits["b"].reason == exec::ExitReason::kDriverStop);
   CHECK(o.exits["b"].signal == SIGKILL);
 }
 
@@ -189,7 +189,7 @@ TEST_CASE("local transport: a killed agent leaves its trials running; their ends
   REQUIRE(killed);
   auto o = run_until_exits(ex, 1, before);
   REQUIRE(o.exits.size() == 1);
-  CHECK(o.exits["a"].reason == "exited");
+  CHECK(o.exits["a"].reason == exec::ExitReason::kExited);
   CHECK(o.exits["a"].exit_code == 0);
   CHECK(o.out["a"] == "done\n");
   // and a new agent starts for the next launch

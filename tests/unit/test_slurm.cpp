@@ -350,7 +350,7 @@ TEST_CASE("output is read from the shared filesystem and the exit comes after it
   f.record("00001", 1, "exited", 0);
   REQUIRE(f.pump([&] { return f.exit_of("00001").has_value(); }));
   CHECK(f.output_of("00001") == "{\"a\":1}\n{\"a\":2}\n");
-  CHECK(f.exit_of("00001")->reason == "exited");
+  CHECK(f.exit_of("00001")->reason == exec::ExitReason::kExited);
   CHECK(f.exit_of("00001")->exit_code == 0);
   // A record with another attempt's nonce is not believed.
   REQUIRE(f.ex->start(f.launch("00002")));
@@ -377,11 +377,12 @@ TEST_CASE("Slurm's SIGTERM re-queues the trial; twice without a checkpoint count
     f.fake->set(f.job_of("00003"), "COMPLETED");
     return *f.exit_of("00003");
   };
-  CHECK(run_once(1).reason == "host_lost");  // re-queued, no failure
+  CHECK(run_once(1).reason == exec::ExitReason::kPreempted);  // re-queued, no failure
   f.ex->checkpoint_registered("00003");
-  CHECK(run_once(2).reason == "host_lost");  // a checkpoint in between: again no failure
-  auto third = run_once(3);                  // no checkpoint since the last one
-  CHECK(third.reason == "exited");
+  CHECK(run_once(2).reason ==
+        exec::ExitReason::kPreempted);  // a checkpoint in between: again no failure
+  auto third = run_once(3);             // no checkpoint since the last one
+  CHECK(third.reason == exec::ExitReason::kExited);
   CHECK_FALSE(third.exit_code.has_value());
   CHECK(third.error.find("second time without a new checkpoint") != std::string::npos);
 }
@@ -395,7 +396,7 @@ TEST_CASE("a job Slurm requeues runs the trial's next attempt", "[slurm]") {
   f.settle(1.0);                // seen running
   f.fake->set(job, "PENDING");  // requeued; its supervisor was killed before it recorded
   REQUIRE(f.pump([&] { return f.exit_of("00004").has_value(); }));
-  CHECK(f.exit_of("00004")->reason == "host_lost");
+  CHECK(f.exit_of("00004")->reason == exec::ExitReason::kPreempted);
   REQUIRE(f.ex->start(f.launch("00004", 2)));
   REQUIRE(f.pump([&] {
     auto j = exec::read_job_file(f.dir, "trial_00004");
@@ -430,7 +431,7 @@ TEST_CASE("a job Slurm requeues runs the trial's next attempt", "[slurm]") {
   }
   f.record("00004", 2, "exited", 0, run1);
   REQUIRE(f.pump([&] { return f.exit_of("00004").has_value(); }));
-  CHECK(f.exit_of("00004")->reason == "exited");
+  CHECK(f.exit_of("00004")->reason == exec::ExitReason::kExited);
 }
 
 TEST_CASE("a job's supervisor derives its run's nonce from the job id and SLURM_RESTART_COUNT",
@@ -465,7 +466,7 @@ TEST_CASE("a job's supervisor derives its run's nonce from the job id and SLURM_
   exec::ExitInfo info;
   exec::AttemptIdentity id{exec::slurm_attempt_nonce(key, "trial_x", 1, "4242", 3), {}, {}, {}};
   CHECK(exec::check_exit_record(*text, 3, id, info) == exec::RecordCheck::kGenuine);
-  CHECK(info.reason == "exited");
+  CHECK(info.reason == exec::ExitReason::kExited);
   // Another job's or another run's nonce does not match it.
   id.nonce = exec::slurm_attempt_nonce(key, "trial_x", 1, "4243", 3);
   CHECK(exec::check_exit_record(*text, 3, id, info) == exec::RecordCheck::kForged);
@@ -490,8 +491,8 @@ TEST_CASE("stop: SIGTERM to the batch shell, scancel after the grace; a pending 
   f.ex->stop("00005", false);
   f.ex->stop("00006", false);
   REQUIRE(f.pump([&] { return f.exit_of("00006").has_value(); }));
-  CHECK(f.exit_of("00006")->reason == "driver_stop");  // it never ran
-  CHECK_FALSE(f.exit_of("00005").has_value());         // until its supervisor records
+  CHECK(f.exit_of("00006")->reason == exec::ExitReason::kDriverStop);  // it never ran
+  CHECK_FALSE(f.exit_of("00005").has_value());  // until its supervisor records
   REQUIRE(f.pump([&] {
     std::lock_guard lk(f.fake->m);
     return f.fake->cancels.size() >= 2;
@@ -508,7 +509,7 @@ TEST_CASE("stop: SIGTERM to the batch shell, scancel after the grace; a pending 
   }
   f.record("00005", 1, "driver_stop");
   REQUIRE(f.pump([&] { return f.exit_of("00005").has_value(); }));
-  CHECK(f.exit_of("00005")->reason == "driver_stop");  // ours: passed on as it is
+  CHECK(f.exit_of("00005")->reason == exec::ExitReason::kDriverStop);  // ours: passed on as it is
 }
 
 TEST_CASE("a driver that ends right after stopping its trials leaves no job behind", "[slurm]") {
@@ -559,7 +560,7 @@ TEST_CASE("a job gone from squeue without a record ends its attempt", "[slurm]")
   std::string job = f.job_of("00008");
   f.fake->set(job, "NODE_FAIL");
   REQUIRE(f.pump([&] { return f.exit_of("00008").has_value(); }));
-  CHECK(f.exit_of("00008")->reason == "host_lost");  // Slurm's doing: no failure
+  CHECK(f.exit_of("00008")->reason == exec::ExitReason::kPreempted);  // Slurm's doing: no failure
   REQUIRE(f.ex->start(f.launch("00009")));
   REQUIRE(f.pump([&] { return !f.job_of("00009").empty(); }));
   {
@@ -567,7 +568,8 @@ TEST_CASE("a job gone from squeue without a record ends its attempt", "[slurm]")
     f.fake->states.erase(f.job_of("00009"));
   }
   REQUIRE(f.pump([&] { return f.exit_of("00009").has_value(); }));
-  CHECK(f.exit_of("00009")->reason == "supervisor_died");  // never wrote anything: a failure
+  CHECK(f.exit_of("00009")->reason ==
+        exec::ExitReason::kSupervisorDied);  // never wrote anything: a failure
 }
 
 TEST_CASE("a resume finds this experiment's jobs by their job files and ends the strays",
@@ -821,9 +823,9 @@ TEST_CASE("a job gone from squeue is judged by sacct where the cluster has accou
       f.fake->acct_lines[b] = b + "|FAILED|3:0|tune-e-trial_00021";
     }
     REQUIRE(f.pump([&] { return f.exit_of("00020") && f.exit_of("00021"); }));
-    CHECK(f.exit_of("00020")->reason == "host_lost");
+    CHECK(f.exit_of("00020")->reason == exec::ExitReason::kPreempted);
     CHECK(f.exit_of("00020")->error.find("TIMEOUT") != std::string::npos);
-    CHECK(f.exit_of("00021")->reason == "supervisor_died");
+    CHECK(f.exit_of("00021")->reason == exec::ExitReason::kSupervisorDied);
     CHECK(f.exit_of("00021")->error.find("FAILED (exit code 3)") != std::string::npos);
     CHECK(f.ex->accounting_calls() >= 1);
   }
@@ -837,7 +839,7 @@ TEST_CASE("a job gone from squeue is judged by sacct where the cluster has accou
         f.fake->states.erase(f.job_of(id));
       }
       REQUIRE(f.pump([&] { return f.exit_of(id).has_value(); }));
-      CHECK(f.exit_of(id)->reason == "supervisor_died");  // as without sacct
+      CHECK(f.exit_of(id)->reason == exec::ExitReason::kSupervisorDied);  // as without sacct
     }
     CHECK(f.ex->accounting_calls() == 1);
   }
@@ -866,7 +868,7 @@ TEST_CASE("use_allocation: trials are job steps of the driver's allocation, neve
   // Its supervisor's record (the attempt's own nonce: a step is never requeued) ends it.
   f.record("00030", 1, "exited", 0, exec::attempt_nonce(f.key, "trial_00030", 1));
   REQUIRE(f.pump([&] { return f.exit_of("00030").has_value(); }));
-  CHECK(f.exit_of("00030")->reason == "exited");
+  CHECK(f.exit_of("00030")->reason == exec::ExitReason::kExited);
   REQUIRE(f.pump([&] {
     std::lock_guard lk(f.fake->m);
     return f.fake->steps.size() == 3;  // room for the third
@@ -884,14 +886,14 @@ TEST_CASE("use_allocation: trials are job steps of the driver's allocation, neve
     f.fake->steps_done.insert("9001");  // its srun ends; no record
   }
   REQUIRE(f.pump([&] { return f.exit_of("00031").has_value(); }));
-  CHECK(f.exit_of("00031")->reason == "driver_stop");
+  CHECK(f.exit_of("00031")->reason == exec::ExitReason::kDriverStop);
   // A step whose srun ends without a record (not stopped): the supervisor died.
   {
     std::lock_guard lk(f.fake->m);
     f.fake->steps_done.insert("9002");
   }
   REQUIRE(f.pump([&] { return f.exit_of("00032").has_value(); }));
-  CHECK(f.exit_of("00032")->reason == "supervisor_died");
+  CHECK(f.exit_of("00032")->reason == exec::ExitReason::kSupervisorDied);
   CHECK(f.fake->cancels.empty());
   // A signal for an srun already reaped is never sent (its pid may be someone else's now).
   f.ex->stop("00032", true);

@@ -1,6 +1,7 @@
 // experiment_state.json: round trip, and every truncation is detected, never a crash.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
 #include <limits>
 
 #include "fake_executor.hpp"
@@ -221,4 +222,100 @@ TEST_CASE("the scheduler log's length round-trips; a state without it counts 0",
   CHECK(old->scheduler_log_bytes == 0);
   j["scheduler_log_bytes"] = "12";
   CHECK(!state::from_json(j, "f"));
+}
+
+TEST_CASE("journalled decisions: kept for a RUNNING trial's current attempt, the latest wins",
+          "[state]") {
+  testing::ScratchDir d;
+  auto s = sample();
+  s.trials[1].status = trial::Status::kRunning;  // attempt 2
+  REQUIRE(state::save(d.path, s, false));
+  state::Journal journal;
+  REQUIRE(journal.open(d.path));
+  auto decision = [](std::string id, int attempt, trial::Reason r, int64_t it) {
+    return state::JournalledDecision{std::move(id), attempt, r, trial::Cause::kCutoff, 3.5, it, {}};
+  };
+  REQUIRE(journal.record_decision(decision("00000", 2, trial::Reason::kStopped, 4)));  // ended
+  REQUIRE(journal.record_decision(decision("00001", 1, trial::Reason::kStopped, 4)));  // old
+  REQUIRE(journal.record_decision(decision("00001", 2, trial::Reason::kPaused, 5)));
+  REQUIRE(journal.record_decision(decision("00001", 2, trial::Reason::kStopped, 6)));
+  REQUIRE(journal.record_decision(decision("00009", 1, trial::Reason::kStopped, 6)));  // unknown
+  // Malformed lines are ignored: a reason that is no decision, a cause that does not exist.
+  {
+    std::ofstream out(d.path / ".tune" / "state.journal", std::ios::app);
+    out << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"interrupted","cause":"cutoff","iteration":7}})"
+        << "\n"
+        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"stopped","cause":"bogus","iteration":7}})"
+        << "\n"
+        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"stopped"}})"
+        << "\n";
+  }
+  auto back = state::load(d.path);
+  REQUIRE(back);
+  REQUIRE(back->decisions.size() == 1);
+  const auto& got = back->decisions[0];
+  CHECK(got.trial_id == "00001");
+  CHECK(got.attempt == 2);
+  CHECK(got.reason == trial::Reason::kStopped);
+  CHECK(got.cause == trial::Cause::kCutoff);
+  CHECK(got.decided_at == 3.5);
+  CHECK(got.iteration == 6);
+  CHECK(back->trials[1].reason == trial::Reason::kNone);  // the state itself is unchanged
+  // Emptied by the next full write.
+  REQUIRE(journal.reset());
+  auto again = state::load(d.path);
+  REQUIRE(again);
+  CHECK(again->decisions.empty());
+}
+
+TEST_CASE(
+    "a journalled exploit keeps its donor, checkpoint and new config; a malformed one is "
+    "ignored",
+    "[state]") {
+  testing::ScratchDir d;
+  auto s = sample();
+  s.trials[1].status = trial::Status::kRunning;  // attempt 2
+  REQUIRE(state::save(d.path, s, false));
+  state::Journal journal;
+  REQUIRE(journal.open(d.path));
+  nlohmann::json exploit = {{"n", 1},
+                            {"donor", "00000"},
+                            {"donor_seq", 3},
+                            {"donor_checkpoint", "trial_00000/checkpoint_000003"},
+                            {"at", 3},
+                            {"new_config", {{"q", 0.48}}},
+                            {"old_config", {{"q", 0.1}}}};
+  state::JournalledDecision dec{"00001", 2,      trial::Reason::kPaused, trial::Cause::kExploit, 3,
+                                3,       exploit};
+  REQUIRE(journal.record_decision(dec));
+  auto back = state::load(d.path);
+  REQUIRE(back);
+  REQUIRE(back->decisions.size() == 1);
+  CHECK(back->decisions[0].cause == trial::Cause::kExploit);
+  CHECK(back->decisions[0].exploit == exploit);
+  // A pause without it is a plain pause; an exploit record that is not whole (an object with
+  // donor, donor_seq, n, at and new_config), or one on a stop, drops the line (a later whole
+  // line about the trial still counts).
+  {
+    std::ofstream out(d.path / ".tune" / "state.journal", std::ios::app);
+    out << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"paused","cause":"exploit","iteration":4,"exploit":"00000"}})"
+        << "\n"
+        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"paused","cause":"exploit","iteration":4,"exploit":{"donor":5,"donor_seq":3,"n":1,"at":3,"new_config":{}}}})"
+        << "\n"
+        << R"({"decision":{"trial_id":"00001","attempt":2,"reason":"stopped","cause":"cutoff","iteration":4,"exploit":)"
+        << exploit.dump() << "}}\n";
+  }
+  back = state::load(d.path);
+  REQUIRE(back);
+  REQUIRE(back->decisions.size() == 1);
+  CHECK(back->decisions[0].iteration == 3);
+  CHECK(back->decisions[0].exploit == exploit);
+  dec.exploit = nullptr;
+  dec.iteration = 6;
+  REQUIRE(journal.record_decision(dec));
+  back = state::load(d.path);
+  REQUIRE(back);
+  REQUIRE(back->decisions.size() == 1);
+  CHECK(back->decisions[0].iteration == 6);
+  CHECK(back->decisions[0].exploit.is_null());
 }

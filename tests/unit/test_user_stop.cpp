@@ -10,6 +10,7 @@
 #include "control/stop_requests.hpp"
 #include "controller_fixtures.hpp"
 #include "fake_executor.hpp"
+#include "state/state.hpp"
 
 using namespace tune;
 using testing::FakeContext;
@@ -196,4 +197,74 @@ TEST_CASE("tune stop --trial in step mode: a step longer than the grace period i
   CHECK(t.iteration == 3);
   CHECK(saves.empty());
   CHECK(t.failures == 0);
+}
+
+TEST_CASE("tune stop --trial: a driver killed right after the stop went out keeps it on resume",
+          "[controller][user_stop][state]") {
+  ScratchDir d;
+  auto e = make_exp(d, kExp);
+  struct Crash {};
+  int printed = 0;
+  {
+    FakeExecutor ex([&](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+      if (l.argv[1] != "1") return std::make_unique<Reporter>(1000000, 0);
+      struct Stopped : Reporter {
+        int* printed;
+        Stopped(const spec::Experiment& e, int* p)
+            : Reporter(1000000, 0,
+                       [&e](int i, FakeContext&) {
+                         if (i == 3) REQUIRE(control::write_stop_request(e.dir(), "00001"));
+                         return json{{"loss", 1.0 / i}};
+                       }),
+              printed(p) {}
+        void on_stop(FakeContext&, bool) override {
+          *printed = i;
+          throw Crash{};  // the driver dies before any state write records the stop
+        }
+      };
+      return std::make_unique<Stopped>(e, &printed);
+    });
+    control::Controller c(e, ex, opts());
+    REQUIRE_THROWS_AS(c.run(), Crash);
+  }
+  REQUIRE(printed >= 3);
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  REQUIRE(s->trials.size() >= 2);
+  CHECK(s->trials[1].reason == trial::Reason::kNone);  // only the journal knows
+  int64_t from = s->trials[1].iteration;
+  INFO("from " << from << " journalled "
+               << (s->decisions.empty() ? -1 : s->decisions[0].iteration));
+  // The stopped attempt ended meanwhile (its output past the state's offset is read again);
+  // the other one is gone and restarts.
+  struct Ended : FakeProcess {
+    int64_t from;
+    int upto;
+    Ended(int64_t f, int u) : from(f), upto(u) {}
+    void on_attach(FakeContext& c) override {
+      for (int64_t i = from + 1; i <= upto; ++i)
+        c.print(json{{"loss", 1.0 / static_cast<double>(i)}}.dump());
+      c.killed(15);
+    }
+  };
+  FakeExecutor ex([&](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.trial_id == "00001" && l.env.empty()) return std::make_unique<Ended>(from, printed);
+    return std::make_unique<Reporter>(4, 0);
+  });
+  ex.on_attach = [](const exec::Launch& l) {
+    return l.trial_id == "00001" ? exec::Attached::kEnded : exec::Attached::kGone;
+  };
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run(std::move(*s)) == kExitOk);
+  const auto& t = c.state().trials[1];
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.reason == trial::Reason::kStopped);
+  CHECK(t.cause == trial::Cause::kUser);
+  CHECK(t.attempt == 1);  // not restarted
+  CHECK(t.iteration == printed);
+  auto rows = testing::results_of(e, t);
+  REQUIRE(rows.size() == static_cast<size_t>(printed));
+  CHECK(rows.back()["decision"] == "stopped by tune stop");
+  for (const auto& other : c.state().trials)
+    if (other.id != "00001") CHECK(other.cause == trial::Cause::kNone);
 }

@@ -122,7 +122,23 @@ TEST_CASE("parse_exit_record believes only this attempt's well-formed supervisor
   REQUIRE(ok);
   CHECK(*ok->exit_code == 0);
   CHECK(*ok->pid == 7);
-  CHECK(ok->reason == "exited");
+  CHECK(ok->reason == exec::ExitReason::kExited);
+  // Reasons are read back by name; one this driver does not know counts as an exit.
+  for (auto r :
+       {exec::ExitReason::kExited, exec::ExitReason::kDriverStop, exec::ExitReason::kOrphaned,
+        exec::ExitReason::kExecFailed, exec::ExitReason::kSupervisorDied,
+        exec::ExitReason::kHostLost, exec::ExitReason::kPreempted}) {
+    CHECK(exec::parse_exit_reason(exec::exit_reason_name(r)) == r);
+    auto rec = exec::parse_exit_record(
+        std::string(R"({"attempt":2,"reason":")") + exec::exit_reason_name(r) + R"(","ended":1})",
+        2);
+    REQUIRE(rec);
+    CHECK(rec->reason == r);
+  }
+  CHECK_FALSE(exec::parse_exit_reason("host_lost "));
+  auto future = exec::parse_exit_record(R"({"attempt":2,"reason":"teleported","ended":1})", 2);
+  REQUIRE(future);
+  CHECK(future->reason == exec::ExitReason::kExited);
   for (const char* bad :
        {R"({"attempt":1,"reason":"exited","ended":1})",  // another attempt
         R"({"attempt":"2","reason":"exited","ended":1})", R"({"attempt":2,"reason":5,"ended":1})",
