@@ -36,7 +36,7 @@ class PollSchedule {
       awaiting_ = false;
       gap_ = kFast;
     } else if (read_output) {
-      gap_ = kFast;
+      gap_ = kOutputFloor;
     } else {
       gap_ = std::min(gap_ * 2, kIdle);
     }
