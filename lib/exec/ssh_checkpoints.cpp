@@ -50,39 +50,38 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
 }
 
 namespace {
-// The supervisor on the host checks and moves the reported dir (checkpoint::adopt's rules), on
-// the host's thread; whoever calls waits (the controller's file worker).
-Result<void> adopt_on_host(SshExecutor::Impl* impl, Worker* w, const std::string& trial_id,
-                           const std::string& reported, const fs::path& cwd,
-                           const std::string& dest) {
-  return w->io->call([&]() -> Result<void> {
-    auto run = w->runs.find(trial_id);
-    if (run == w->runs.end()) return fail("the attempt on ", w->name, " has ended");
-    auto& r = run->second;
-    if (!w->up) return fail("host ", w->name, " is unreachable");
-    if (r.found_at_attach.erase(dest)) {
-      // moved in by the driver that crashed; this line is being read again
-      r.checkpoints.insert(dest);
-      return {};
-    }
-    std::string path = reported;
-    if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
-    std::string out;
-    auto st = w->h.shell_run(
-        q(w->h.supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
-    if (!st) {
-      impl->check(*w);
-      return std::unexpected(st.error());
-    }
-    while (!out.empty() && out.back() == '\n') out.pop_back();
-    if (*st != 0) return fail(util::printable(out, 300));
+
+// The supervisor on the host checks and moves the reported dir (checkpoint::adopt's rules).
+Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
+                           const std::string& path, const std::string& dest) {
+  auto run = w.runs.find(trial_id);
+  if (run == w.runs.end()) return fail("the attempt on ", w.name, " has ended");
+  auto& r = run->second;
+  if (!w.up) return fail("host ", w.name, " is unreachable");
+  if (r.found_at_attach.erase(dest)) {
+    // moved in by the driver that crashed; this line is being read again
     r.checkpoints.insert(dest);
-    r.adopted_at[dest] = mono();
     return {};
-  });
+  }
+  std::string out;
+  auto st = w.h.shell_run(
+      q(w.h.supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
+  if (!st) {
+    impl.check(w);
+    return std::unexpected(st.error());
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (*st != 0) return fail(util::printable(out, 300));
+  r.checkpoints.insert(dest);
+  r.adopted_at[dest] = mono();
+  return {};
 }
+
 }  // namespace
 
+// Queued on the host's thread at once, so that it runs there before any command the loop sends
+// the trial after it (the next step, a stop), and never on the loop: the task returned only
+// waits for its answer (on the controller's file worker).
 std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_id,
                                                       const std::string& reported,
                                                       const fs::path& cwd, const fs::path&,
@@ -90,12 +89,18 @@ std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_i
   auto it = impl_->where.find(trial_id);
   if (it == impl_->where.end()) return {};
   Worker* w = it->second;
-  Impl* impl = impl_.get();
-  return [impl, w, trial_id, reported, cwd, dest]() -> Result<void> {
+  std::string path = reported;
+  if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
+  auto promise = std::make_shared<std::promise<Result<void>>>();
+  std::shared_future<Result<void>> answer = promise->get_future().share();
+  w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise] {
+    promise->set_value(adopt_on_host(*impl, *w, trial_id, path, dest));
+  });
+  return [answer, host = w->name]() -> Result<void> {
     try {
-      return adopt_on_host(impl, w, trial_id, reported, cwd, dest);
-    } catch (const std::future_error&) {  // the executor is going away
-      return fail("the connection to ", w->name, " was closed");
+      return answer.get();
+    } catch (const std::future_error&) {  // the executor went away before it ran
+      return fail("the connection to ", host, " was closed");
     }
   };
 }
