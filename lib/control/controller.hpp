@@ -205,6 +205,12 @@ class Controller : private sched::Population {
   // in at once if it lies in the trial's dir, else copied in on the file worker (files.cpp).
   void take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,
                        nlohmann::json& result);
+  // Runs an executor's adopt_task (it waits on a host's link) on the file worker; `c` is
+  // registered when it is done, and the trial's exit waits for it.
+  void adopt_off_loop(trial::Trial& t, Runtime& rt, std::function<Result<void>()> task,
+                      trial::Checkpoint c);
+  // The newest checkpoint of the trial still being adopted or copied in, if any.
+  [[nodiscard]] const trial::Checkpoint* arriving_checkpoint(const std::string& trial) const;
   // Registers the checkpoints whose copies finished; runs exits that waited for them.
   void on_file_jobs_done();
   // Renames dir/name out of the way now and deletes it on the file worker.

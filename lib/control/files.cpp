@@ -73,14 +73,7 @@ void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string
     // trial's other adoptions; the trial's exit waits for it.
     done();
     t.checkpoint_seq = c.seq;
-    uint64_t job =
-        worker_.submit([task = std::move(task)](const std::atomic<bool>&) -> Result<std::string> {
-          if (auto r = task(); !r) return std::unexpected(r.error());
-          return std::string();
-        });
-    rt.copies_in_flight += 1;
-    adoptions_[job] = {t.id, std::move(c)};
-    return;
+    return adopt_off_loop(t, rt, std::move(task), std::move(c));
   }
   fs::path dir = trial_dir(t);
   auto src = checkpoint::locate(reported, {dir, exp_.dir(), exp_.trial.workdir});
@@ -106,6 +99,24 @@ void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string
       });
   rt.copies_in_flight += 1;
   adoptions_[job] = {t.id, std::move(c)};
+}
+
+void Controller::adopt_off_loop(trial::Trial& t, Runtime& rt, std::function<Result<void>()> task,
+                                trial::Checkpoint c) {
+  uint64_t job =
+      worker_.submit([task = std::move(task)](const std::atomic<bool>&) -> Result<std::string> {
+        if (auto r = task(); !r) return std::unexpected(r.error());
+        return std::string();
+      });
+  rt.copies_in_flight += 1;
+  adoptions_[job] = {t.id, std::move(c)};
+}
+
+const trial::Checkpoint* Controller::arriving_checkpoint(const std::string& trial) const {
+  const trial::Checkpoint* newest = nullptr;
+  for (const auto& [job, a] : adoptions_)
+    if (a.trial_id == trial && (!newest || a.checkpoint.seq > newest->seq)) newest = &a.checkpoint;
+  return newest;
 }
 
 void Controller::on_file_jobs_done() {

@@ -89,15 +89,22 @@ void Controller::step_saved(trial::Trial& t, Runtime& rt, const json& reply) {
   (void)reply;
   trial::Checkpoint c;
   c.seq = rt.pending_seq;
-  std::string staging = staging_name(c.seq);
-  auto r = ex_.adopt(t.id, (host_trial_dir(t, rt.placement) / staging).string(), exp_.trial.workdir,
-                     trial_dir(t), c.dir_name());
-  if (!r) {
+  std::string reported = (host_trial_dir(t, rt.placement) / staging_name(c.seq)).string();
+  json result = t.last_result;
+  result["checkpoint_dir_name"] = c.dir_name();
+  // On a remote host the adoption waits on its link: it is queued there now, ahead of the
+  // next command, and the checkpoint is registered once it is done (the trial's exit waits).
+  if (auto task = ex_.adopt_task(t.id, reported, exp_.trial.workdir, trial_dir(t), c.dir_name())) {
+    c.iteration = t.iteration;
+    c.time_total_s = t.time_total_s;
+    c.metrics = checkpoint_metrics(result);
+    t.checkpoint_seq = std::max(t.checkpoint_seq, c.seq);
+    adopt_off_loop(t, rt, std::move(task), std::move(c));
+  } else if (auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), c.dir_name());
+             !r) {
     spdlog::warn("trial {}: cannot register checkpoint {}: {}", t.name, c.dir_name(),
                  r.error().message);
   } else {
-    json result = t.last_result;
-    result["checkpoint_dir_name"] = c.dir_name();
     register_checkpoint(t, rt, c.seq, result);
   }
   step_send(t, rt, rt.stop_after_save ? StepOp::kStop : StepOp::kStep);

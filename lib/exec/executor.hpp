@@ -163,8 +163,9 @@ class Executor {
                                            const fs::path& cwd, const fs::path& head_trial_dir,
                                            const std::string& dest);
   // adopt() as a task that may run on another thread (the controller's file worker), for
-  // executors whose adopt() waits on the network; it must be made on the loop. Empty: call
-  // adopt() on the loop.
+  // executors whose adopt() waits on the network; it must be made on the loop, and may queue
+  // the work there and then (so it runs before any command sent to the trial after it), the
+  // task only waiting for the answer. Empty: call adopt() on the loop.
   [[nodiscard]] virtual std::function<Result<void>()> adopt_task(const std::string& trial_id,
                                                                  const std::string& reported,
                                                                  const fs::path& cwd,

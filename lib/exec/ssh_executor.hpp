@@ -7,8 +7,8 @@
 // The driver's loop never waits on the network: each host has its own I/O thread that owns
 // its connection and its attempts (ssh_host, ssh_run); the loop posts starts, stops and stdin
 // lines to it and takes the events it produced (output, exits, host up/down). Only a resume's
-// questions (attach, live attempts, fetching checkpoints) and a step-mode save's staging dir
-// are waited for.
+// questions (attach, live attempts, fetching checkpoints) are waited for; a checkpoint's
+// adoption is queued on the host's thread at once and its answer waited for off the loop.
 #pragma once
 
 #include <memory>

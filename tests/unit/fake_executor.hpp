@@ -113,6 +113,19 @@ class FakeExecutor final : public exec::Executor {
   double wall_time() override { return 1.7e9 + clock_; }
   std::string host_name() override { return "fakehost"; }
   void renew_lease() override { ++lease_renewals; }
+  // What adopt_task() returns: a task the controller runs on its file worker, as for a remote
+  // host. Default: none, and the controller calls adopt() on the loop.
+  std::function<std::function<Result<void>()>(
+      const std::string& reported, const std::filesystem::path& cwd,
+      const std::filesystem::path& head_trial_dir, const std::string& dest)>
+      on_adopt_task;
+  std::function<Result<void>()> adopt_task(const std::string&, const std::string& reported,
+                                           const std::filesystem::path& cwd,
+                                           const std::filesystem::path& head_trial_dir,
+                                           const std::string& dest) override {
+    if (!on_adopt_task) return {};
+    return on_adopt_task(reported, cwd, head_trial_dir, dest);
+  }
 
   void interrupt_at(double t) { interrupts_.push_back(t); }
   // Constructs the event in place (a by-value variant here trips a GCC 12 false warning).

@@ -1,8 +1,15 @@
 // The controller driven by the scripted FakeExecutor: protocol, stopping, retries, checkpoints,
 // retention, step mode, interrupts, budget, concurrency. No processes; milliseconds each.
-#include <catch2/catch.hpp>
-#include <fstream>
+#include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "checkpoint/adopt.hpp"
+#include "control/controller.hpp"
 #include "controller_fixtures.hpp"
 #include "util/fs.hpp"
 
@@ -340,6 +347,68 @@ checkpoint_config: {checkpoint_frequency: 3, checkpoint_at_end: true}
   REQUIRE(t.checkpoints.size() == 5);
   CHECK(t.checkpoints.back().iteration == 10);
   for (const auto& ck : t.checkpoints) CHECK(fs::exists(e.dir() / t.name / ck.dir_name() / "it"));
+  CHECK(ex.stdin_log["00000"].back() == R"({"op":"stop"})");
+}
+
+TEST_CASE("step mode: a save adopted off the loop lets the next command go at once",
+          "[controller][step]") {
+  // As on an SSH host: the adoption waits on the host's link, on the file worker; the loop
+  // sends the next command meanwhile, and registers the checkpoint once it is in.
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+stop: {training_iteration: 4}
+checkpoint_config: {checkpoint_frequency: 1, checkpoint_at_end: true}
+)");
+  std::atomic<int> commands{0};
+  struct Stepper : FakeProcess {
+    int iter = 0;
+    std::atomic<int>* commands;
+    explicit Stepper(std::atomic<int>* n) : commands(n) {}
+    void on_stdin(FakeContext& c, const std::string& line) override {
+      ++*commands;
+      auto cmd = json::parse(line);
+      if (cmd["op"] == "step") {
+        c.print(json{{"loss", 1.0 / ++iter}}.dump());
+      } else if (cmd["op"] == "save") {
+        std::string p = cmd["path"];
+        std::ofstream(fs::path(p) / "it") << iter;
+        c.print(json{{"saved", p}}.dump());
+      } else if (cmd["op"] == "stop") {
+        c.exit(0);
+      }
+    }
+  };
+  FakeExecutor ex([&](const exec::Launch&) { return std::make_unique<Stepper>(&commands); });
+  std::atomic<int> adopted{0}, overtaken{0};
+  ex.on_adopt_task = [&](const std::string& reported, const fs::path& cwd, const fs::path& dir,
+                         const std::string& dest) -> std::function<Result<void>()> {
+    int before = commands.load();  // made on the loop, when the `saved` answer came
+    return [&, before, reported, cwd, dir, dest]() -> Result<void> {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (commands.load() == before && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (commands.load() > before) ++overtaken;  // the next command went out first
+      ++adopted;
+      return checkpoint::adopt(reported, cwd, dir, dest);
+    };
+  };
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitOk);
+  CHECK(adopted == 4);
+  CHECK(overtaken == 4);
+  const auto& t = c.state().trials[0];
+  CHECK(t.status == trial::Status::kTerminated);
+  REQUIRE(t.checkpoints.size() == 4);
+  for (size_t i = 0; i < t.checkpoints.size(); ++i) {
+    CHECK(t.checkpoints[i].iteration == static_cast<int64_t>(i + 1));
+    std::ifstream in(e.dir() / t.name / t.checkpoints[i].dir_name() / "it");
+    int it = 0;
+    in >> it;
+    CHECK(it == static_cast<int>(i + 1));
+  }
   CHECK(ex.stdin_log["00000"].back() == R"({"op":"stop"})");
 }
 

@@ -1,0 +1,140 @@
+// Checkpoints of remote attempts, on their host's I/O thread: the empty staging dir a
+// step-mode save goes to, adopting what a trial saved (the supervisor on the host checks and
+// moves it, checkpoint::adopt's rules), noting a registered one for the next sync, and
+// deleting one that retention dropped.
+#include <spdlog/spdlog.h>
+
+#include <future>
+
+#include "exec/ssh_worker.hpp"
+#include "util/fs.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+using namespace ssh_impl;
+
+Result<void> SshExecutor::make_staging(const std::string& trial_id, const fs::path&,
+                                       const std::string& name) {
+  auto it = impl_->where.find(trial_id);
+  if (it == impl_->where.end()) return fail("internal: no remote run for ", trial_id);
+  Worker* w = it->second;
+  // Posted, not waited for: the host's thread runs its tasks in order, so the dir exists before
+  // the save command that follows (also posted) reaches the trial; a failure is logged there
+  // and the trial's save then fails on its own.
+  w->io->post([impl = impl_.get(), w, trial_id, name] {
+    auto run = w->runs.find(trial_id);
+    if (run == w->runs.end() || !w->up) return;
+    auto& r = run->second;
+    std::string out;
+    auto st = w->h.shell_run(q(w->h.supervisor) + " --rm " + q(r.dir) + " " + q(name) +
+                                 " && mkdir -- " + q(r.dir + "/" + name),
+                             &out);
+    if (!st) {
+      impl->check(*w);
+      spdlog::warn("trial {}: cannot make {}: {}", r.head_dir.filename().string(), name,
+                   st.error().message);
+    } else if (*st != 0) {
+      spdlog::warn("trial {}: cannot make {} on {}: {}", r.head_dir.filename().string(), name,
+                   w->name, util::printable(out, 300));
+    }
+  });
+  return {};
+}
+
+Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& reported,
+                                const fs::path& cwd, const fs::path& head_trial_dir,
+                                const std::string& dest) {
+  auto task = adopt_task(trial_id, reported, cwd, head_trial_dir, dest);
+  return task ? task() : fail("internal: no remote run for ", trial_id);
+}
+
+namespace {
+
+// The supervisor on the host checks and moves the reported dir (checkpoint::adopt's rules).
+Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
+                           const std::string& path, const std::string& dest) {
+  auto run = w.runs.find(trial_id);
+  if (run == w.runs.end()) return fail("the attempt on ", w.name, " has ended");
+  auto& r = run->second;
+  if (!w.up) return fail("host ", w.name, " is unreachable");
+  if (r.found_at_attach.erase(dest)) {
+    // moved in by the driver that crashed; this line is being read again
+    r.checkpoints.insert(dest);
+    return {};
+  }
+  std::string out;
+  auto st = w.h.shell_run(
+      q(w.h.supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
+  if (!st) {
+    impl.check(w);
+    return std::unexpected(st.error());
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (*st != 0) return fail(util::printable(out, 300));
+  r.checkpoints.insert(dest);
+  r.adopted_at[dest] = mono();
+  return {};
+}
+
+}  // namespace
+
+// Queued on the host's thread at once, so that it runs there before any command the loop sends
+// the trial after it (the next step, a stop), and never on the loop: the task returned only
+// waits for its answer (on the controller's file worker).
+std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_id,
+                                                      const std::string& reported,
+                                                      const fs::path& cwd, const fs::path&,
+                                                      const std::string& dest) {
+  auto it = impl_->where.find(trial_id);
+  if (it == impl_->where.end()) return {};
+  Worker* w = it->second;
+  std::string path = reported;
+  if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
+  auto promise = std::make_shared<std::promise<Result<void>>>();
+  std::shared_future<Result<void>> answer = promise->get_future().share();
+  w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise] {
+    promise->set_value(adopt_on_host(*impl, *w, trial_id, path, dest));
+  });
+  return [answer, host = w->name]() -> Result<void> {
+    try {
+      return answer.get();
+    } catch (const std::future_error&) {  // the executor went away before it ran
+      return fail("the connection to ", host, " was closed");
+    }
+  };
+}
+
+void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
+                                    const std::string& name) {
+  Worker* w = impl_->worker(host);
+  if (!w) return;
+  w->io->post([w, head_trial_dir, name] {
+    std::string dir = w->h.info.exp_dir + "/" + head_trial_dir.filename().string();
+    for (auto& [id, r] : w->runs)
+      if (r.dir == dir) r.checkpoints.erase(name);
+    // A sync may have published it on the head after the controller deleted the head's copy:
+    // no longer retained, it goes again.
+    std::error_code ec;
+    if (fs::exists(head_trial_dir / name, ec))
+      (void)util::remove_tree_nofollow(head_trial_dir, name);
+    if (!w->up) return;
+    std::string out;
+    auto st = w->h.shell_run(q(w->h.supervisor) + " --rm " + q(dir) + " " + q(name), &out);
+    if (!st || *st != 0)
+      spdlog::warn("host {}: cannot delete {}/{}: {}", w->name, dir, name,
+                   st ? out : st.error().message);
+  });
+}
+
+void SshExecutor::checkpoint_registered(const std::string& trial_id) {
+  if (!impl_->opts.sync_on_checkpoint) return;
+  auto it = impl_->where.find(trial_id);
+  if (it == impl_->where.end()) return;
+  Worker* w = it->second;
+  w->io->post([w, trial_id] {
+    if (auto run = w->runs.find(trial_id); run != w->runs.end()) run->second.sync_due = true;
+  });
+}
+
+}  // namespace tune::exec

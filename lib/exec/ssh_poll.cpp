@@ -1,0 +1,192 @@
+// Looking at a host's attempts, on its I/O thread: exit records, new output and when it
+// arrived, the syncs, and whether each attempt's supervisor still lives; and the tick that
+// does it, on the host's poll schedule.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "exec/exit_record.hpp"
+#include "exec/ssh_worker.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+using namespace ssh_impl;
+
+// This attempt's exit, if its supervisor recorded it; a record it did not write is ignored,
+// with a warning once per attempt.
+void SshExecutor::Impl::read_exit(Run& r) {
+  ExitInfo info;
+  switch (check_exit_record(r.host->read(r.record, 0, 1 << 20), r.attempt, r.who, info)) {
+    case RecordCheck::kGenuine:
+      r.exit = std::move(info);
+      if (r.exit->pid) {
+        r.child_pid = r.exit->pid;
+        note_pid(r.id, *r.child_pid);
+      }
+      break;
+    case RecordCheck::kForged:
+      if (!r.warned_forged)
+        spdlog::warn(
+            "trial {}: ignoring an exit record for attempt {} that its supervisor did not "
+            "write ({} on {}); the trial is still supervised",
+            r.head_dir.filename().string(), r.attempt, r.record, r.host->cfg.name);
+      r.warned_forged = true;
+      break;
+    case RecordCheck::kAbsent:
+      break;
+  }
+}
+
+namespace {
+
+// A shell command that prints, for each attempt asked about, "G PID" if its supervisor is
+// gone: no such process, or a zombie (by its state in /proc/PID/stat; not by its command
+// line, which is the shell's until the supervisor is exec'd); else, while the trial's pid is
+// not known, "C PID CHILD" (to end it if need be).
+std::string liveness_command(const std::vector<Run*>& asked) {
+  std::string cmd;
+  for (const Run* r : asked) {
+    std::string p = std::to_string(r->sup_pid);
+    cmd += "s=$(sed 's/.*) //' /proc/" + p + "/stat 2>/dev/null | cut -c1); " +
+           "if [ -z \"$s\" ] || [ \"$s\" = Z ] || [ \"$s\" = X ]; then echo G " + p + "; else " +
+           (r->child_pid
+                ? std::string(":")
+                : "echo C " + p + " $(cat /proc/" + p + "/task/" + p + "/children 2>/dev/null)") +
+           "; fi; ";
+  }
+  return cmd + "true";
+}
+
+// An attempt whose supervisor is gone without recording its exit: supervisor_died, and its
+// trial, which may still run, is ended, so that a retry never runs beside it. The supervisor
+// led its own session, which the trial's processes stay in (pkill -s), and the trial leads its
+// own process group (when its pid is known).
+void end_orphaned(Worker& w, Run& r) {
+  ExitInfo info;
+  info.attempt = r.attempt;
+  info.reason = ExitReason::kSupervisorDied;
+  std::string full = w.h.full_note(r.dir);
+  info.error = full.empty() ? "the trial's supervisor on " + w.name +
+                                  " is gone without recording the trial's exit (killed?)"
+                            : "the trial's supervisor on " + w.name +
+                                  " could not record the trial's exit: the disk holding " + r.dir +
+                                  " is full" + full;
+  info.pid = r.child_pid;
+  spdlog::warn("trial {}: {}{}", r.head_dir.filename().string(), info.error,
+               r.child_pid ? "; ending its trial, pid " + std::to_string(*r.child_pid)
+                           : std::string("; ending its trial's session"));
+  std::string end = "pkill -KILL -s " + std::to_string(r.sup_pid) + " 2>/dev/null; ";
+  if (r.child_pid && *r.child_pid > 0)
+    end += "kill -KILL -" + std::to_string(*r.child_pid) + " 2>/dev/null; ";
+  (void)w.h.shell_run(end + "true");
+  r.exit = std::move(info);
+}
+
+}  // namespace
+
+// Every kSupervisorCheck seconds: are the supervisors of the host's running attempts alive?
+// One that is gone without an exit record (killed, or it could not write the record, e.g. on
+// a full disk) ends its attempt as supervisor_died, instead of a wait forever.
+void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
+  if (now - w.last_check < kSupervisorCheck || !w.up) return;
+  w.last_check = now;
+  std::vector<Run*> asked;
+  for (auto& [id, r] : w.runs)
+    if (!r.exit && !r.exited && r.sup_pid > 0) asked.push_back(&r);
+  if (asked.empty()) return;
+  std::string out;
+  auto st = w.h.shell_run(liveness_command(asked), &out);
+  if (!st) return check(w);
+  w.last_ok = mono();
+  if (*st != 0) return;
+  std::set<int> gone;
+  std::map<int, int> children;
+  for (const auto& line : lines_of(out)) {
+    int pid = 0, child = 0;
+    char kind = 0;
+    int n = std::sscanf(line.c_str(), "%c %d %d", &kind, &pid, &child);
+    if (n >= 2 && kind == 'G') gone.insert(pid);
+    if (n == 3 && kind == 'C' && child > 0) children[pid] = child;
+  }
+  for (Run* r : asked) {
+    if (auto c = children.find(r->sup_pid); c != children.end()) {
+      r->child_pid = c->second;
+      note_pid(r->id, c->second);
+    }
+    if (!gone.count(r->sup_pid)) continue;
+    read_exit(*r);  // it may have written the record just before it exited
+    if (!r->exit) end_orphaned(w, *r);
+  }
+}
+
+// One look at each attempt on the host: its exit record, new output and when it arrived, its
+// syncs. An attempt's exit is handed on after all its output and its end-of-trial sync.
+bool SshExecutor::Impl::poll(Worker& w) {
+  bool any_output = false;
+  double t = mono();
+  check_supervisors(w, t);
+  auto sync = sync_context(w);
+  std::vector<std::string> done;
+  for (auto& [id, r] : w.runs) {
+    bool read_some = false;
+    if (!r.exited && w.up) {
+      if (!r.exit) read_exit(r);  // before reading: once it exists, the output is final
+      auto size = w.h.size_of(r.dir + "/stdout.log");
+      if (!size) check(w);
+      if (size) w.last_ok = mono();
+      if (size && *size > r.offset && w.up) {
+        auto data = w.h.read(r.dir + "/stdout.log", r.offset,
+                             static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
+        if (!data) check(w);
+        if (data && !data->empty()) {
+          OutputEvent ev(id, std::move(*data));
+          ev.from = r.offset;
+          r.offset += ev.data.size();
+          // When it arrived, on the host's clocks (its notes are written before the output;
+          // none, or an unreadable file: the controller times it as it reads it).
+          if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
+            r.times.feed(*notes, ev.arrivals, ev.started);
+          emit(std::move(ev));
+          read_some = true;  // exit only once all output is read
+          any_output = true;
+          if (r.started_at >= 0) {
+            w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
+            r.started_at = -1;
+          }
+        }
+      }
+      if (r.exit && w.up && !read_some) {
+        r.exited = true;
+        r.sync_due = true;  // the end-of-trial sync, before the exit is reported
+      }
+    }
+    // Syncs advance whether or not the trial printed (a trial that prints at every poll once
+    // starved them: checkpoints reached the head ~9 s late with sync_period 1).
+    if (!w.up) continue;
+    double before = mono();
+    bool syncing = poll_sync(sync, r, t);
+    w.stats.sync_poll_max_ms = std::max(w.stats.sync_poll_max_ms, (mono() - before) * 1000);
+    if (r.exited && !syncing) {
+      emit(ExitEvent{id, *r.exit});
+      done.push_back(id);
+    }
+  }
+  for (const auto& id : done) w.runs.erase(id);
+  return any_output;
+}
+
+void SshExecutor::Impl::tick(Worker& w) {
+  if (!w.ready) return;
+  tend(w, mono());
+  double gap = w.polls.after_poll(poll(w));
+  if (gap < PollSchedule::kIdle) w.io->tick_within(gap);
+}
+
+void SshExecutor::Impl::expect_output(Worker& w) {
+  w.io->tick_within(w.polls.expect_answer());
+}
+
+}  // namespace tune::exec

@@ -1,0 +1,219 @@
+// Starting an attempt on its SSH host, on the host's I/O thread: the workdir's copy made
+// current, params.json, earlier attempts' logs and a restore point placed there, then the
+// tune-supervisor started in the background through the host's kept shell.
+#include <spdlog/spdlog.h>
+
+#include "exec/exit_record.hpp"
+#include "exec/ssh_worker.hpp"
+#include "util/fs.hpp"
+#include "util/process.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec {
+
+using namespace ssh_impl;
+
+namespace {
+
+// Why an attempt did not start: its host is gone (host_lost: re-queued elsewhere) or the host
+// refused it (exec_failed: a refused command, a full disk).
+struct Unstarted {
+  bool host_lost = false;
+  std::string why;
+};
+
+// trial.sync_workdir: words of the command (and the cwd) that name a path inside the workdir
+// name the same path in its copy on the host.
+void remap_to_copy(const std::string& from, const std::string& to, std::string& cwd,
+                   std::vector<std::string>& argv) {
+  auto remap = [&](std::string& s) {
+    if (s == from)
+      s = to;
+    else if (s.starts_with(from + "/"))
+      s = to + s.substr(from.size());
+  };
+  remap(cwd);
+  for (auto& a : argv) remap(a);
+}
+
+// params.json, then the supervisor in the background; each word quoted for the host's shell.
+// The attempt's output starts where stdout.log ends now on the host (the head's copy may lag,
+// or be missing while the host has one from an earlier run): it prints that first, then the
+// supervisor's pid.
+std::string supervisor_command(const SshOptions& opts, const SshHost& h, const Launch& l,
+                               const Run& r, const std::string& cwd,
+                               const std::vector<std::string>& argv) {
+  std::string cmd = "mkdir -p -- " + q(r.dir) + " && rm -f -- " + q(r.record) +
+                    " && { stat -c %s -- " + q(r.dir + "/stdout.log") +
+                    " 2>/dev/null || echo 0; } && ( env";
+  for (const auto& [k, v] : l.env) cmd += " " + q(k + "=" + v);
+  cmd += " " + q(h.supervisor) + " " + q(r.dir) + " " + std::to_string(l.attempt) + " " +
+         q(h.lease) + " " + util::format_double(opts.orphan_timeout_s) + " " +
+         util::format_double(opts.grace_s) + " " + q(cwd) + " " + (l.stdin_fifo ? "fifo" : "null") +
+         " " + q(r.record) + " --";
+  for (const auto& a : argv) cmd += " " + q(a);
+  // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell;
+  // the nonce reaches its stdin through a here-document, never a command line)
+  cmd += " <<'TUNE_NONCE' >/dev/null 2>&1 & echo $! )\n" + r.who.nonce + "\nTUNE_NONCE";
+  return cmd;
+}
+
+}  // namespace
+
+// trial.sync_workdir: the workdir's copy on the host is current before a trial starts there.
+Result<void> SshExecutor::Impl::ensure_workdir(Worker& w) {
+  if (!opts.workdir || w.workdir_ready) return {};
+  const auto& p = *opts.workdir;
+  std::string copy = w.h.info.exp_dir + "/" + kWorkdirCopy;
+  std::string stamp_file = copy + "/.tune_workdir_stamp";
+  if (auto there = w.h.read(stamp_file, 0, 64); there && *there == p.stamp + "\n") {
+    spdlog::info("host {}: the copy of {} there is current: not copied again", w.name,
+                 p.workdir.string());
+    w.workdir_ready = true;
+    return {};
+  }
+  std::vector<std::string> cmd = {"rsync", "-rlt", "-e", w.h.ssh_words(),
+                                  "--exclude=/.tune_workdir_stamp"};
+  for (const auto& x : p.excludes) cmd.push_back("--exclude=" + x);
+  cmd.push_back(p.workdir.string() + "/");
+  cmd.push_back(w.h.remote_prefix() + copy + "/");
+  fs::path log = opts.head_exp_dir / ".tune" / ("workdir-" + std::to_string(w.h.index) + ".log");
+  double t0 = mono();
+  auto rc = util::run_process(cmd, log);
+  if (!rc || *rc != 0)
+    return fail("cannot copy trial.workdir ", p.workdir.string(), " to ", w.name, ": ",
+                rc ? util::last_line(log) : rc.error().message);
+  if (auto written = w.h.write(stamp_file, p.stamp + "\n", 0644); !written) return written;
+  std::string left;
+  for (const auto& x : p.left_out) left += (left.empty() ? "" : ", ") + x;
+  spdlog::info("host {}: copied {} to {} ({} files, {:.1f} MB, {:.2f} s){}", w.name,
+               p.workdir.string(), copy, p.files, static_cast<double>(p.bytes) / 1e6, mono() - t0,
+               left.empty() ? "" : "; left out: " + left);
+  w.workdir_ready = true;
+  return {};
+}
+
+// The head's stdout.log and stderr.log go to the host first when the host's copies are
+// shorter (the trial ran elsewhere before), so that the host's files, which the syncs bring
+// back over the head's, keep every earlier attempt.
+void SshExecutor::Impl::push_logs(Worker& w, const Run& r) {
+  for (const char* log : {"stdout.log", "stderr.log"}) {
+    uint64_t here = util::file_size_or_zero(r.head_dir / log);
+    if (here == 0 || w.h.size_of(r.dir + "/" + log).value_or(0) >= here) continue;
+    (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
+    auto content = util::read_file(r.head_dir / log);
+    auto written = content ? w.h.write(r.dir + "/" + log, *content, 0644)
+                           : Result<void>(std::unexpected(content.error()));
+    if (!written)
+      spdlog::warn(
+          "trial {}: cannot copy {} to {}: earlier attempts' output stays on the head only: {}",
+          r.id, log, w.name, written.error().message);
+  }
+}
+
+// An attempt of `l` on the host: its dir there and on the head, reading from l's offset.
+Run SshExecutor::Impl::new_run(const Launch& l, Worker& w) const {
+  Run r;
+  r.id = l.trial_id;
+  r.attempt = l.attempt;
+  r.host = &w.h;
+  r.dir = w.h.info.exp_dir + "/" + l.trial_dir.filename().string();
+  r.head_dir = opts.head_exp_dir / l.trial_dir.filename();
+  r.offset = l.stdout_offset;
+  r.times = ArrivalReader(l.attempt);
+  std::string name = l.trial_dir.filename().string();
+  r.record = w.h.info.exp_dir + "/" + record_path(name);
+  r.who.nonce = attempt_nonce(opts.record_key, name, l.attempt);
+  return r;
+}
+
+namespace {
+
+// What the attempt needs on the host before it starts: params.json, the head's logs of earlier
+// attempts, and a restore point the host lacks (the trial ran elsewhere before).
+std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const Launch& l, Run& r) {
+  auto unreachable = [&] { return Unstarted{true, "host " + w.name + " is unreachable"}; };
+  if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
+    (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
+    if (auto written = w.h.write(r.dir + "/params.json", *params, 0644); !written) {
+      impl.check(w);
+      if (!w.up) return unreachable();
+      return Unstarted{false, written.error().message};
+    }
+  }
+  impl.check(w);
+  if (!w.up) return unreachable();
+  impl.push_logs(w, r);
+  if (auto it = l.env.find("TUNE_RESTORE_CHECKPOINT"); it != l.env.end()) {
+    std::string name = fs::path(it->second).filename().string();
+    if (!w.h.size_of(it->second)) {
+      (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
+      fs::path log = impl.opts.head_exp_dir / ".tune" / ("push-" + r.id + ".log");
+      auto rc = util::run_process({"rsync", "-rlt", "-e", w.h.ssh_words(),
+                                   (r.head_dir / name).string(), w.h.remote_prefix() + r.dir + "/"},
+                                  log);
+      if (!rc || *rc != 0)
+        return Unstarted{true,
+                         "cannot push " + name + " to " + w.name + ": " + util::last_line(log)};
+      r.checkpoints.insert(name);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
+  // Not started: host_lost (re-queued) if the host is down, else exec_failed.
+  auto unstarted = [&](const Unstarted& u) {
+    if (u.host_lost) check(w);
+    ExitInfo info;
+    info.attempt = l.attempt;
+    info.reason = u.host_lost ? ExitReason::kHostLost : ExitReason::kExecFailed;
+    info.error = u.why;
+    emit(ExitEvent{l.trial_id, std::move(info)});
+  };
+  if (!w.up) return unstarted({true, "host " + w.name + " is unreachable"});
+  if (auto it = w.runs.find(l.trial_id); it != w.runs.end()) {
+    r.checkpoints = it->second.checkpoints;
+    drop_sync(it->second);
+    w.runs.erase(it);
+  }
+  remove_sync_leftovers(r.head_dir);
+  // trial.sync_workdir: the trial runs in the workdir's copy there.
+  std::string cwd = l.cwd.string();
+  std::vector<std::string> argv = l.argv;
+  if (opts.workdir) {
+    if (auto copied = ensure_workdir(w); !copied) {
+      check(w);
+      return unstarted({!w.up, copied.error().message});
+    }
+    remap_to_copy(opts.workdir->workdir.string(), w.h.info.exp_dir + "/" + kWorkdirCopy, cwd, argv);
+  }
+  std::string cmd = supervisor_command(opts, w.h, l, r, cwd, argv);
+  if (auto u = place_files(*this, w, l, r)) return unstarted(*u);
+  std::string out;
+  double t0 = mono();
+  auto st = w.h.shell_run(cmd, &out);
+  w.stats.start_ms.push_back((mono() - t0) * 1000);
+  r.started_at = t0;
+  if (!st) return unstarted({true, st.error().message});
+  if (*st != 0)
+    return unstarted(
+        {false, w.name + ": cannot start the supervisor: " + util::printable(out, 300)});
+  r.offset = std::strtoull(out.c_str(), nullptr, 10);
+  auto nl = out.find('\n');
+  r.sup_pid = nl == std::string::npos ? -1 : std::atoi(out.c_str() + nl + 1);
+  if (r.sup_pid <= 0)
+    return unstarted(
+        {false, w.name + ": the supervisor did not start: " + util::printable(out, 300)});
+  r.who.supervisor = r.sup_pid;
+  // Where its output starts: the controller reads the attempt's lines from there.
+  OutputEvent where(l.trial_id, "");
+  where.from = r.offset;
+  emit(std::move(where));
+  w.runs[l.trial_id] = std::move(r);
+  expect_output(w);
+}
+
+}  // namespace tune::exec

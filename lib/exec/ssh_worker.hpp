@@ -1,0 +1,133 @@
+// The SSH executor's insides (ssh_executor.hpp), shared by its files: one host as the head sees
+// it (Worker) and the executor's state (SshExecutor::Impl). Each host's I/O thread owns its
+// Worker's connection and attempts; the loop only posts tasks to it and takes the events the
+// threads produce. The files, by seam:
+//   ssh_executor.cpp     the loop's side: connect, start, send, stop, wait, leases
+//   ssh_start.cpp        starting an attempt on its host (workdir copy, logs, restore point)
+//   ssh_poll.cpp         reading output, arrivals and exits; supervisor liveness; the poll tick
+//   ssh_host_loss.cpp    a host going down, reconnecting, and declared lost
+//   ssh_resume.cpp       a resume's questions: re-attach, live attempts, fetching checkpoints
+//   ssh_checkpoints.cpp  staging dirs, adopting saved checkpoints, deleting them
+#pragma once
+
+#include <time.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "exec/io_thread.hpp"
+#include "exec/poll_schedule.hpp"
+#include "exec/ssh_executor.hpp"
+#include "exec/ssh_host.hpp"
+#include "exec/ssh_run.hpp"
+#include "util/strings.hpp"
+
+namespace tune::exec::ssh_impl {
+
+inline constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
+inline constexpr size_t kReadChunk = 4u << 20;   // per trial per poll
+
+inline double clock_s(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+inline double mono() {
+  return clock_s(CLOCK_MONOTONIC);
+}
+
+inline std::string q(const std::string& s) {
+  return util::shell_quote(s);
+}
+
+// Lines of `text`, without their newlines.
+std::vector<std::string> lines_of(const std::string& text);
+
+// One host as the head sees it. Its I/O thread owns everything here but `name`, `io` and the
+// atomics: the loop only posts tasks to it.
+struct Worker {
+  std::string name;
+  SshHost h;
+  std::unordered_map<std::string, Run> runs;
+  bool ready = false;  // connected once (the first connect is connect()'s, not the tick's)
+  bool up = false, lost = false;
+  double down_since = 0, next_retry = 0, backoff = 1, last_check = 0;
+  double last_ok = 0;           // the last answer it gave (monotonic): a dead link dates from there
+  std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
+  bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
+  PollSchedule polls;           // when it is polled next (fast after a start or a command)
+  SshStats stats;
+  std::atomic<bool> lease_queued{false};
+  std::unique_ptr<IoThread> io;  // last: stopped (joined) before the rest goes
+};
+
+}  // namespace tune::exec::ssh_impl
+
+namespace tune::exec {
+
+struct SshExecutor::Impl {
+  using Worker = ssh_impl::Worker;
+
+  SshOptions opts;
+  std::vector<std::unique_ptr<Worker>> workers;
+
+  // Filled by the host threads, drained by wait() on the loop.
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<Event> events;
+  std::unordered_map<std::string, int> pids;  // trial -> its process, once known
+
+  // The loop's own: the host each trial's attempt runs on, until its exit is handed out, and
+  // the trials whose pid was asked of their host.
+  std::unordered_map<std::string, Worker*> where;
+  std::unordered_set<std::string> pid_asked;
+
+  Worker* worker(const std::string& name);
+  void emit(Event e);
+  void note_pid(const std::string& id, int pid);
+
+  // ---- everything below runs on a host's I/O thread, for that host only ----
+
+  SyncContext sync_context(Worker& w) { return SyncContext{opts, w.h, w.stats}; }
+
+  // ssh_host_loss.cpp
+  void mark_down(Worker& w, double now);
+  // After an operation failed: is the host down?
+  void check(Worker& w);
+  // Down past host_timeout_s, or its key changed: its attempts end as host_lost.
+  void lose(Worker& w, double now);
+  // A down host: reconnects with backoff, and re-queues its trials once lost.
+  void tend(Worker& w, double now);
+
+  // ssh_poll.cpp
+  // This attempt's exit, if its supervisor recorded it (a forged record is ignored).
+  void read_exit(Run& r);
+  // Ends attempts whose supervisor is gone without an exit record (supervisor_died).
+  void check_supervisors(Worker& w, double now);
+  // One look at each attempt: exit record, output, arrivals, syncs. True if it read output.
+  bool poll(Worker& w);
+  void tick(Worker& w);
+  // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.
+  static void expect_output(Worker& w);
+
+  // ssh_start.cpp
+  Result<void> ensure_workdir(Worker& w);
+  void push_logs(Worker& w, const Run& r);
+  void start_on_host(Worker& w, const Launch& l, Run r);
+  Run new_run(const Launch& l, Worker& w) const;
+
+  // ssh_resume.cpp
+  // The host's tune-supervisor processes as "PID ARGS..." lines; nullopt if it can't be asked.
+  static std::optional<std::string> supervisor_processes(SshHost& h);
+  Attached attach_on_host(Worker& w, const Launch& l);
+};
+
+}  // namespace tune::exec
