@@ -35,7 +35,8 @@ std::string dotted(const std::vector<std::string>& path) {
   return out;
 }
 
-// TPE over the finished trials, in the order they finished.
+// TPE over the finished trials, in the order they finished. A trial in ERROR is a failure (it
+// joins the bad group); one that ended without a numeric metric is not an observation.
 class TpeSearcher final : public Searcher {
  public:
   TpeSearcher(Tpe tpe, Space space, uint64_t total)
@@ -64,11 +65,16 @@ class TpeSearcher final : public Searcher {
   }
   void on_complete(const Completion& c) override {
     pending_.erase(c.trial);
-    if (c.value) done_.push_back({c.config, *c.value});
+    if (c.error)
+      done_.push_back({c.config, 0, true});
+    else if (c.value)
+      done_.push_back({c.config, *c.value});
   }
   json save() const override {
     json done = json::array();
-    for (const auto& o : done_) done.push_back({{"config", o.config}, {"value", o.value}});
+    for (const auto& o : done_)
+      done.push_back(o.failed ? json{{"config", o.config}, {"error", true}}
+                              : json{{"config", o.config}, {"value", o.value}});
     return {{"type", "tpe"}, {"tpe", tpe_.save()}, {"done", std::move(done)}};
   }
   Result<void> restore(const json& state) override {
@@ -82,9 +88,15 @@ class TpeSearcher final : public Searcher {
     if (!done.is_array()) return bad("'done' is not a list");
     std::vector<Observation> obs;
     for (const auto& o : done) {
-      if (!o.is_object() || !o.contains("config") || !o.value("value", json()).is_number())
-        return bad("an observation needs a config and a numeric value");
-      obs.push_back({o["config"], o["value"].get<double>()});
+      if (!o.is_object() || !o.contains("config")) return bad("an observation needs a config");
+      if (o.contains("error")) {
+        if (o["error"] != true) return bad("an observation's 'error' must be true");
+        obs.push_back({o["config"], 0, true});
+      } else if (o.value("value", json()).is_number()) {
+        obs.push_back({o["config"], o["value"].get<double>()});
+      } else {
+        return bad("an observation needs a numeric value or \"error\": true");
+      }
     }
     tpe_ = std::move(*t);
     done_ = std::move(obs);
