@@ -1,6 +1,8 @@
 #include "search/searcher.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "search/external.hpp"
@@ -140,7 +142,8 @@ class BohbSearcher final : public Searcher {
     if (auto c = configs_.find(trial); c != configs_.end()) observe(trial, c->second, result);
   }
   void on_complete(const Completion& c) override {
-    if (!c.error) observe(c.trial, c.config, c.result);  // a point's last result counts too
+    observe(c.trial, c.config, c.result);  // a point's last result counts too
+    if (c.error) fail_at_next_rung(c);
     configs_.erase(c.trial);
   }
   json save() const override { return bohb_.save(); }
@@ -159,6 +162,20 @@ class BohbSearcher final : public Searcher {
     if (tm == result.end() || mv == result.end() || !tm->is_number() || !mv->is_number()) return;
     double v = mv->get<double>();
     bohb_.observe(trial, config, tm->get<double>(), target_.maximize ? -v : v);
+  }
+  // A trial in ERROR: the worst value at the first rung above its last result (the budget it
+  // was running toward; hpbandster records a crashed run as loss +inf at its budget). One that
+  // reached the top rung keeps the values it has.
+  void fail_at_next_rung(const Completion& c) {
+    double reached = 0;
+    if (c.result.is_object())
+      if (auto tm = c.result.find(target_.time_attr); tm != c.result.end() && tm->is_number())
+        reached = tm->get<double>();
+    std::vector<double> rungs = target_.budgets;
+    std::sort(rungs.begin(), rungs.end());
+    auto next = std::upper_bound(rungs.begin(), rungs.end(), reached);
+    if (next != rungs.end())
+      bohb_.observe(c.trial, c.config, *next, std::numeric_limits<double>::infinity());
   }
   Bohb bohb_;
   Space space_;
