@@ -6,8 +6,10 @@
 //       each trained to epoch 27; one JSON line per (alg, seed): {"alg", "seed", "best": [best
 //       final val_acc after 1..TRIALS trials]}
 //   digits_bench hyperband TABLE SEEDS ITERS synchronous HyperBand (max_t 27, reduction factor
-//       3: brackets of 27/12/6/4 trials) run ITERS times, its configs from bohb or random search;
-//       a paused trial resumes where it stopped, so both use the same trial-epochs. One JSON line
+//       3: brackets of 27/12/6/4 trials, the best ceil(n / 3) of a rung going on, as tune's
+//       hyperband scheduler keeps them) run ITERS times, its configs from bohb or random search;
+//       a paused trial resumes where it stopped, so both use the same trial-epochs (375 an
+//       iteration). One JSON line
 //       per (alg, seed): {"alg", "seed", "best", "final_best", "epochs", "trials"}; best is the
 //       best val_acc reported at any epoch, final_best the best at epoch 27.
 //   digits_bench hartmann SEEDS ITERS   the same HyperBand on a harder multi-fidelity problem:
@@ -135,8 +137,10 @@ json hyperband(const Curves& table, int iters, Next next, Report report) {
           scored.push_back({-curve[r_i - 1], k});
         }
         std::stable_sort(scored.begin(), scored.end());
+        // The best ceil(n / rf) go on, as tune's hyperband keeps them (ties: the earlier trial).
         std::vector<Run> kept;
-        for (size_t k = 0; k < runs.size() / eta; ++k) kept.push_back(runs[scored[k].second]);
+        size_t keep = (runs.size() + eta - 1) / eta;
+        for (size_t k = 0; k < keep; ++k) kept.push_back(runs[scored[k].second]);
         runs = std::move(kept);
       }
     }

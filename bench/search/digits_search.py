@@ -5,15 +5,17 @@
     epochs; a trial's value is its epoch-27 val_acc): native `tpe` and `random` (in-process,
     digits_bench.cpp), and Optuna 3.1's TPESampler (defaults, seeded) through `tune_optuna`'s
     Searcher, given the ops the driver sends (in-process: one Optuna import for all seeds).
-(b) BOHB + HyperBand vs random + HyperBand: synchronous HyperBand (max_t 27, rf 3), the same
-    brackets for both, so the same trial-epochs; best val_acc reported at any epoch.
+(b) BOHB + HyperBand vs random + HyperBand: synchronous HyperBand (max_t 27, rf 3; the best
+    ceil(n / 3) of a rung go on, as tune's hyperband keeps them), the same brackets for both, so
+    the same trial-epochs; best val_acc reported at any epoch. --no-optuna leaves out (a)'s
+    tune_optuna column (the slow part).
 
 (d) --optuna-alone: Optuna 3.1's TPESampler (defaults, seeded) alone, no tune code: a study
     optimised in-process over the same space and lookup, (a)'s trials and seeds.
 (e) --hartmann: BOHB vs random search under the same synchronous HyperBand on a harder
     multi-fidelity problem with no ceiling: Hartmann-6 whose early epochs are biased toward a
     wrong region and noisy (digits_bench.cpp, Hartmann), 1, 2, 4 and 8 HyperBand iterations
-    (49 trials, 357 trial-epochs each), --seeds seeds; regret at epoch 27.
+    (49 trials, 375 trial-epochs each), --seeds seeds; regret at epoch 27.
 (c) --driver N: (b) through the real driver: the built `tune` runs a generated experiment
     (`scheduler: hyperband`, max_t 27, rf 3, 98 trials, with `search_alg: bohb` or random
     search) on digits_replay_trial.py, which replays the config's curve (instant, one line per
@@ -300,6 +302,8 @@ def main():
                     help="(c): the experiments' max_concurrent_trials")
     ap.add_argument("--optuna-alone", action="store_true",
                     help="(d) only: Optuna's TPESampler alone on the lookup")
+    ap.add_argument("--no-optuna", action="store_true",
+                    help="(a) and (b) without tune_optuna's TPESampler (minutes of Optuna)")
     ap.add_argument("--hartmann", action="store_true",
                     help="(e) only: bohb vs random + HyperBand on multi-fidelity Hartmann-6")
     a = ap.parse_args()
@@ -324,6 +328,8 @@ def main():
         r = json.loads(line)
         hb.setdefault(r["alg"], []).append(r)
     report(a, table, runs, hb)
+    if a.no_optuna:
+        return 0
     import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for seed in range(a.seeds):

@@ -2,7 +2,9 @@
 """Native TPE vs Optuna's TPESampler vs native random search, and suggestion latency.
 
 Simple regret (best value found - the function's minimum) after 50 and 100 sequential trials on
-Branin (2-d) and Hartmann-6 (6-d), over SEEDS seeds each, printed as median [q1, q3]; then the
+Branin (2-d) and Hartmann-6 (6-d), over SEEDS seeds each, printed as median [q1, q3]; Optuna's
+TPESampler both alone (study.optimize) and through tune_optuna's Searcher given the ops the
+driver sends (in-process, so that Optuna is imported once), and whether the two agree; then the
 time one suggestion takes with 100 and 1,000 finished trials behind it (2-d Branin space, the
 same history for both, Optuna's study in memory).
 
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BRANIN_MIN = 0.397887357729738
 HARTMANN6_MIN = -3.32236801141551
 ALPHA = [1.0, 1.2, 3.0, 3.2]
@@ -57,6 +60,26 @@ def optuna_regret(optuna, fn, seed, trials):
     best, out = math.inf, []
     for t in study.trials:
         best = min(best, t.value)
+        out.append(best - fmin)
+    return out
+
+
+def tune_optuna_regret(optuna, fn, seed, trials):
+    """Optuna's TPESampler behind tune_optuna: the space as the driver sends it, ask/tell
+    through tune_optuna's Searcher (its space mapping and bookkeeping)."""
+    sys.path.insert(0, os.path.join(ROOT, "lib", "helpers", "python"))
+    from tune_optuna.searcher import Searcher
+    f, box, fmin = FUNCTIONS[fn]
+    s = Searcher(optuna, "TPESampler", {})
+    s.init({"op": "init", "space": {k: {"uniform": [lo, hi]} for k, (lo, hi) in box.items()},
+            "metric": "loss", "mode": "min", "seed": seed, "state": None})
+    best, out = math.inf, []
+    for i in range(trials):
+        tid = "%05d" % i
+        cfg = s.suggest(tid)
+        v = f(cfg)
+        s.complete(tid, {"loss": v, "training_iteration": 1}, "TERMINATED", cfg)
+        best = min(best, v)
         out.append(best - fmin)
     return out
 
@@ -113,12 +136,22 @@ def main():
         runs[(fn, "optuna tpe")] = [optuna_regret(optuna, fn, s, args.trials)
                                     for s in range(args.seeds)]
     optuna_s = time.time() - t0
+    t0 = time.time()
+    for fn in FUNCTIONS:
+        runs[(fn, "tune_optuna tpe")] = [tune_optuna_regret(optuna, fn, s, args.trials)
+                                         for s in range(args.seeds)]
+    tune_optuna_s = time.time() - t0
+    same = {fn: sum(a == b for a, b in zip(runs[(fn, "optuna tpe")], runs[(fn, "tune_optuna tpe")]))
+            for fn in FUNCTIONS}
 
     import numpy
     print(f"optuna {optuna.__version__}, numpy {numpy.__version__}, python "
           f"{sys.version.split()[0]}; {args.seeds} seeds; native {native_s:.1f} s, "
-          f"optuna {optuna_s:.1f} s in all")
-    algs = ("native tpe", "optuna tpe", "native random", "native tpe normalised")
+          f"optuna {optuna_s:.1f} s, tune_optuna {tune_optuna_s:.1f} s in all")
+    print("seeds whose regret curve through tune_optuna is Optuna alone's, trial for trial: " +
+          ", ".join(f"{fn} {n}/{args.seeds}" for fn, n in same.items()))
+    algs = ("native tpe", "optuna tpe", "tune_optuna tpe", "native random",
+            "native tpe normalised")
     print(f"{'function':10} {'trials':>6}  " + " ".join(f"{a:24}" for a in algs))
     table = {}
     for fn in FUNCTIONS:
@@ -155,7 +188,8 @@ def main():
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"seeds": args.seeds, "trials": args.trials, "optuna": optuna.__version__,
-                       "regret": table, "latency": latency}, fh)
+                       "regret": table, "latency": latency,
+                       "tune_optuna_identical_seeds": same}, fh)
 
 
 if __name__ == "__main__":

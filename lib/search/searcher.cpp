@@ -1,6 +1,8 @@
 #include "search/searcher.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "search/external.hpp"
@@ -35,7 +37,8 @@ std::string dotted(const std::vector<std::string>& path) {
   return out;
 }
 
-// TPE over the finished trials, in the order they finished.
+// TPE over the finished trials, in the order they finished. A trial in ERROR is a failure (it
+// joins the bad group); one that ended without a numeric metric is not an observation.
 class TpeSearcher final : public Searcher {
  public:
   TpeSearcher(Tpe tpe, Space space, uint64_t total)
@@ -64,11 +67,16 @@ class TpeSearcher final : public Searcher {
   }
   void on_complete(const Completion& c) override {
     pending_.erase(c.trial);
-    if (c.value) done_.push_back({c.config, *c.value});
+    if (c.error)
+      done_.push_back({c.config, 0, true});
+    else if (c.value)
+      done_.push_back({c.config, *c.value});
   }
   json save() const override {
     json done = json::array();
-    for (const auto& o : done_) done.push_back({{"config", o.config}, {"value", o.value}});
+    for (const auto& o : done_)
+      done.push_back(o.failed ? json{{"config", o.config}, {"error", true}}
+                              : json{{"config", o.config}, {"value", o.value}});
     return {{"type", "tpe"}, {"tpe", tpe_.save()}, {"done", std::move(done)}};
   }
   Result<void> restore(const json& state) override {
@@ -82,9 +90,15 @@ class TpeSearcher final : public Searcher {
     if (!done.is_array()) return bad("'done' is not a list");
     std::vector<Observation> obs;
     for (const auto& o : done) {
-      if (!o.is_object() || !o.contains("config") || !o.value("value", json()).is_number())
-        return bad("an observation needs a config and a numeric value");
-      obs.push_back({o["config"], o["value"].get<double>()});
+      if (!o.is_object() || !o.contains("config")) return bad("an observation needs a config");
+      if (o.contains("error")) {
+        if (o["error"] != true) return bad("an observation's 'error' must be true");
+        obs.push_back({o["config"], 0, true});
+      } else if (o.value("value", json()).is_number()) {
+        obs.push_back({o["config"], o["value"].get<double>()});
+      } else {
+        return bad("an observation needs a numeric value or \"error\": true");
+      }
     }
     tpe_ = std::move(*t);
     done_ = std::move(obs);
@@ -128,7 +142,8 @@ class BohbSearcher final : public Searcher {
     if (auto c = configs_.find(trial); c != configs_.end()) observe(trial, c->second, result);
   }
   void on_complete(const Completion& c) override {
-    if (!c.error) observe(c.trial, c.config, c.result);  // a point's last result counts too
+    observe(c.trial, c.config, c.result);  // a point's last result counts too
+    if (c.error) fail_at_next_rung(c);
     configs_.erase(c.trial);
   }
   json save() const override { return bohb_.save(); }
@@ -147,6 +162,20 @@ class BohbSearcher final : public Searcher {
     if (tm == result.end() || mv == result.end() || !tm->is_number() || !mv->is_number()) return;
     double v = mv->get<double>();
     bohb_.observe(trial, config, tm->get<double>(), target_.maximize ? -v : v);
+  }
+  // A trial in ERROR: the worst value at the first rung above its last result (the budget it
+  // was running toward; hpbandster records a crashed run as loss +inf at its budget). One that
+  // reached the top rung keeps the values it has.
+  void fail_at_next_rung(const Completion& c) {
+    double reached = 0;
+    if (c.result.is_object())
+      if (auto tm = c.result.find(target_.time_attr); tm != c.result.end() && tm->is_number())
+        reached = tm->get<double>();
+    std::vector<double> rungs = target_.budgets;
+    std::sort(rungs.begin(), rungs.end());
+    auto next = std::upper_bound(rungs.begin(), rungs.end(), reached);
+    if (next != rungs.end())
+      bohb_.observe(c.trial, c.config, *next, std::numeric_limits<double>::infinity());
   }
   Bohb bohb_;
   Space space_;

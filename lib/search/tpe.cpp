@@ -59,20 +59,24 @@ Result<void> check(const TpeOptions& o) {
   return {};
 }
 
-// Indices of the good (below) and bad (above) groups, each oldest first. Observations sort by
-// value (non-finite last), ties by age; the n_below first are good.
+// Indices of the good (below) and bad (above) groups, each oldest first. The observations with
+// a finite value sort by value, ties by age, and the n_below(count) first are good; the rest and
+// every failure (ERROR, NaN or infinite) are bad.
 std::pair<std::vector<size_t>, std::vector<size_t>> split(const std::vector<Observation>& done,
-                                                          size_t n_good) {
-  std::vector<std::pair<double, size_t>> by_value(done.size());  // ties in index order
+                                                          const TpeOptions& o) {
+  std::vector<std::pair<double, size_t>> by_value;  // ties in index order
+  std::vector<size_t> above;
   for (size_t i = 0; i < done.size(); ++i) {
-    double v = done[i].value;
-    by_value[i] = {std::isfinite(v) ? v : std::numeric_limits<double>::infinity(), i};
+    if (!done[i].failed && std::isfinite(done[i].value))
+      by_value.emplace_back(done[i].value, i);
+    else
+      above.push_back(i);
   }
   std::sort(by_value.begin(), by_value.end());
-  std::vector<size_t> order(done.size());
-  for (size_t k = 0; k < order.size(); ++k) order[k] = by_value[k].second;
-  std::vector<size_t> below(order.begin(), order.begin() + static_cast<ptrdiff_t>(n_good));
-  std::vector<size_t> above(order.begin() + static_cast<ptrdiff_t>(n_good), order.end());
+  size_t n_good = parzen::n_below(by_value.size(), o.gamma, static_cast<size_t>(o.gamma_cap));
+  std::vector<size_t> below;
+  for (size_t k = 0; k < by_value.size(); ++k)
+    (k < n_good ? below : above).push_back(by_value[k].second);
   std::sort(below.begin(), below.end());
   std::sort(above.begin(), above.end());
   return {below, above};
@@ -152,9 +156,7 @@ json Tpe::suggest(const std::vector<Observation>& done, const std::vector<json>&
   uint64_t k = suggested_++;
   if (done.size() < static_cast<uint64_t>(options_.n_startup_trials))
     return generate(space_, seed_, k).config;
-  size_t n_good =
-      parzen::n_below(done.size(), options_.gamma, static_cast<size_t>(options_.gamma_cap));
-  auto [below, above] = split(done, n_good);
+  auto [below, above] = split(done, options_);
   Groups groups;
   for (size_t i : below) groups.below.push_back(&done[i].config);
   for (size_t i : above) groups.above.push_back(&done[i].config);

@@ -11,10 +11,12 @@
 // log l(x) - log g(x).
 //
 // Here, as in Optuna:
-// - the first n_startup_trials suggestions (until that many trials have finished) are random,
-//   drawn from the space's own distributions (the same configs `random` search gives that seed);
-// - with n finished trials, the n_below = min(ceil(gamma * n), gamma_cap) best form the good
-//   group (ties keep the older first; NaN and infinite values rank last);
+// - the first n_startup_trials suggestions (until that many trials have finished, failures
+//   included) are random, drawn from the space's own distributions (the same configs `random`
+//   search gives that seed);
+// - with n finished trials of which n_ok have a finite value, the n_below = min(ceil(gamma *
+//   n_ok), gamma_cap) best form the good group (ties keep the older first); the others and every
+//   failure (ERROR, NaN or infinite: Optuna leaves such trials out) form the bad group;
 // - l and g are one-dimensional adaptive Parzen estimators, one per parameter (univariate TPE:
 //   dimensions are independent), see search/parzen.hpp; each observation is weighted by Optuna's
 //   default_weights within its group (older ones weigh less past 25), and a prior component
@@ -56,10 +58,13 @@ struct TpeOptions {
   bool bandwidth_weighted = true;   // Optuna <= 3.4's density (see parzen::FitOptions)
 };
 
-// A finished trial: its config, and its value oriented so that lower is better.
+// A finished trial: its config, and its value oriented so that lower is better. A failure (a
+// trial that ended in ERROR, or whose value is NaN or infinite) is never in the good group: it
+// joins the bad group, so the model steers away from where trials crash or diverge.
 struct Observation {
   json config;
   double value = 0;
+  bool failed = false;  // it ended in ERROR (value unused)
 };
 
 // The TPE searcher of one experiment.

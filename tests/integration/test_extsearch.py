@@ -227,5 +227,34 @@ class ExternalSearchTest(TuneTest):
         self.assertIn("grid_search parameter 'x'", refused[0]["error"])
 
 
+    @unittest.skipUnless(have_optuna(), "needs Debian's python3-optuna (scripts/setup.sh --test)")
+    def test_tune_optuna_tells_optuna_every_failed_trial_as_fail(self):
+        # status ERROR (even with a metric in its last result), a NaN or infinite metric, and no
+        # metric at all are FAIL; a failed trial it did not suggest joins the study as FAIL too.
+        env = dict(self.env, PYTHONPATH=os.path.join(SOURCE, "lib", "helpers", "python"))
+        save = os.path.join(self.dir, "snap-fail")
+        os.makedirs(save)
+        ops = [{"op": "init", "space": {"x": {"uniform": [0, 1]}}, "metric": "loss",
+                "mode": "min", "seed": 5, "state": None}]
+        ops += [{"op": "suggest", "trial_id": "%05d" % i} for i in range(5)]
+        ends = [({"loss": 1.0}, "TERMINATED"), ({"loss": 0.5}, "ERROR"), (None, "ERROR"),
+                ({"loss": float("nan")}, "TERMINATED"), ({"acc": 1.0}, "TERMINATED")]
+        ops += [{"op": "complete", "trial_id": "%05d" % i, "result": r, "status": st}
+                for i, (r, st) in enumerate(ends)]
+        ops += [{"op": "complete", "trial_id": "restored-00009", "result": {"loss": 0.1},
+                 "status": "ERROR", "config": {"x": 0.5}},
+                {"op": "save", "path": save}]
+        p = subprocess.run([SYSTEM_PY, "-m", "tune_optuna"], env=env, text=True, timeout=120,
+                           input="".join(json.dumps(o) + "\n" for o in ops),  # NaN as Python writes it
+                           capture_output=True)
+        self.assertEqual(p.stdout.splitlines()[-1], json.dumps({"saved": save}), p.stderr)
+        probe = subprocess.run(
+            [SYSTEM_PY, "-c", "import pickle,sys; t=pickle.load(open(sys.argv[1],'rb'))"
+             "['study'].trials; print([(x.state.name, x.value) for x in t])",
+             os.path.join(save, "study.pkl")], capture_output=True, text=True, env=env)
+        self.assertEqual(probe.stdout.strip(), str([("COMPLETE", 1.0)] + [("FAIL", None)] * 5),
+                         probe.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -8,6 +8,7 @@
 #include "search/bohb.hpp"
 #include "search/bohb_kde.hpp"
 #include "search/rng.hpp"
+#include "search/searcher.hpp"
 #include "spec/parse.hpp"
 #include "util/json_ext.hpp"
 
@@ -343,4 +344,35 @@ TEST_CASE("bohb's bandwidth keys are parsed and checked", "[search]") {
   CHECK(bad.error().message.find("min_bandwidth") != std::string::npos);
   CHECK(!spec::parse_experiment(head + "search_alg: {type: tpe, bandwidth_factor: 2}\n",
                                 "/tmp/e.yaml"));
+}
+
+TEST_CASE("bohb records a trial in ERROR as the worst value at the rung it was running toward",
+          "[search]") {
+  Space s = space_of("  x: {uniform: [0, 1]}\n");
+  SearcherSpec spec;
+  spec.kind = SearcherKind::kBohb;
+  spec.bohb_target = {{9, 1, 3}, "training_iteration", "loss", false};  // any order
+  auto searcher = make_searcher(spec, s, 10, 1);
+  REQUIRE(searcher);
+  auto& b = **searcher;
+  json c0 = b.suggest(0).config, c1 = b.suggest(1).config, c2 = b.suggest(2).config;
+  json r1 = {{"training_iteration", 1}, {"loss", 0.5}};
+  b.on_result("00000", r1);
+  b.on_complete({"00000", c0, std::nullopt, r1, true});       // crashed at epoch 2: worst at 3
+  b.on_complete({"00001", c1, std::nullopt, nullptr, true});  // before any result: worst at 1
+  json r9 = {{"training_iteration", 9}, {"loss", 0.25}};
+  b.on_result("00002", r9);
+  b.on_complete({"00002", c2, std::nullopt, r9, true});  // past the top rung: keeps its value
+  auto values = [&](double budget) {
+    std::vector<std::pair<std::string, json>> out;
+    json st = b.save();
+    for (const auto& at : st["budgets"])
+      if (at["budget"] == budget)
+        for (const auto& v : at["values"]) out.emplace_back(v["trial"], v["value"]);
+    return out;
+  };
+  using V = std::vector<std::pair<std::string, json>>;
+  CHECK(values(1) == V{{"00000", 0.5}, {"00001", nullptr}});
+  CHECK(values(3) == V{{"00000", nullptr}});
+  CHECK(values(9) == V{{"00002", 0.25}});
 }

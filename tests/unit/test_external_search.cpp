@@ -422,3 +422,44 @@ TEST_CASE("search_alg.restore_from warms the searcher with an earlier experiment
   }
   CHECK_FALSE(fs::exists(bad.dir()));
 }
+
+TEST_CASE("an external searcher is told a trial in ERROR as status ERROR", "[controller][search]") {
+  // Trials crash past x = 0.2 after one result: the complete op says ERROR (its last result
+  // given as recorded), the others TERMINATED.
+  struct CrashesPast : FakeProcess {
+    double x;
+    explicit CrashesPast(double x_) : x(x_) {}
+    void on_tick(FakeContext& c, double) override {
+      if (x > 0.2) {
+        c.print(json{{"loss", 9.0}}.dump());
+        return c.exit(1);
+      }
+      c.print(json{{"loss", (x - 0.3) * (x - 0.3)}, {"done", true}}.dump());
+      c.exit(0);
+    }
+  };
+  ScratchDir d;
+  fs::path log = d.path / "ops.jsonl";
+  auto e = make_exp(d, yaml(", --log, " + log.string(), 12));
+  FakeExecutor ex([](const exec::Launch& l) {
+    return std::make_unique<CrashesPast>(json::parse(l.env.at("TUNE_CONFIG"))["x"].get<double>());
+  });
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run() == kExitTrialError);
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  std::map<std::string, trial::Status> status;
+  for (const auto& t : s->trials) status[t.id] = t.status;
+  int errors = 0, completes = 0;
+  for (const auto& o : log_lines(log)) {
+    if (o["op"] != "complete") continue;
+    ++completes;
+    std::string id = o["trial_id"];
+    bool error = status.at(id) == trial::Status::kError;
+    errors += error;
+    CHECK(o["status"] == (error ? "ERROR" : "TERMINATED"));
+    if (error) CHECK(o["result"]["loss"] == 9.0);
+  }
+  CHECK(completes == 12);
+  CHECK(errors >= 1);  // the toy searcher suggests around its best x, 0 at first, +- 0.5
+}
