@@ -181,7 +181,9 @@ Result<void> EventWriter::flush() {
     if (n <= 0) {
       // A torn record would end TensorBoard's reading of the file: take it back.
       off_t end = ::lseek(fd_, 0, SEEK_END);
-      if (end >= 0) (void)::ftruncate(fd_, end - static_cast<off_t>(done));
+      if (end >= 0 && ::ftruncate(fd_, end - static_cast<off_t>(done)) != 0) {
+        // nothing more to do: the write's error below says what went wrong
+      }
       buf_.clear();
       return fail("cannot write '", path_.string(), "': ", std::strerror(n < 0 ? errno : ENOSPC));
     }
