@@ -24,6 +24,51 @@ print(json.dumps({"argv": sys.argv[1:], "done": True}))
 """
 
 
+# A PBT population member (function mode): val grows by q each iteration; every iteration is
+# a checkpoint that names the trial that wrote it, and the first result after a restore says
+# whose checkpoint, at which iteration, it went on from.
+LINEAGE_TRIAL = """
+import json, os, tempfile, time
+import tune_trial
+cfg = tune_trial.config()
+i, val, extra = 0, 0.0, {}
+ck = tune_trial.get_checkpoint()
+if ck:
+    with open(os.path.join(ck, "state")) as f:
+        s = json.load(f)
+    i, val = s["i"], s["val"]
+    extra = {"restored_from": s["trial"], "restored_i": s["i"], "restored_val": s["val"]}
+while i < 12:
+    i += 1
+    val += cfg["q"]
+    time.sleep(0.05)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "state"), "w") as f:
+            json.dump({"i": i, "val": val, "trial": os.environ["TUNE_TRIAL_ID"]}, f)
+        tune_trial.report(dict(val=val, **extra), checkpoint_dir=d)
+    extra = {}
+"""
+
+# A step-mode trial whose own step counter lives in its checkpoint: after a pause and a restore
+# (on any host) it must go on from where it was paused, so `i` equals training_iteration.
+COUNTER_TRAINABLE = """
+import os, tune_trial
+class T(tune_trial.Trainable):
+    def setup(self, config):
+        self.i, self.q = 0, config["q"]
+    def step(self):
+        self.i += 1
+        return {"score": self.q * self.i, "i": self.i}
+    def save_checkpoint(self, d):
+        with open(os.path.join(d, "i"), "w") as f:
+            f.write(str(self.i))
+    def load_checkpoint(self, d):
+        with open(os.path.join(d, "i")) as f:
+            self.i = int(f.read())
+raise SystemExit(tune_trial.run_trainable(T))
+"""
+
+
 class SshTest(TuneTest):
     @classmethod
     def setUpClass(cls):
@@ -967,6 +1012,90 @@ class SshTest(TuneTest):
         self.assertEqual(len(copied), 2, log)  # the first run, and the resume after the change
         self.assertIn("left out: .git, big.bin (105.9 MB)", copied[0])
         self.assertEqual(log.count("is current: not copied again"), 1)
+
+
+    # Pause and exploit with trials spread over the head and two workers: a trial goes on from
+    # its own (pause) or its donor's (exploit) checkpoint on whichever host runs it next.
+    def hosts_block(self):
+        return "hosts:\n  - local: {cpus: 1}\n" + self.host_lines(cpus=1) + "\n"
+
+    def test_pbt_exploits_donor_checkpoints_across_hosts(self):
+        self.write("lineage.py", LINEAGE_TRIAL)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: pbtssh
+            trial: {{command: ["{PY}", "lineage.py"], env: {{PYTHONUNBUFFERED: "1"}}}}
+            param_space: {{q: {{grid_search: [0.4, 0.9, 0.1, 0.7, 0.3, 0.6]}}}}
+            metric: val
+            mode: max
+            seed: 5
+            checkpoint_config: {{num_to_keep: 2}}
+            sync_config: {{sync_period: 1}}
+            scheduler: {{type: pbt, perturbation_interval: 3, quantile_fraction: 0.34,
+                        hyperparam_mutations: {{q: {{uniform: [0.05, 2.0]}}}}}}
+            """) + self.hosts_block())
+        self.tune("run", "exp.yaml", "--quiet", check=0, timeout=300)
+        with open(os.path.join(self.exp_dir("pbtssh"), "pbt_policy.jsonl")) as f:
+            policy = [json.loads(line) for line in f]
+        self.assertTrue(policy, "no exploit happened")
+        trials = {t["trial_id"]: t for t in self.trials("pbtssh")}
+        hosts = set()
+        for t in trials.values():
+            self.assertEqual(t["status"], "TERMINATED")
+            # Each iteration at most once, in order, to the end; an exploit from a donor that
+            # was ahead jumps to the donor's iteration (as Ray), leaving a gap.
+            its = self.iterations("pbtssh", t)
+            self.assertEqual(its, sorted(set(its)), t["trial_name"])
+            self.assertEqual(its[-1], 12, t["trial_name"])
+            hosts.add(t["host"])
+        self.assertGreater(len(hosts), 1, "the trials ran on one host only: %s" % hosts)
+        # Each trial's last exploit: the row after it was computed from the donor's checkpoint
+        # at the donor's iteration (it came to this trial's host, wherever both ran).
+        last = {}
+        for line in policy:
+            last[line["trial"]] = line
+        checked = 0
+        for tid, line in last.items():
+            k = line["donor_iteration"]
+            after = [r for r in self.results("pbtssh", trials[tid]) if r["training_iteration"] > k]
+            if not after:
+                continue  # the donor's last checkpoint: the trial had nothing left to run
+            checked += 1
+            row = after[0]
+            self.assertEqual(row["training_iteration"], k + 1, row)
+            self.assertEqual(row.get("restored_from"), line["donor"], row)
+            self.assertEqual(row.get("restored_i"), k, row)
+            self.assertAlmostEqual(row["val"] - row["restored_val"],
+                                   line["new_config"]["q"], places=9)  # with its new config
+        self.assertGreater(checked, 0, policy)
+
+    def test_hyperband_pauses_step_mode_trials_and_resumes_them_on_any_host(self):
+        self.write("counter.py", COUNTER_TRAINABLE)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: hbssh
+            trial: {{command: ["{PY}", "counter.py"], mode: step}}
+            param_space: {{q: {{uniform: [0.1, 1.0]}}}}
+            num_samples: 9
+            seed: 7
+            metric: score
+            mode: max
+            sync_config: {{sync_period: 1}}
+            scheduler: {{type: hyperband, max_t: 9, reduction_factor: 3}}
+            """) + self.hosts_block())
+        self.tune("run", "exp.yaml", "--quiet", check=0, timeout=300)
+        trials = self.trials("hbssh")
+        self.assertEqual(len(trials), 9)
+        went_on = 0
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            rows = self.results("hbssh", t)
+            self.assertEqual([r["training_iteration"] for r in rows],
+                             list(range(1, t["iteration"] + 1)), t["trial_name"])
+            # No work lost or repeated across a pause: the trial's own counter is the iteration.
+            self.assertEqual([r["i"] for r in rows], list(range(1, t["iteration"] + 1)))
+            went_on += t["iteration"] > 3
+        self.assertGreater(went_on, 0, "no trial went past its first rung")
+        log = open(os.path.join(self.exp_dir("hbssh"), "tune.log")).read()
+        self.assertIn("paused", log)
 
 
 if __name__ == "__main__":
