@@ -372,3 +372,58 @@ TEST_CASE(
   CHECK(results_of(e, after).size() == static_cast<size_t>(after.iteration));
   CHECK(outcome(c.state()) == outcome(straight.state()));
 }
+
+TEST_CASE(
+    "a resume holds a later attempt's output back until an earlier ended one exits, for 60 s "
+    "at most",
+    "[controller][sched][state]") {
+  ScratchDir d;
+  auto e = make_exp(d, exp_yaml("{type: fifo}", 2));
+  {
+    // Two first attempts started in the same turn (00000 first); the driver dies at a tick.
+    struct Dies : FakeProcess {
+      void on_tick(FakeContext&, double) override { throw Crash{}; }
+    };
+    FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Dies>(); });
+    auto o = opts();
+    o.state_period_s = 1000;
+    control::Controller c(e, ex, o);
+    REQUIRE_THROWS_AS(c.run(), Crash);
+  }
+  auto s = state::load(e.dir());
+  REQUIRE(s);
+  REQUIRE(s->trials.size() == 2);
+  // 00000 had ended, but its exit reaches this driver only 100 s in; 00001 still runs and its
+  // output is there at once.
+  struct LateExit : FakeProcess {
+    double at = 0;
+    void on_attach(FakeContext& c) override { at = c.ex->now() + 100; }
+    void on_tick(FakeContext& c, double now) override {
+      if (now >= at) c.exit(0);
+    }
+  };
+  struct Prompt : FakeProcess {
+    void on_attach(FakeContext& c) override {
+      c.print(json{{"loss", 1.0}}.dump());
+      c.exit(0);
+    }
+  };
+  FakeExecutor ex([](const exec::Launch& l) -> std::unique_ptr<FakeProcess> {
+    if (l.env.empty() && l.trial_id == "00000") return std::make_unique<LateExit>();
+    if (l.env.empty()) return std::make_unique<Prompt>();
+    return std::make_unique<testing::Reporter>(1, 0);
+  });
+  ex.on_attach = [](const exec::Launch& l) {
+    return l.trial_id == "00000" ? exec::Attached::kEnded : exec::Attached::kRunning;
+  };
+  double start = ex.wall_time();
+  control::Controller c(e, ex, opts());
+  REQUIRE(c.run(std::move(*s)) == kExitOk);
+  auto rows = results_of(e, c.state().trials[1]);
+  REQUIRE(rows.size() == 1);
+  // Held while 00000's exit was awaited, then let go at 60 s, before that exit came.
+  auto at = rows[0]["timestamp"].get<double>() - start;
+  CHECK(at >= 59);
+  CHECK(at < 100);
+  for (const auto& t : c.state().trials) CHECK(t.status == trial::Status::kTerminated);
+}
