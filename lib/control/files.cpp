@@ -4,6 +4,7 @@
 // the loop; the loop itself only renames.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -101,6 +102,20 @@ void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime
     spdlog::debug("trial {}: removing stray {}", t.name, name);
     delete_later(dir, name);
   }
+}
+
+void Controller::rewind_checkpoints(trial::Trial& t, const std::string& name) {
+  auto keep = std::find_if(t.checkpoints.begin(), t.checkpoints.end(),
+                           [&](const trial::Checkpoint& c) { return c.dir_name() == name; });
+  auto from = keep == t.checkpoints.end() ? t.checkpoints.begin() : std::next(keep);
+  for (auto it = from; it != t.checkpoints.end(); ++it) {
+    spdlog::info("trial {}: {} forgotten: the trial restarts from {}", t.name, it->dir_name(),
+                 name.empty() ? "scratch" : name);
+    pending_deletions_.push_back({trial_dir(t), it->dir_name(), remote_host(t)});
+  }
+  if (from == t.checkpoints.end()) return;
+  t.checkpoints.erase(from, t.checkpoints.end());
+  mark_dirty();
 }
 
 void Controller::clean_finished(const trial::Trial& t) {
