@@ -361,6 +361,22 @@ TEST_CASE("output is read from the shared filesystem and the exit comes after it
   CHECK_FALSE(f.exit_of("00002").has_value());
 }
 
+TEST_CASE("the files holding a job's secret are the user's alone", "[slurm]") {
+  Fixture f;
+  REQUIRE(f.ex->start(f.launch("00003")));
+  REQUIRE(f.pump([&] { return !f.job_of("00003").empty(); }));
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  auto mode = [](const fs::path& p) { return fs::status(p).permissions() & fs::perms::all; };
+  CHECK(mode(sdir) == fs::perms::owner_all);
+  for (const char* file : {"trial_00003.a1.launch", "trial_00003.sbatch", "trial_00003.job"}) {
+    INFO(file);
+    CHECK(mode(sdir / file) == (fs::perms::owner_read | fs::perms::owner_write));
+  }
+  auto text = util::read_file(sdir / "trial_00003.a1.launch");
+  REQUIRE(text);
+  CHECK(text->find(exec::slurm_job_secret(f.key, "trial_00003", 1)) != std::string::npos);
+}
+
 TEST_CASE("Slurm's SIGTERM re-queues the trial; twice without a checkpoint counts a failure",
           "[slurm]") {
   Fixture f;
