@@ -20,8 +20,9 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
                                            it->second.state == JobState::kRequeued);
   bool running = it != last_seen.end() && it->second.state == JobState::kRunning;
   int k = r.attempt - first;
-  // Slurm reran the job on its own (no driver had prepared this run): it runs this attempt.
-  if (!job.empty() && k >= 1 && (pending || running))
+  // Slurm reran the job on its own (no driver had prepared this run): it runs (or ran) this
+  // attempt, whatever the job's state now.
+  if (!job.empty() && k >= 1)
     if (auto self = read_self_rerun(slurm_dir, r.trial_name, job, k)) {
       maybe_requeued.erase(prev);
       adopt_rerun(r, job, first, *self, running);

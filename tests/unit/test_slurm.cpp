@@ -491,6 +491,33 @@ TEST_CASE("a job Slurm reran with no driver runs the next attempt; a resume adop
   CHECK(f.exit_of("00050")->reason == "exited");
 }
 
+TEST_CASE("a rerun Slurm started with no driver and that ended meanwhile is finished, not redone",
+          "[slurm]") {
+  Fixture f;
+  std::string name = "trial_00052";
+  fs::path sdir = f.dir / exec::kSlurmDir, tdir = f.dir / name;
+  fs::create_directories(sdir);
+  fs::create_directories(tdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+  f.fake->add("100", "COMPLETED", "tune-e-" + name, exec::job_mark(f.key, name, 1));
+  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
+  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self", "3 -\n", false));
+  REQUIRE(util::write_file_atomic(tdir / "stdout.log", "AA\n=== attempt 2 ===\nBB\n", false));
+  f.record("00052", 2, "exited", 0, exec::slurm_attempt_nonce(f.key, name, 1, "100", 2));
+  REQUIRE(f.ex->attach(f.launch("00052", 1)));
+  REQUIRE(f.pump([&] { return f.exit_of("00052").has_value(); }));
+  CHECK(f.output_of("00052") == "AA\n");
+  f.events.clear();
+  auto l = f.launch("00052", 2);
+  l.stdout_offset = 3;
+  REQUIRE(f.ex->start(l));
+  REQUIRE(f.pump([&] { return f.exit_of("00052").has_value(); }));
+  CHECK(f.output_of("00052") == "=== attempt 2 ===\nBB\n");  // read once, from the rerun
+  CHECK(f.exit_of("00052")->reason == "exited");
+  CHECK(f.fake->submits() == 0);
+}
+
 TEST_CASE("a rerun whose checkpoint is not the one the trial restarts from is not adopted",
           "[slurm]") {
   Fixture f;
