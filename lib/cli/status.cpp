@@ -261,17 +261,27 @@ class StatusPrinter {
       if (!f) return std::nullopt;
       job = f->job_id;
     }
+    if (job.find('.') != std::string::npos && !steps_loaded_) {
+      // A job step (use_allocation: JOBID.STEPID): squeue --steps lists the running ones.
+      steps_loaded_ = true;
+      if (auto steps = exec::CommandSlurmClient().steps())
+        for (auto& id : *steps) slurm_states_[id] = "RUNNING";
+      else
+        slurm_error_ = steps.error().message;
+    }
     auto it = slurm_states_.find(job);
     std::string st = it != slurm_states_.end() ? it->second
-                     : slurm_error_.empty()    ? "(not in squeue)"
-                                               : "(squeue failed)";
+                     : slurm_error_.empty()
+                         ? (job.find('.') != std::string::npos ? "(ended)" : "(not in squeue)")
+                         : "(squeue failed)";
     return std::pair{job, st};
   }
 
   fs::path dir_;
   bool has_slurm_ = false;
-  std::map<std::string, std::string> slurm_states_;
-  std::string slurm_error_;
+  mutable bool steps_loaded_ = false;
+  mutable std::map<std::string, std::string> slurm_states_;
+  mutable std::string slurm_error_;
   DriverInfo driver_;
   bool json_;
   state::ExperimentState head_;

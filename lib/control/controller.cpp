@@ -232,6 +232,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
                        ? "its supervisor stopped it while the driver was silent (stopped or "
                          "suspended past orphan_timeout_s)"
                        : info.error);
+    if (info.restart_from) rewind_checkpoints(t, *info.restart_from);
     interrupt(t);
     return;
   }

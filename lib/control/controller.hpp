@@ -148,6 +148,9 @@ class Controller : private sched::Population {
   // Removes checkpoint_* dirs the state does not name (pruned, or adopted after the last state
   // write unless `keep_newer`), and staging leftovers; forgets state checkpoints that are gone.
   void reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt);
+  // Forgets t's checkpoints after `name` (all of them if "" or unknown), deleting their dirs
+  // after the next state write: the trial restarts from `name`.
+  void rewind_checkpoints(trial::Trial& t, const std::string& name);
   std::vector<std::string> trial_argv(const trial::Trial& t) const;
   std::map<std::string, std::string> trial_env(const trial::Trial& t, const Placement& p,
                                                const std::string& restore) const;

@@ -4,6 +4,7 @@
 // only renames.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -42,6 +43,20 @@ void Controller::run_deletions() {
     spdlog::debug("deleting {}/{}", dir.filename().string(), name);
   }
   pending_deletions_.clear();
+}
+
+void Controller::rewind_checkpoints(trial::Trial& t, const std::string& name) {
+  auto keep = std::find_if(t.checkpoints.begin(), t.checkpoints.end(),
+                           [&](const trial::Checkpoint& c) { return c.dir_name() == name; });
+  auto from = keep == t.checkpoints.end() ? t.checkpoints.begin() : std::next(keep);
+  for (auto it = from; it != t.checkpoints.end(); ++it) {
+    spdlog::info("trial {}: {} forgotten: the trial restarts from {}", t.name, it->dir_name(),
+                 name.empty() ? "scratch" : name);
+    pending_deletions_.push_back({trial_dir(t), it->dir_name(), remote_host(t)});
+  }
+  if (from == t.checkpoints.end()) return;
+  t.checkpoints.erase(from, t.checkpoints.end());
+  mark_dirty();
 }
 
 void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,

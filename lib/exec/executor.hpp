@@ -74,6 +74,10 @@ struct ExitInfo {
   std::string nonce;                // the attempt's secret nonce
   std::optional<int> supervisor;    // the supervisor's pid
   std::optional<uint64_t> started;  // the trial process's start time (ticks since boot)
+  // Slurm: the next attempt already runs, restored from this checkpoint (a dir name; "" for
+  // none) by a rerun Slurm started while no driver ran: later checkpoints are forgotten so that
+  // the driver restarts the trial from the same one.
+  std::optional<std::string> restart_from;
 };
 
 // The supervisor's exit record for `attempt`, from the file's text. Anything else (another

@@ -298,25 +298,70 @@ Result<std::string> CommandSlurmClient::start_step(const std::vector<std::string
   std::vector<std::string> argv = {"srun"};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.insert(argv.end(), {"/bin/sh", launch.string()});
-  auto pid = util::spawn_process(argv, log);
+  // Detached: an srun that dies takes its step with it (Slurm ends the step at once), so the
+  // step's srun must outlive a killed driver. Its pid and start time name it.
+  auto pid = util::spawn_detached(argv, log);
   if (!pid) return std::unexpected(pid.error());
-  return std::to_string(*pid);
+  return std::to_string(*pid) + ":" + std::to_string(util::process_start_ticks(*pid));
 }
+
+namespace {
+
+// A step's srun as start_step named it: "PID:START" (START: its start time, so that a pid
+// reused by another process is never taken for it).
+struct SrunHandle {
+  pid_t pid = 0;
+  uint64_t start = 0;
+};
+SrunHandle parse_handle(const std::string& id) {
+  SrunHandle h;
+  size_t colon = id.find(':');
+  h.pid = static_cast<pid_t>(std::atol(id.substr(0, colon).c_str()));
+  if (colon != std::string::npos) h.start = std::strtoull(id.c_str() + colon + 1, nullptr, 10);
+  return h;
+}
+// Whether the srun still runs: this driver's child not yet reaped, or (a re-attached step,
+// started by an earlier driver) a process with that pid and start time.
+bool srun_alive(const SrunHandle& h) {
+  if (h.pid <= 0) return false;
+  int status = 0;
+  pid_t got = ::waitpid(h.pid, &status, WNOHANG);
+  if (got == 0) return true;
+  if (got == h.pid) return false;
+  return h.start != 0 && util::process_start_ticks(h.pid) == h.start;
+}
+
+}  // namespace
 
 std::vector<std::string> CommandSlurmClient::ended_steps(const std::vector<std::string>& ids) {
   std::vector<std::string> ended;
-  for (const auto& id : ids) {
-    pid_t pid = static_cast<pid_t>(std::atol(id.c_str()));
-    int status = 0;
-    pid_t got = pid > 0 ? ::waitpid(pid, &status, WNOHANG) : -1;
-    if (got == pid || (got < 0 && errno == ECHILD)) ended.push_back(id);
-  }
+  for (const auto& id : ids)
+    if (!srun_alive(parse_handle(id))) ended.push_back(id);
   return ended;
 }
 
 void CommandSlurmClient::signal_steps(const std::vector<std::string>& ids, int sig) {
-  for (const auto& id : ids)
-    if (pid_t pid = static_cast<pid_t>(std::atol(id.c_str())); pid > 0) ::kill(pid, sig);
+  for (const auto& id : ids) {
+    SrunHandle h = parse_handle(id);
+    if (h.pid > 0 && h.start != 0 && util::process_start_ticks(h.pid) == h.start)
+      ::kill(h.pid, sig);
+  }
+}
+
+Result<std::vector<std::string>> CommandSlurmClient::steps() {
+  auto r = run_captured({"squeue", "--me", "-h", "-s", "-o", "%i|%j"}, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "squeue"));
+  std::vector<std::string> ids;
+  std::string_view text = r->out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string line = trim(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    std::string id = line.substr(0, line.find('|'));
+    if (!id.empty() && id.find_first_not_of("0123456789.") == std::string::npos) ids.push_back(id);
+  }
+  return ids;
 }
 
 }  // namespace tune::exec

@@ -88,7 +88,8 @@ class SlurmClient {
     (void)args, (void)launch, (void)log;
     return fail("job steps are not supported by this Slurm client");
   }
-  // Which of these steps have ended (their srun exited and was reaped).
+  // Which of these steps have ended (their srun exited; an srun an earlier driver started is
+  // watched by its pid and start time).
   [[nodiscard]] virtual std::vector<std::string> ended_steps(const std::vector<std::string>& ids) {
     (void)ids;
     return {};
@@ -109,6 +110,8 @@ class CommandSlurmClient final : public SlurmClient {
                                  const fs::path& log) override;
   std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override;
   void signal_steps(const std::vector<std::string>& ids, int sig) override;
+  // The job steps this user has running (`squeue --steps`: JOBID.STEPID), for `tune status`.
+  Result<std::vector<std::string>> steps();
 };
 
 // Runs argv (argv[0] searched on PATH, no shell) to its end or `timeout_s`, stdin /dev/null.

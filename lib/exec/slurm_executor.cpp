@@ -43,105 +43,7 @@ std::string read_from(const fs::path& path, uint64_t offset, size_t max) {
 
 }  // namespace
 
-void SlurmExecutor::Impl::worker_main() {
-  // Job steps' sruns get SIGTERM if the driver dies (they pass it on to the trial): a step never
-  // outlives its driver, whose allocation it belongs to.
-  if (o.use_allocation) util::tie_helpers_to_this_thread();
-  double next_poll = 0;
-  std::unique_lock lk(m);
-  while (!quit) {
-    double nap = std::clamp(next_poll - mono(), 0.0, 0.2);
-    cv.wait_for(lk, std::chrono::duration<double>(nap), [&] {
-      return quit || !submits.empty() || !cancel_term.empty() || !cancel_kill.empty() ||
-             !acct_ask.empty() || !step_signals.empty() || mono() >= next_poll;
-    });
-    if (quit) break;
-    std::deque<Submit> todo;
-    todo.swap(submits);
-    auto term = std::move(cancel_term);
-    auto kill = std::move(cancel_kill);
-    cancel_term.clear(), cancel_kill.clear();
-    auto ask = std::move(acct_ask);
-    acct_ask.clear();
-    if (acct_mode == Acct::kOff) ask.clear();
-    bool poll = poll_now || mono() >= next_poll;
-    poll_now = false;
-    if (o.use_allocation) {
-      steps_worker_turn(lk, todo, poll, next_poll);
-      continue;
-    }
-    lk.unlock();
-    std::vector<Submitted> done;
-    for (auto& s : todo) {
-      done.push_back({s.trial_id, s.gen, {}});
-      do_submit(s, done.back());
-    }
-    std::vector<std::string> errors;
-    if (!term.empty())
-      if (auto r = client->cancel(term, true); !r) errors.push_back(r.error().message);
-    if (!kill.empty())
-      if (auto r = client->cancel(kill, false); !r) errors.push_back(r.error().message);
-    std::optional<Accounting> records;
-    if (!ask.empty()) {
-      if (auto a = client->accounting(ask))
-        records = std::move(*a);
-      else
-        errors.push_back(a.error().message);
-    }
-    std::optional<std::vector<JobInfo>> jobs;
-    if (poll) {
-      auto q = client->queue();
-      next_poll = mono() + o.poll_s;
-      if (q)
-        jobs = std::move(*q);
-      else
-        errors.push_back(q.error().message);
-    }
-    lk.lock();
-    if (poll) ++queue_calls;
-    if (!ask.empty()) ++acct_calls;
-    if (records && !records->available && acct_mode != Acct::kOff)
-      spdlog::info(
-          "sacct: this cluster keeps no accounting; jobs are judged by their exit "
-          "records and squeue");
-    if (records) acct_mode = records->available ? Acct::kOn : Acct::kOff;
-    if (records)
-      for (auto& j : records->jobs) acct_answers.push_back(std::move(j));
-    for (auto& id : ask) acct_answered.push_back(std::move(id));
-    for (auto& d : done) answers.push_back(std::move(d));
-    if (jobs) snapshot = std::move(*jobs), ++snapshot_seq;
-    for (auto& e : errors) worker_errors.push_back(std::move(e));
-  }
-}
-
-void SlurmExecutor::Impl::do_submit(Submit& s, Submitted& out) {
-  if (auto r = prepare_trial_dir(s.launch); !r) {
-    out.job = std::unexpected(r.error());
-    return;
-  }
-  std::error_code ec;
-  fs::create_directories(o.exp_dir / ".tune" / "exit", ec);
-  for (auto [path, text] : {std::pair{&s.launch_file, &s.launch_text}, {&s.stub, &s.stub_text}})
-    if (auto r = util::write_file_atomic(*path, *text, false); !r) {
-      out.job = std::unexpected(r.error());
-      return;
-    }
-  if (o.use_allocation) {
-    out.job = client->start_step(
-        s.args, s.launch_file,
-        s.launch.trial_dir / ("slurm-step.a" + std::to_string(s.launch.attempt) + ".out"));
-    return;
-  }
-  out.job = client->submit(s.args, s.stub);
-  if (out.job) {
-    std::string a = std::to_string(s.launch.attempt);
-    std::string line = *out.job + " " + a + " " + a + "\n";
-    if (auto w = util::write_file_atomic(s.job_file, line, true); !w)
-      spdlog::warn("{}", w.error().message);
-  }
-}
-
-std::string SlurmExecutor::Impl::launch_text(const Launch& l, int first) const {
+std::string SlurmExecutor::Impl::launch_text(const Launch& l, int first, bool first_run) const {
   std::string name = l.trial_dir.filename().string();
   SupervisorCall call;
   call.supervisor = o.supervisor;
@@ -149,7 +51,10 @@ std::string SlurmExecutor::Impl::launch_text(const Launch& l, int first) const {
   call.orphan_timeout_s = o.orphan_timeout_s;
   call.grace_s = std::max(1.0, o.job.signal_grace_s - 2);
   call.record = o.exp_dir / record_path(name);
-  // A step is never requeued by Slurm: its supervisor gets the attempt's own nonce.
+  // A step is never requeued by Slurm: its supervisor gets the attempt's own nonce, and writes
+  // its step id down as it starts.
+  if (o.use_allocation) call.step_id_file = step_id_path(o.exp_dir, name, l.attempt);
+  call.rerun = first_run && !o.use_allocation;  // a job's stub may rerun it on its own
   call.secret = o.use_allocation ? attempt_nonce(o.record_key, name, l.attempt)
                                  : slurm_job_secret(o.record_key, name, first);
   return launch_script(l, call);
@@ -163,14 +68,29 @@ Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
   std::string name = l.trial_dir.filename().string();
   s.launch_file = slurm_dir / (name + ".a" + std::to_string(l.attempt) + ".launch");
   s.stub = slurm_dir / (name + ".sbatch");
-  s.job_file = job_file_path(o.exp_dir, name);
-  s.launch_text = launch_text(l, l.attempt);  // a new job: this attempt is its first run
+  s.job_file = o.use_allocation ? step_file_path(o.exp_dir, name) : job_file_path(o.exp_dir, name);
+  s.launch_text = launch_text(l, l.attempt, true);  // a new job: this attempt is its first run
   std::string jn = job_name(o.exp_name, name);
-  s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name);
+  s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name, l.trial_dir);
   s.args = o.use_allocation
                ? srun_options(o.job, jn, l.trial_dir)
                : sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
   return s;
+}
+
+SlurmExecutor::Impl::Run& SlurmExecutor::Impl::fresh_run(const Launch& l) {
+  Run& r = runs[l.trial_id];
+  uint64_t gen = r.gen + 1;
+  r = Run{};
+  r.gen = gen;
+  r.trial_id = l.trial_id;
+  r.trial_name = l.trial_dir.filename().string();
+  r.attempt = l.attempt;
+  r.first_attempt = l.attempt;
+  r.dir = l.trial_dir;
+  r.offset = l.stdout_offset;
+  r.times = ArrivalReader(l.attempt);
+  return r;
 }
 
 int SlurmExecutor::Impl::in_slurm() const {
@@ -212,85 +132,10 @@ void SlurmExecutor::Impl::end_run(Run& r, ExitInfo info) {
   r.exit = std::move(info);
 }
 
-// A decision on a job Slurm ended or lost, when no exit record says how the attempt ended.
-void SlurmExecutor::Impl::judge(Run& r, double now) {
-  auto it = last_seen.find(r.job_id);
-  if (it != last_seen.end() && !listed_ours(it->second, r.trial_name))
-    it = last_seen.end();  // someone else's job (an id read back from a file): not this attempt
-  if (it == last_seen.end()) {
-    // Not listed (ended and purged after MinJobAge, or never seen): after three answers.
-    if (++r.missing < 3) return;
-    if (ask_accounting(r, now)) return;  // sacct's answer is on its way
-    if (auto a = acct.find(r.job_id); a != acct.end() && job_ended(a->second.state)) {
-      end_run(r, ended_without_record(r, a->second, " (sacct)"));
-      return;
-    }
-    ExitInfo e;
-    e.reason = r.stop_asked ? ExitReason::kDriverStop
-               : r.grew     ? ExitReason::kHostLost
-                            : ExitReason::kSupervisorDied;
-    e.error = "slurm job " + r.job_id + " is gone from squeue and left no exit record";
-    end_run(r, std::move(e));
-    return;
-  }
-  r.missing = 0;
-  const JobInfo& j = it->second;
-  r.state = j.state;
-  if (j.state == JobState::kRunning) r.seen_running = true;
-  if ((j.state == JobState::kPending || j.state == JobState::kRequeued) && r.seen_running) {
-    ExitInfo e;  // Slurm requeued it (preemption, `scontrol requeue`, a node lost)
-    e.reason = ExitReason::kPreempted;
-    e.error = "slurm job " + r.job_id + " was requeued by Slurm";
-    maybe_requeued[r.trial_id] = {r.job_id, r.first_attempt};
-    end_run(r, std::move(e));
-    return;
-  }
-  if (!job_ended(j.state)) return;
-  if (r.ended_at < 0) r.ended_at = now;
-  if (now - r.ended_at < o.record_wait_s) return;  // the record may still be on its way
-  end_run(r, ended_without_record(r, j, ""));
-}
-
-// How an attempt ended whose job Slurm (squeue, or sacct: `source`) says ended as `j`, when its
-// supervisor left no exit record: Slurm's doing (time limit, preemption, a node) counts no failure.
-ExitInfo SlurmExecutor::Impl::ended_without_record(const Run& r, const JobInfo& j,
-                                                   const char* source) {
-  ExitInfo e;
-  bool slurms = j.state == JobState::kTimeout || j.state == JobState::kPreempted ||
-                j.state == JobState::kNodeFail;
-  e.reason = slurms || (j.state == JobState::kCancelled && r.stop_asked)
-                 ? ExitReason::kPreempted
-                 : ExitReason::kSupervisorDied;
-  // A rerun of a requeued job that found no launch file prepared for its restart count (Slurm
-  // requeued it more often than this driver saw) exits 0 without starting anything.
-  if (j.state == JobState::kCompleted && r.attempt > r.first_attempt)
-    e.reason = ExitReason::kPreempted;
-  if (r.stop_asked) e.reason = ExitReason::kDriverStop;
-  e.error = "slurm job " + r.job_id + " ended " + j.state_text;
-  if (j.exit_code) e.error += " (exit code " + std::to_string(*j.exit_code) + ")";
-  if (j.signal) e.error += " (signal " + std::to_string(*j.signal) + ")";
-  e.error += " without an exit record";
-  e.error += source;
-  return e;
-}
-
-// Asks sacct about r's job unless the cluster has no accounting; true while the answer is due
-// (at most 30 s).
-bool SlurmExecutor::Impl::ask_accounting(const Run& r, double now) {
-  if (acct_done.count(r.job_id)) return false;
-  std::lock_guard lk(m);
-  if (acct_mode == Acct::kOff) return false;
-  auto [at, fresh] = acct_asked.try_emplace(r.job_id, now);
-  if (fresh) {
-    acct_ask.push_back(r.job_id);
-    cv.notify_all();
-  }
-  return now - at->second < 30;
-}
-
 // Reads the trial's new output and its exit record; reports the exit after all output.
 void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
   if (r.phase != Phase::kSubmitted && !r.exit) return;
+  if (o.use_allocation && r.step_id.empty()) note_step_id(r);
   fs::path log = r.dir / "stdout.log";
   // The notes first: each covers bytes written after it, so all output read below is covered.
   std::vector<Arrival> arrivals;
@@ -298,11 +143,12 @@ void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
   if (auto notes = read_from(r.dir / "stdout.times", r.times.offset(), 1u << 20); !notes.empty())
     r.times.feed(notes, arrivals, started);
   struct stat st {};
-  if (::stat(log.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > r.offset) {
+  uint64_t size = ::stat(log.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+  size = std::min(size, r.cut_at);  // a later attempt's output starts there
+  if (size > r.offset) {
     int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
-      std::string data(std::min<uint64_t>(static_cast<uint64_t>(st.st_size) - r.offset, 4u << 20),
-                       '\0');
+      std::string data(std::min<uint64_t>(size - r.offset, 4u << 20), '\0');
       ssize_t n = ::pread(fd, data.data(), data.size(), static_cast<off_t>(r.offset));
       ::close(fd);
       if (n > 0) {
@@ -348,48 +194,6 @@ void SlurmExecutor::Impl::scan(Run& r, std::vector<Event>& out) {
   e.info.attempt = r.attempt;
   r.phase = Phase::kDone;
   out.emplace_back(std::move(e));
-}
-
-// A trial whose previous job Slurm may have requeued: run the next attempt in that job if Slurm
-// holds it for a rerun, else in a new one.
-void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
-  auto prev = maybe_requeued.find(r.trial_id);
-  std::string job = prev == maybe_requeued.end() ? "" : prev->second.first;
-  int first = prev == maybe_requeued.end() ? r.attempt : prev->second.second;
-  auto it = last_seen.find(job);
-  if (it != last_seen.end() && !listed_ours(it->second, r.trial_name)) it = last_seen.end();
-  bool pending = it != last_seen.end() && (it->second.state == JobState::kPending ||
-                                           it->second.state == JobState::kRequeued);
-  bool running = it != last_seen.end() && it->second.state == JobState::kRunning;
-  if (running && now - r.deciding_since < 60) return;  // still finishing its last run
-  if (prev != maybe_requeued.end()) maybe_requeued.erase(prev);
-  // Slurm's rerun is run K = attempt - first of the job (SLURM_RESTART_COUNT): this attempt
-  // runs there only if it comes after the job's first run.
-  if (pending && first >= 1 && r.attempt > first) {
-    auto& s = *r.pending;
-    std::error_code ec;
-    fs::create_directories(slurm_dir, ec);
-    int k = r.attempt - first;
-    auto w = util::write_file_atomic(next_launch_file(slurm_dir, r.trial_name, job, k),
-                                     launch_text(s.launch, first), false);
-    if (w)
-      w = util::write_file_atomic(
-          s.job_file, job + " " + std::to_string(r.attempt) + " " + std::to_string(first) + "\n");
-    if (w) {
-      spdlog::info("trial {} attempt {}: runs when Slurm restarts its requeued job {} (run {})",
-                   r.trial_name, r.attempt, job, k);
-      set_job(r, job, first);
-      r.phase = Phase::kSubmitted;
-      r.judged_after = seen_seq;
-      r.pending.reset();
-      got_job(r);
-      return;
-    }
-    spdlog::warn("{}", w.error().message);
-  }
-  if (!job.empty() && (pending || running)) cancel(job, r.trial_name, false);  // not needed
-  r.phase = Phase::kWaiting;
-  waiting.push_back(r.trial_id);
 }
 
 void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
@@ -438,8 +242,13 @@ void SlurmExecutor::Impl::take_answers(std::vector<Event>& out, double now) {
     r.phase = Phase::kSubmitted;
     r.judged_after = seq;
     r.pending.reset();
-    spdlog::info("trial {} attempt {}: slurm job {}", r.trial_name, r.attempt, r.job_id);
-    got_job(r);
+    if (o.use_allocation) {
+      spdlog::info("trial {} attempt {}: slurm job step started (srun {})", r.trial_name, r.attempt,
+                   r.job_id);
+    } else {
+      spdlog::info("trial {} attempt {}: slurm job {}", r.trial_name, r.attempt, r.job_id);
+      got_job(r);
+    }
     if (r.stop_asked) cancel(r.job_id, r.trial_name, false);
   }
   if (o.use_allocation) judge_steps(ended_steps, now);
@@ -478,19 +287,10 @@ SlurmExecutor::~SlurmExecutor() {
 Result<void> SlurmExecutor::start(const Launch& l) {
   auto& impl = *impl_;
   std::error_code ec;
-  fs::create_directories(impl.slurm_dir, ec);  // one mkdir; the rest is the worker's
-  Impl::Run& r = impl.runs[l.trial_id];
-  uint64_t gen = r.gen + 1;
-  r = Impl::Run{};
-  r.gen = gen;
-  r.trial_id = l.trial_id;
-  r.trial_name = l.trial_dir.filename().string();
-  r.attempt = l.attempt;
-  r.first_attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
-  r.times = ArrivalReader(l.attempt);
-  r.pending = impl.make_submit(l, gen);
+  // one mkdir (the rest is the worker's), private: its files hold the jobs' secrets
+  if (fs::create_directories(impl.slurm_dir, ec)) ::chmod(impl.slurm_dir.c_str(), 0700);
+  Impl::Run& r = impl.fresh_run(l);
+  r.pending = impl.make_submit(l, r.gen);
   impl.slurm_ends.try_emplace(l.trial_id, 0);
   if (impl.maybe_requeued.count(l.trial_id)) {
     r.phase = Phase::kDeciding;

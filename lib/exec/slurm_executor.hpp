@@ -90,7 +90,8 @@ class SlurmExecutor final : public Executor {
   std::vector<std::pair<std::string, std::string>> take_job_ids() override;
   // This experiment's jobs that Slurm still lists as pending or running (one squeue call; for a
   // resume, before anything starts): those named in .job files that squeue lists under the
-  // trial's job name, and those whose comment carries an attempt's mark (job_mark).
+  // trial's job name, and those whose comment carries an attempt's mark (job_mark). With
+  // use_allocation: the steps whose srun (named in .step files) still runs on this machine.
   std::vector<LiveAttempt> live_attempts() override;
   // Cancels those jobs (SIGTERM to the batch shell, scancel after grace_s) and waits until
   // Slurm no longer lists them as pending or running (at most grace_s + 10 s). Only jobs that

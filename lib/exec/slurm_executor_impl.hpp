@@ -5,6 +5,7 @@
 #pragma once
 
 #include <time.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <deque>
@@ -30,8 +31,26 @@ inline double mono() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
+// This machine's name (where a step's srun runs: only there can a resume watch it).
+inline std::string this_host() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  std::string h = buf;
+  return h.empty() || h.find_first_of(" \n") != std::string::npos ? "?" : h;
+}
+
 inline fs::path job_file_path(const fs::path& exp_dir, const std::string& trial_name) {
   return exp_dir / kSlurmDir / (trial_name + ".job");
+}
+
+// use_allocation: `HANDLE ATTEMPT HOST`, the srun of the trial's latest step (start_step's
+// handle) and where it runs, written as soon as srun started.
+inline fs::path step_file_path(const fs::path& exp_dir, const std::string& trial_name) {
+  return exp_dir / kSlurmDir / (trial_name + ".step");
+}
+// use_allocation: `JOBID.STEPID` of an attempt's step, written by the step itself as it starts.
+inline fs::path step_id_path(const fs::path& exp_dir, const std::string& trial_name, int attempt) {
+  return exp_dir / kSlurmDir / (trial_name + ".a" + std::to_string(attempt) + ".stepid");
 }
 
 // One submission for the worker thread: files to write, then sbatch.
@@ -98,13 +117,15 @@ struct SlurmExecutor::Impl {
     Phase phase = Phase::kWaiting;
     uint64_t gen = 0;
     std::optional<Submit> pending;  // waiting for room under max_jobs
-    std::string job_id;
-    uint64_t judged_after = 0;  // only squeue answers after this one speak for the job
+    std::string job_id;             // a step: its srun's handle (start_step's)
+    std::string step_id;            // a step: JOBID.STEPID, once the step wrote it
+    uint64_t judged_after = 0;      // only squeue answers after this one speak for the job
     JobState state = JobState::kUnknown;
     bool seen_running = false, grew = false;
     int missing = 0;
     double ended_at = -1;  // when squeue (a step: its srun) first said it ended, no record
     uint64_t offset = 0;
+    uint64_t cut_at = UINT64_MAX;  // its output ends here (a rerun of its job wrote on after it)
     bool stop_asked = false;
     double kill_at = -1;
     double deciding_since = 0;
@@ -142,13 +163,24 @@ struct SlurmExecutor::Impl {
     if (logged.insert(msg).second) spdlog::error("{}", msg);
   }
 
+  // A fresh run of attempt l.attempt (its generation bumped: answers for the old one are stale).
+  Run& fresh_run(const Launch& l);
+  // use_allocation: picks up the step id the step wrote (for the state and `tune status`).
+  void note_step_id(Run& r);
+  std::vector<LiveAttempt> live_steps_found();
+  void end_steps(const std::vector<LiveAttempt>& which, double grace_s);
+
   void worker_main();
   void do_submit(Submit& s, Submitted& out);
   void steps_worker_turn(std::unique_lock<std::mutex>& lk, std::deque<Submit>& todo, bool poll,
                          double& next_poll);
   Submit make_submit(const Launch& l, uint64_t gen);
   // The launch file of attempt l run by a job first run as attempt `first`.
-  std::string launch_text(const Launch& l, int first) const;
+  // first_run: the job's own first run, which its stub may also rerun on its own.
+  std::string launch_text(const Launch& l, int first, bool first_run) const;
+  bool prepare_rerun(Run& r, const std::string& job, int first, int k);
+  void adopt_rerun(Run& r, const std::string& job, int first, const SelfRerun& self, bool running);
+  bool superseded(Run& r);
   // r's attempt runs in `job`, first run as attempt `first`: its nonce follows.
   void set_job(Run& r, const std::string& job, int first) {
     r.job_id = job;

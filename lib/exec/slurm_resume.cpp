@@ -224,21 +224,17 @@ Result<Attached> SlurmExecutor::attach(const Launch& l) {
   bool ended = ours && check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id,
                                          info) == RecordCheck::kGenuine;
   if (!ended && !ours) return Attached::kGone;
-  Impl::Run& r = impl.runs[l.trial_id];
-  uint64_t gen = r.gen + 1;
-  r = Impl::Run{};
-  r.gen = gen;
-  r.trial_id = l.trial_id;
-  r.trial_name = name;
-  r.attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
-  r.times = ArrivalReader(l.attempt);
+  Impl::Run& r = impl.fresh_run(l);
   r.phase = Phase::kSubmitted;
   // Not seen running yet: a job still pending from before is not mistaken for a requeued one
   // (one Slurm requeued meanwhile reruns without an attempt and leaves the old record).
   impl.set_job(r, job->job_id, job->first_attempt);
   if (l.job_id != r.job_id) impl.got_job(r);
+  // Slurm requeued the job and reran it on its own meanwhile: this attempt ended there.
+  if (impl.superseded(r)) {
+    spdlog::info("trial {}: {}", name, r.exit->error);
+    return Attached::kEnded;
+  }
   {
     std::lock_guard lk(impl.m);
     r.judged_after = impl.snapshot_seq;
@@ -252,7 +248,7 @@ Result<Attached> SlurmExecutor::attach(const Launch& l) {
 std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
   auto& impl = *impl_;
   std::vector<LiveAttempt> out;
-  if (impl.o.use_allocation) return out;  // steps end with the driver that started them
+  if (impl.o.use_allocation) return impl.live_steps_found();
   std::error_code ec;
   if (!fs::is_directory(impl.slurm_dir, ec)) return out;
   auto q = impl.client->queue();
@@ -303,6 +299,7 @@ std::vector<LiveAttempt> SlurmExecutor::live_attempts() {
 
 void SlurmExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
   auto& impl = *impl_;
+  if (impl.o.use_allocation) return impl.end_steps(which, grace_s);
   std::vector<std::string> ids;
   for (const auto& a : which) {
     std::string id = std::to_string(a.supervisor);

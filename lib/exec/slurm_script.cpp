@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "util/fs.hpp"
 #include "util/strings.hpp"
 
 namespace tune::exec {
@@ -48,33 +49,90 @@ fs::path next_launch_file(const fs::path& slurm_dir, const std::string& trial_na
   return slurm_dir / (trial_name + ".job" + job_id + ".next" + std::to_string(restart_count));
 }
 
+fs::path claim_dir(const fs::path& slurm_dir, const std::string& trial_name,
+                   const std::string& job_id, int restart_count) {
+  return slurm_dir / (trial_name + ".job" + job_id + ".claim" + std::to_string(restart_count));
+}
+
+std::optional<SelfRerun> read_self_rerun(const fs::path& slurm_dir, const std::string& trial_name,
+                                         const std::string& job_id, int restart_count) {
+  if (restart_count < 1) return std::nullopt;
+  auto text =
+      util::read_file(claim_dir(slurm_dir, trial_name, job_id, restart_count) / "self", 256);
+  if (!text) return std::nullopt;
+  // "SIZE CHECKPOINT" (CHECKPOINT: checkpoint_NNNNNN, or - for none)
+  size_t sp = text->find(' ');
+  if (sp == 0 || sp == std::string::npos || sp > 19) return std::nullopt;
+  std::string size = text->substr(0, sp), ck = text->substr(sp + 1);
+  while (!ck.empty() && (ck.back() == '\n' || ck.back() == ' ')) ck.pop_back();
+  if (size.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  if (ck != "-" && (!ck.starts_with("checkpoint_") || ck.size() > 40 ||
+                    ck.find_first_not_of("0123456789", 11) != std::string::npos))
+    return std::nullopt;
+  return SelfRerun{std::strtoull(size.c_str(), nullptr, 10), ck == "-" ? "" : ck};
+}
+
 std::string stub_script(const std::string& name, const fs::path& launch_file,
-                        const fs::path& slurm_dir, const std::string& trial_name) {
+                        const fs::path& slurm_dir, const std::string& trial_name,
+                        const fs::path& trial_dir) {
   std::string q_launch = util::shell_quote(launch_file.string());
-  std::string q_next = util::shell_quote((slurm_dir / (trial_name + ".job")).string());
-  return "#!/bin/sh\n"
-         "# " +
-         name +
+  std::string q_base = util::shell_quote((slurm_dir / (trial_name + ".job")).string());
+  std::string q_dir = util::shell_quote(trial_dir.string());
+  return "#!/bin/sh\n# " + name +
          ": one attempt of a tune trial (written by tune; see docs/SLURM.md)\n"
          "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then exec /bin/sh " +
          q_launch +
          "; fi\n"
-         "# Requeued by Slurm: run what the driver prepared for this run of the job, once.\n"
-         "next=" +
-         q_next +
-         "\"$SLURM_JOB_ID.next$SLURM_RESTART_COUNT\"\n"
-         "run=" +
-         q_next +
-         "\"$SLURM_JOB_ID.run$SLURM_RESTART_COUNT\"\n"
-         "if mv \"$next\" \"$run\" 2>/dev/null; then exec /bin/sh \"$run\"; fi\n"
-         "echo \"tune: job $SLURM_JOB_ID requeued by Slurm with no attempt prepared (no driver "
-         "running); nothing to run: tune run --resume=auto restarts the trial\" >&2\n"
+         "# Requeued by Slurm: this run is the trial's next attempt. Run what the driver prepared\n"
+         "# for it, once; else (no driver claimed this run) run it from the latest checkpoint.\n"
+         "k=$SLURM_RESTART_COUNT\n"
+         "base=" +
+         q_base +
+         "\"$SLURM_JOB_ID\"\n"
+         "if mv \"$base.next$k\" \"$base.run$k\" 2>/dev/null; then exec /bin/sh \"$base.run$k\"; "
+         "fi\n"
+         "if mkdir \"$base.claim$k\" 2>/dev/null; then\n"
+         "  latest=\n"
+         "  for d in " +
+         q_dir +
+         "/checkpoint_[0-9][0-9][0-9][0-9][0-9][0-9]*; do\n"
+         "    [ -d \"$d\" ] && [ ! -L \"$d\" ] && latest=$d\n"
+         "  done\n"
+         "  size=$(( $(wc -c < " +
+         q_dir +
+         "/stdout.log 2>/dev/null || echo 0) + 0 ))\n"
+         "  ck=${latest##*/}\n"
+         "  printf '%s %s\\n' \"$size\" \"${ck:--}\" > \"$base.claim$k/self.tmp\" &&\n"
+         "    mv \"$base.claim$k/self.tmp\" \"$base.claim$k/self\" || exit 1\n"
+         "  echo \"tune: job $SLURM_JOB_ID requeued by Slurm: run $k starts the trial's next "
+         "attempt from ${latest:-scratch} (no driver prepared it)\" >&2\n"
+         "  export TUNE_SLURM_RERUN=1 TUNE_SLURM_RESTORE=\"$latest\"\n"
+         "  exec /bin/sh " +
+         q_launch +
+         "\n"
+         "fi\n"
+         "# The driver claimed this run: its launch file is on its way.\n"
+         "i=0\n"
+         "while [ $i -lt 60 ]; do\n"
+         "  if mv \"$base.next$k\" \"$base.run$k\" 2>/dev/null; then exec /bin/sh \"$base.run$k\"; "
+         "fi\n"
+         "  sleep 1; i=$((i + 1))\n"
+         "done\n"
+         "echo \"tune: job $SLURM_JOB_ID requeued by Slurm: the driver claimed run $k but prepared "
+         "nothing; nothing to run\" >&2\n"
          "exit 0\n";
 }
 
 std::string launch_script(const Launch& l, const SupervisorCall& c) {
   std::string s = "#!/bin/sh\n# attempt " + std::to_string(l.attempt) + " of trial " + l.trial_id +
                   " (written by tune)\n";
+  std::string attempt = std::to_string(l.attempt);
+  if (c.rerun) {  // a rerun Slurm started on its own: the attempt after, from the latest checkpoint
+    s += "attempt=" + attempt +
+         "\n"
+         "[ -n \"${TUNE_SLURM_RERUN:-}\" ] && attempt=$((attempt + ${SLURM_RESTART_COUNT:-0}))\n";
+    attempt = "\"$attempt\"";
+  }
   for (const auto& [k, v] : l.env) {
     // Slurm sets CUDA_VISIBLE_DEVICES for the job's own GPUs; the driver's pool numbering
     // means nothing on the node.
@@ -87,9 +145,21 @@ std::string launch_script(const Launch& l, const SupervisorCall& c) {
       continue;
     s += "export " + k + "=" + util::shell_quote(v) + "\n";
   }
+  if (c.rerun)
+    s += "if [ -n \"${TUNE_SLURM_RERUN:-}\" ]; then\n"
+         "  if [ -n \"${TUNE_SLURM_RESTORE:-}\" ]; then export "
+         "TUNE_RESTORE_CHECKPOINT=\"$TUNE_SLURM_RESTORE\"; else unset TUNE_RESTORE_CHECKPOINT; fi\n"
+         "fi\n"
+         "unset TUNE_SLURM_RERUN TUNE_SLURM_RESTORE\n";
+  if (!c.step_id_file.empty()) {
+    std::string f = util::shell_quote(c.step_id_file.string());
+    std::string tmp = util::shell_quote(c.step_id_file.string() + ".tmp");
+    s += "printf '%s.%s\\n' \"$SLURM_JOB_ID\" \"$SLURM_STEP_ID\" >" + tmp + " && mv -f " + tmp +
+         " " + f + "\n";
+  }
   auto num = [](double v) { return util::format_double(v); };
   s += "exec " + util::shell_quote(c.supervisor.string()) + " " +
-       util::shell_quote(l.trial_dir.string()) + " " + std::to_string(l.attempt) + " " +
+       util::shell_quote(l.trial_dir.string()) + " " + attempt + " " +
        util::shell_quote(c.lease.string()) + " " + num(c.orphan_timeout_s) + " " + num(c.grace_s) +
        " " + util::shell_quote(l.cwd.string()) + " " + (l.stdin_fifo ? "fifo" : "null") + " " +
        util::shell_quote(c.record.string()) + " --";

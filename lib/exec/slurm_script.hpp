@@ -35,9 +35,14 @@ struct SupervisorCall {
   fs::path supervisor;  // tune-supervisor, on the shared filesystem
   fs::path lease;       // the driver's lease file
   double orphan_timeout_s = 600;
-  double grace_s = 10;  // SIGTERM -> SIGKILL inside the supervisor
-  fs::path record;      // the exit record it writes
-  std::string secret;   // what the supervisor reads on stdin (slurm_job_secret)
+  double grace_s = 10;    // SIGTERM -> SIGKILL inside the supervisor
+  fs::path record;        // the exit record it writes
+  std::string secret;     // what the supervisor reads on stdin (slurm_job_secret)
+  fs::path step_id_file;  // a job step: where it writes `$SLURM_JOB_ID.$SLURM_STEP_ID` first
+  // A job's first run: when the stub runs it again for a rerun Slurm started on its own
+  // (TUNE_SLURM_RERUN set), it runs attempt ATTEMPT + SLURM_RESTART_COUNT, restoring from
+  // $TUNE_SLURM_RESTORE (the latest checkpoint in the trial dir; none if empty).
+  bool rerun = false;
 };
 
 // The job's name: tune-<experiment>-<trial name>.
@@ -58,7 +63,24 @@ struct SupervisorCall {
 
 // The submitted batch script of a trial's job.
 [[nodiscard]] std::string stub_script(const std::string& name, const fs::path& launch_file,
-                                      const fs::path& slurm_dir, const std::string& trial_name);
+                                      const fs::path& slurm_dir, const std::string& trial_name,
+                                      const fs::path& trial_dir);
+
+// Run `restart_count` of job `job_id` is claimed (a directory, made once): by the driver before
+// it prepares that run's launch file, or by the stub of a rerun that found none, which then runs
+// the next attempt on its own and notes in `<claim>/self` what it did (SelfRerun).
+[[nodiscard]] fs::path claim_dir(const fs::path& slurm_dir, const std::string& trial_name,
+                                 const std::string& job_id, int restart_count);
+// What a rerun that ran on its own noted before starting: how long stdout.log was (the earlier
+// attempt's output ends there) and the checkpoint it restores from ("" for none).
+struct SelfRerun {
+  uint64_t stdout_size = 0;
+  std::string checkpoint;
+};
+[[nodiscard]] std::optional<SelfRerun> read_self_rerun(const fs::path& slurm_dir,
+                                                       const std::string& trial_name,
+                                                       const std::string& job_id,
+                                                       int restart_count);
 
 // The launch file of one attempt (sh).
 [[nodiscard]] std::string launch_script(const Launch& l, const SupervisorCall& call);

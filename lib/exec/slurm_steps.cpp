@@ -1,7 +1,10 @@
 // use_allocation: trial attempts as job steps (srun --exclusive) of the allocation the driver
 // runs in, rather than sbatch jobs: the worker thread's turn (start, signal, reap the steps'
 // sruns), the loop's judgement of a step that ended without a record, and a resume's attach.
+#include <signal.h>
+
 #include <algorithm>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -61,8 +64,44 @@ void SlurmExecutor::Impl::judge_steps(const std::vector<std::string>& ended, dou
   }
 }
 
-// use_allocation: a step never outlives the driver that started it (its srun is tied to the
-// driver), so a resume only finishes an attempt whose supervisor recorded its end.
+void SlurmExecutor::Impl::note_step_id(Run& r) {
+  auto text = util::read_file(step_id_path(o.exp_dir, r.trial_name, r.attempt), 64);
+  if (!text) return;
+  std::string id = text->substr(0, text->find('\n'));
+  size_t dot = id.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == id.size() ||
+      id.find_first_not_of("0123456789.") != std::string::npos)
+    return;
+  r.step_id = id;
+  new_jobs.emplace_back(r.trial_id, id);
+}
+
+namespace {
+
+// What a trial's .step file says: the srun of its latest step, its attempt and the machine.
+struct StepFile {
+  std::string handle, host;
+  int attempt = 0;
+};
+std::optional<StepFile> read_step_file(const fs::path& exp_dir, const std::string& trial_name) {
+  auto text = util::read_file(step_file_path(exp_dir, trial_name), 512);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
+  StepFile f;
+  std::string attempt;
+  if (!(in >> f.handle >> attempt >> f.host)) return std::nullopt;
+  if (attempt.size() > 9 || attempt.find_first_not_of("0123456789") != std::string::npos ||
+      f.handle.find_first_not_of("0123456789:") != std::string::npos)
+    return std::nullopt;
+  f.attempt = std::atoi(attempt.c_str());
+  return f;
+}
+
+}  // namespace
+
+// use_allocation: a step outlives a killed driver (its srun is detached), so a resume in the same
+// allocation, on the machine where the sruns run, re-attaches to the step whose srun still runs
+// and finishes one whose supervisor recorded its end; any other attempt restarts.
 Result<Attached> SlurmExecutor::attach_step(const Launch& l) {
   auto& impl = *impl_;
   std::string name = l.trial_dir.filename().string();
@@ -70,22 +109,69 @@ Result<Attached> SlurmExecutor::attach_step(const Launch& l) {
   auto text = util::read_file(impl.o.exp_dir / record_path(name), 1 << 16);
   AttemptIdentity id{attempt_nonce(impl.o.record_key, name, l.attempt), std::nullopt, std::nullopt,
                      std::nullopt};
-  if (check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id, info) !=
-      RecordCheck::kGenuine)
-    return Attached::kGone;
-  Impl::Run& r = impl.runs[l.trial_id];
-  uint64_t gen = r.gen + 1;
-  r = Impl::Run{};
-  r.gen = gen;
-  r.trial_id = l.trial_id;
-  r.trial_name = name;
-  r.attempt = l.attempt;
-  r.dir = l.trial_dir;
-  r.offset = l.stdout_offset;
-  r.times = ArrivalReader(l.attempt);
+  bool ended = check_exit_record(text ? std::optional(*text) : std::nullopt, l.attempt, id, info) ==
+               RecordCheck::kGenuine;
+  auto step = read_step_file(impl.o.exp_dir, name);
+  bool alive = !ended && step && step->attempt == l.attempt && step->host == this_host() &&
+               impl.client->ended_steps({step->handle}).empty();
+  if (!ended && !alive) return Attached::kGone;
+  Impl::Run& r = impl.fresh_run(l);
   r.phase = Phase::kSubmitted;
-  r.nonce = id.nonce;
-  return Attached::kEnded;
+  impl.set_job(r, step && step->attempt == l.attempt ? step->handle : "", l.attempt);
+  impl.note_step_id(r);
+  if (alive) {
+    std::lock_guard lk(impl.m);
+    impl.live_steps.push_back(r.job_id);
+    impl.poll_now = true;
+    impl.cv.notify_all();
+    spdlog::info("trial {}: re-attached to slurm job step {} (srun {})", name,
+                 r.step_id.empty() ? "(not started yet)" : r.step_id, r.job_id);
+  }
+  return ended ? Attached::kEnded : Attached::kRunning;
+}
+
+// use_allocation: the steps whose srun still runs on this machine, as their .step files name them.
+std::vector<LiveAttempt> SlurmExecutor::Impl::live_steps_found() {
+  std::vector<LiveAttempt> out;
+  std::error_code ec;
+  std::string host = this_host();
+  for (const auto& e : fs::directory_iterator(slurm_dir, ec)) {
+    std::string file = e.path().filename().string();
+    if (!file.ends_with(".step")) continue;
+    std::string name = file.substr(0, file.size() - 5);
+    auto step = read_step_file(o.exp_dir, name);
+    if (!step || step->host != host || !client->ended_steps({step->handle}).empty()) continue;
+    LiveAttempt a;
+    a.host = o.host_name;
+    a.trial_name = name;
+    a.attempt = step->attempt;
+    a.supervisor = std::atoi(step->handle.c_str());  // the srun's pid stands for it here
+    if (size_t colon = step->handle.find(':'); colon != std::string::npos)
+      a.supervisor_started = std::strtoull(step->handle.c_str() + colon + 1, nullptr, 10);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+// use_allocation: SIGTERM to the steps' sruns (passed on to their supervisors), SIGUSR1 (kill
+// now) after grace_s, until they are gone (at most grace_s + 10 s).
+void SlurmExecutor::Impl::end_steps(const std::vector<LiveAttempt>& which, double grace_s) {
+  std::vector<std::string> ids;
+  for (const auto& a : which)
+    if (a.supervisor > 0)
+      ids.push_back(std::to_string(a.supervisor) + ":" + std::to_string(a.supervisor_started));
+  if (ids.empty()) return;
+  client->signal_steps(ids, SIGTERM);
+  double start = mono();
+  bool killed = false;
+  while (mono() - start < grace_s + 10) {
+    if (client->ended_steps(ids).size() == ids.size()) return;
+    if (!killed && mono() - start >= grace_s) {
+      killed = true;
+      client->signal_steps(ids, SIGUSR1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
 }
 
 }  // namespace tune::exec

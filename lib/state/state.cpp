@@ -257,9 +257,14 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
     if (tj.contains("gpu_ids")) t.gpu_ids = r.get<std::vector<int>>(tj, "gpu_ids", ctx);
     if (tj.contains("job_id")) {
       t.job_id = r.get<std::string>(tj, "job_id", ctx);
-      if (r.ok &&
-          (t.job_id.size() > 20 || t.job_id.find_first_not_of("0123456789") != std::string::npos))
-        return fail(where, ": ", ctx, ": 'job_id' is not a Slurm job id");
+      // JOBID, or JOBID.STEPID for a job step (use_allocation)
+      const std::string& j = t.job_id;
+      size_t dot = j.find('.');
+      bool steplike = dot != std::string::npos && dot > 0 && dot + 1 < j.size() &&
+                      j.find('.', dot + 1) == std::string::npos;
+      if (r.ok && (j.size() > 24 || j.find_first_not_of("0123456789.") != std::string::npos ||
+                   (dot != std::string::npos && !steplike)))
+        return fail(where, ": ", ctx, ": 'job_id' is not a Slurm job id or job step id");
     }
     json metrics = r.get<json>(tj, "metrics", ctx);
     json ckpts = r.get<json>(tj, "checkpoints", ctx);

@@ -91,7 +91,8 @@ struct Trial {
   int64_t restore_iteration = 0;  // training_iteration it restored from (0 = from scratch)
   double time_base = 0;           // time_total_s it restored from
   std::vector<int> gpu_ids;       // the GPUs it holds (CUDA_VISIBLE_DEVICES)
-  std::string job_id;             // Slurm: the job running its current attempt (once known)
+  std::string job_id;             // Slurm: the job (or JOBID.STEPID: the job step) running its
+                                  // current attempt (once known)
   LineIssueLog line_issues;       // warnings said about its output lines (not persisted)
   // Failures in a row since its last recorded result (the retry back-off; not persisted).
   int fail_streak = 0;

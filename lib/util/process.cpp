@@ -36,7 +36,9 @@ void init_spawn_attrs(posix_spawnattr_t& attr, short flags) {
       &attr, static_cast<short>(flags | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
 }
 
-Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path& log) {
+namespace {
+
+Result<pid_t> spawn(const std::vector<std::string>& args, const fs::path& log, bool detached) {
   if (args.empty()) return fail("internal: empty command");
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -52,7 +54,8 @@ Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path
   // PR_SET_PDEATHSIG fires when the *thread* that forked ends: tie the helper to the driver only
   // when that thread is the main one or lives as long as the driver's work (a host's I/O
   // thread: tie_helpers_to_this_thread); helpers a short-lived thread starts are not tied.
-  const bool tie = ::gettid() == parent || helpers_tied;
+  // A detached process is never tied: it must outlive the driver.
+  const bool tie = !detached && (::gettid() == parent || helpers_tied);
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -64,7 +67,11 @@ Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path
       ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (::getppid() != parent) ::_exit(127);  // the driver died before the line above
     }
-    ::setpgid(0, 0);  // its own group: a terminal's Ctrl-C goes to the driver
+    // its own group (a terminal's Ctrl-C goes to the driver), or its own session
+    if (detached)
+      ::setsid();
+    else
+      ::setpgid(0, 0);
     int in = ::open("/dev/null", O_RDONLY);
     int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (in < 0 || o < 0 || ::dup2(in, 0) < 0 || ::dup2(o, 1) < 0 || ::dup2(o, 2) < 0) {
@@ -92,6 +99,16 @@ Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path
     return fail("cannot run '", args[0], "': ", std::strerror(child_errno));
   }
   return pid;
+}
+
+}  // namespace
+
+Result<pid_t> spawn_process(const std::vector<std::string>& args, const fs::path& log) {
+  return spawn(args, log, false);
+}
+
+Result<pid_t> spawn_detached(const std::vector<std::string>& args, const fs::path& log) {
+  return spawn(args, log, true);
 }
 
 std::optional<int> try_wait(pid_t pid) {

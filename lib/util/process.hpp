@@ -29,6 +29,12 @@ void init_spawn_attrs(posix_spawnattr_t& attr, short flags);
 [[nodiscard]] Result<pid_t> spawn_process(const std::vector<std::string>& argv,
                                           const fs::path& log);
 
+// As spawn_process, but in a session of its own and never tied to the driver: it outlives a
+// killed driver (a Slurm job step's srun, whose death would end the step). Still the driver's
+// child while the driver lives (reap it with try_wait).
+[[nodiscard]] Result<pid_t> spawn_detached(const std::vector<std::string>& argv,
+                                           const fs::path& log);
+
 // Helpers this thread starts from now on are tied to it as to the main thread (for threads
 // that live as long as the driver's work, such as a host's I/O thread).
 void tie_helpers_to_this_thread();

@@ -308,15 +308,61 @@ class SlurmTest(TuneTest):
             self.assertEqual(t["failures"], 0, t["trial_name"])
             self.assertLess(len(self.results("slalint", t)), 300, t["trial_name"])
 
-    def sbatch_driver(self, name):
-        """Submits `tune run NAME.yaml` as a batch job of 2 one-CPU tasks: (job id, its output)."""
+    def test_use_allocation_steps_outlive_a_killed_driver(self):
+        # The driver's batch script runs it, and after it dies runs `--resume=auto` in the same
+        # allocation: the steps the first driver started run on and are re-attached.
+        self.experiment("slastep", 2, 40, 0.3, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        pidfile = os.path.join(self.dir, "driver.pid")
+        driver, out = self.sbatch_driver(
+            "slastep", "'%s' run slastep.yaml & echo $! > %s; wait; sleep 1; "
+            "exec '%s' run slastep.yaml --resume=auto" % (TUNE, pidfile, TUNE))
+        try:
+            self.wait_for(lambda: len(self.trials("slastep")) == 2 and all(
+                len(self.results("slastep", t)) >= 3 for t in self.trials("slastep")),
+                timeout=60, what="both trials reporting")
+
+            def steps():
+                q = slurm("squeue", "-h", "-s", "-j", driver, "-o", "%i|%j", check=False)
+                return sorted(line.split("|")[0] for line in q.splitlines()
+                              if line.split("|", 1)[-1].startswith("tune-slastep-"))
+            before = steps()
+            self.assertEqual(len(before), 2, before)
+            with open(pidfile) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+            # The steps run on without their driver (an srun that dies ends its step at once).
+            time.sleep(1.5)
+            self.assertEqual(steps(), before)
+            # The resumed driver shows each trial's step id and its state.
+            self.wait_for(lambda: "re-attached to slurm job step" in self.log("slastep"),
+                          timeout=30, what="the resume")
+            status = self.tune("status", "slastep", check=0).stdout
+            for step in before:
+                self.assertRegex(status, r"slurm job %s\s+RUNNING" % re.escape(step))
+            self.wait_for(lambda: not slurm("squeue", "-h", "-j", driver, check=False).strip(),
+                          timeout=120, what="the driver's allocation to end")
+        finally:
+            slurm("scancel", driver, check=False)
+        self.check_complete("slastep", 40)
+        log = self.log("slastep")
+        for t in self.trials("slastep"):
+            self.assertEqual(t["attempt"], 1, "restarted rather than re-attached: " + log)
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            self.assertIn(t["job_id"], before)
+            # One step ran it from start to end.
+            self.assertEqual({"%s.%s" % (r["job"], r["slurm_step"])
+                              for r in self.results("slastep", t)}, {t["job_id"]})
+
+    def sbatch_driver(self, name, script=None):
+        """Submits `tune run NAME.yaml` (or `script`) as a batch job of 2 one-CPU tasks: (job id,
+        its output)."""
         out = os.path.join(self.dir, name + "-driver.out")
         env = dict(self.env)
         env.pop("SLURM_JOB_ID", None)
         driver = subprocess.run(
             ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=2",
              "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir,
-             "--wrap", "exec '%s' run %s.yaml" % (TUNE, name)],
+             "--wrap", script or "exec '%s' run %s.yaml" % (TUNE, name)],
             env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
         return driver.split(";")[0], out
 
@@ -384,6 +430,42 @@ class SlurmTest(TuneTest):
             self.assertGreaterEqual(t["attempt"], 2, t["trial_name"])
         self.assertIn("signalled by Slurm", log)
 
+
+    @unittest.skipUnless(os.environ.get("TUNE_SLURM_SLOW"), "slow: set TUNE_SLURM_SLOW=1")
+    def test_requeue_with_no_driver_runs_the_next_attempt_on_its_own(self):
+        # The driver dies; then Slurm requeues the job (scontrol requeue: SIGTERM, on which the
+        # trial checkpoints, unseen by any driver). Its rerun (~2 minutes later: BeginTime)
+        # starts the next attempt by itself from the latest checkpoint in the trial dir; the
+        # resumed driver adopts it: every iteration once, no failure.
+        self.experiment("slnod", 1, 70, 0.5)
+        p = self.start_tune("run", "slnod.yaml")
+        self.wait_for(lambda: any(t["checkpoints"] for t in self.trials("slnod")), timeout=60,
+                      what="a checkpoint")
+        t = self.trials("slnod")[0]
+        job, _ = self.job_of("slnod", t)
+        p.kill()
+        p.communicate()
+        slurm("scontrol", "requeue", job)
+        sdir = os.path.join(self.exp_dir("slnod"), ".tune", "slurm")
+        note = os.path.join(sdir, "%s.job%s.claim1" % (t["trial_name"], job), "self")
+        self.wait_for(lambda: os.path.exists(note), timeout=240, what="Slurm's rerun of the job")
+        with open(note) as f:
+            size, restored = f.read().split()
+        self.assertRegex(restored, r"^checkpoint_\d{6}$")
+        self.tune("run", "slnod.yaml", "--resume=auto", check=0, timeout=180)
+        self.check_complete("slnod", 70)
+        log = self.log("slnod")
+        self.assertIn("slurm job %s was requeued by Slurm and reran on its own as attempt 2" % job,
+                      log)
+        self.assertIn("runs in slurm job %s, which Slurm requeued and reran on its own" % job, log)
+        t = self.trials("slnod")[0]
+        self.assertEqual(t["failures"], 0)
+        self.assertEqual(t["attempt"], 2)
+        # Everything after the restore came from the rerun (the same job, run 1), not a new job.
+        self.assertEqual(self.job_of("slnod", t)[0], job)
+        self.assertEqual({r["job"] for r in self.results("slnod", t)}, {job})
+        self.assertFalse(os.path.exists(os.path.join(sdir, "%s.job%s.next1" % (
+            t["trial_name"], job))))
 
 if __name__ == "__main__":
     if not available():

@@ -361,6 +361,22 @@ TEST_CASE("output is read from the shared filesystem and the exit comes after it
   CHECK_FALSE(f.exit_of("00002").has_value());
 }
 
+TEST_CASE("the files holding a job's secret are the user's alone", "[slurm]") {
+  Fixture f;
+  REQUIRE(f.ex->start(f.launch("00003")));
+  REQUIRE(f.pump([&] { return !f.job_of("00003").empty(); }));
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  auto mode = [](const fs::path& p) { return fs::status(p).permissions() & fs::perms::all; };
+  CHECK(mode(sdir) == fs::perms::owner_all);
+  for (const char* file : {"trial_00003.a1.launch", "trial_00003.sbatch", "trial_00003.job"}) {
+    INFO(file);
+    CHECK(mode(sdir / file) == (fs::perms::owner_read | fs::perms::owner_write));
+  }
+  auto text = util::read_file(sdir / "trial_00003.a1.launch");
+  REQUIRE(text);
+  CHECK(text->find(exec::slurm_job_secret(f.key, "trial_00003", 1)) != std::string::npos);
+}
+
 TEST_CASE("Slurm's SIGTERM re-queues the trial; twice without a checkpoint counts a failure",
           "[slurm]") {
   Fixture f;
@@ -432,6 +448,148 @@ TEST_CASE("a job Slurm requeues runs the trial's next attempt", "[slurm]") {
   f.record("00004", 2, "exited", 0, run1);
   REQUIRE(f.pump([&] { return f.exit_of("00004").has_value(); }));
   CHECK(f.exit_of("00004")->reason == exec::ExitReason::kExited);
+}
+
+TEST_CASE("a job Slurm reran with no driver runs the next attempt; a resume adopts it", "[slurm]") {
+  Fixture f;
+  std::string name = "trial_00050";
+  fs::path sdir = f.dir / exec::kSlurmDir, tdir = f.dir / name;
+  fs::create_directories(sdir);
+  fs::create_directories(tdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  // Attempt 1 ran in job 100; Slurm requeued it while no driver ran and its stub started the
+  // next attempt on its own (run 1), from checkpoint_000001, after 5 bytes of attempt 1's output.
+  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
+  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
+  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self",
+                                  "5 checkpoint_000001\n", false));
+  REQUIRE(util::write_file_atomic(tdir / "stdout.log", "AAAA\n=== attempt 2 ===\nBBB\n", false));
+  auto found = f.ex->attach(f.launch("00050", 1));
+  REQUIRE(found);
+  CHECK(*found == exec::Attached::kEnded);
+  REQUIRE(f.pump([&] { return f.exit_of("00050").has_value(); }));
+  CHECK(f.output_of("00050") == "AAAA\n");  // attempt 1's output only
+  auto e = *f.exit_of("00050");
+  CHECK(e.reason == "host_lost");  // Slurm's doing: no failure
+  REQUIRE(e.restart_from);
+  CHECK(*e.restart_from == "checkpoint_000001");
+  // The driver restarts the trial from that checkpoint: the rerun is adopted, nothing submitted.
+  f.events.clear();
+  auto l = f.launch("00050", 2);
+  l.stdout_offset = 5;
+  l.env["TUNE_RESTORE_CHECKPOINT"] = (tdir / "checkpoint_000001").string();
+  REQUIRE(f.ex->start(l));
+  REQUIRE(f.pump([&] { return f.output_of("00050").find("BBB") != std::string::npos; }));
+  CHECK(f.output_of("00050") == "=== attempt 2 ===\nBBB\n");
+  CHECK(f.fake->submits() == 0);
+  CHECK_FALSE(f.fake->cancelled("100"));
+  auto jf = exec::read_job_file(f.dir, name);
+  REQUIRE(jf);
+  CHECK((jf->job_id == "100" && jf->attempt == 2 && jf->first_attempt == 1));
+  f.record("00050", 2, "exited", 0, exec::slurm_attempt_nonce(f.key, name, 1, "100", 2));
+  REQUIRE(f.pump([&] { return f.exit_of("00050").has_value(); }));
+  CHECK(f.exit_of("00050")->reason == "exited");
+}
+
+TEST_CASE("a rerun Slurm started with no driver and that ended meanwhile is finished, not redone",
+          "[slurm]") {
+  Fixture f;
+  std::string name = "trial_00052";
+  fs::path sdir = f.dir / exec::kSlurmDir, tdir = f.dir / name;
+  fs::create_directories(sdir);
+  fs::create_directories(tdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+  f.fake->add("100", "COMPLETED", "tune-e-" + name, exec::job_mark(f.key, name, 1));
+  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
+  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self", "3 -\n", false));
+  REQUIRE(util::write_file_atomic(tdir / "stdout.log", "AA\n=== attempt 2 ===\nBB\n", false));
+  f.record("00052", 2, "exited", 0, exec::slurm_attempt_nonce(f.key, name, 1, "100", 2));
+  REQUIRE(f.ex->attach(f.launch("00052", 1)));
+  REQUIRE(f.pump([&] { return f.exit_of("00052").has_value(); }));
+  CHECK(f.output_of("00052") == "AA\n");
+  f.events.clear();
+  auto l = f.launch("00052", 2);
+  l.stdout_offset = 3;
+  REQUIRE(f.ex->start(l));
+  REQUIRE(f.pump([&] { return f.exit_of("00052").has_value(); }));
+  CHECK(f.output_of("00052") == "=== attempt 2 ===\nBB\n");  // read once, from the rerun
+  CHECK(f.exit_of("00052")->reason == "exited");
+  CHECK(f.fake->submits() == 0);
+}
+
+TEST_CASE("a rerun whose checkpoint is not the one the trial restarts from is not adopted",
+          "[slurm]") {
+  Fixture f;
+  std::string name = "trial_00051";
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  fs::create_directories(sdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
+  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
+  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self", "0 -\n", false));
+  REQUIRE(f.ex->attach(f.launch("00051", 1)));
+  REQUIRE(f.pump([&] { return f.exit_of("00051").has_value(); }));
+  CHECK(f.exit_of("00051")->restart_from == std::optional<std::string>(""));  // from scratch
+  auto l = f.launch("00051", 2);
+  l.env["TUNE_RESTORE_CHECKPOINT"] = (f.dir / name / "checkpoint_000003").string();
+  REQUIRE(f.ex->start(l));
+  REQUIRE(f.pump([&] { return f.fake->submits() == 1; }));  // a new job for the attempt
+  CHECK(f.pump([&] { return f.fake->cancelled("100"); }));  // the rerun's job ended
+}
+
+TEST_CASE("a requeued job's stub runs the next attempt from the latest checkpoint on its own",
+          "[slurm]") {
+  fs::path dir = fs::temp_directory_path() / ("tune-slurm-stub-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::path sdir = dir / "slurm", tdir = dir / "trial_x";
+  for (const char* c : {"checkpoint_000001", "checkpoint_000002", ".staged_checkpoint_9"})
+    fs::create_directories(tdir / c);
+  fs::create_directories(sdir);
+  fs::create_symlink(dir, tdir / "checkpoint_000009");  // never followed
+  REQUIRE(util::write_file_atomic(tdir / "stdout.log", "0123456789", false));
+  // A stand-in supervisor that prints its attempt and the checkpoint it would restore.
+  fs::path fake = dir / "sup";
+  REQUIRE(util::write_file_atomic(
+      fake, "#!/bin/sh\necho \"attempt=$2 restore=${TUNE_RESTORE_CHECKPOINT:-none}\"\n", false));
+  fs::permissions(fake, fs::perms::owner_all);
+  exec::Launch l;
+  l.trial_id = "x";
+  l.attempt = 1;
+  l.trial_dir = tdir;
+  l.cwd = dir;
+  l.argv = {"true"};
+  l.env = {{"TUNE_RESTORE_CHECKPOINT", "/old"}};
+  exec::SupervisorCall c;
+  c.supervisor = fake;
+  c.secret = "slurm-job:1:x";
+  c.rerun = true;
+  fs::path launch = sdir / "trial_x.a1.launch", stub = sdir / "trial_x.sbatch";
+  REQUIRE(util::write_file_atomic(launch, exec::launch_script(l, c), false));
+  REQUIRE(util::write_file_atomic(
+      stub, exec::stub_script("tune-e-trial_x", launch, sdir, "trial_x", tdir), false));
+  auto run = [&](const char* count) {
+    std::string cmd = "SLURM_JOB_ID=77 SLURM_RESTART_COUNT=" + std::string(count) + " sh '" +
+                      stub.string() + "' > '" + (dir / "out").string() + "' 2>/dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    auto out = util::read_file(dir / "out");
+    return out ? *out : "";
+  };
+  CHECK(run("0") == "attempt=1 restore=/old\n");  // the job's first run: the attempt as launched
+  // Run 1 with nothing prepared: attempt 2, from the latest complete checkpoint, noted once.
+  CHECK(run("1") == "attempt=2 restore=" + (tdir / "checkpoint_000002").string() + "\n");
+  auto self = exec::read_self_rerun(sdir, "trial_x", "77", 1);
+  REQUIRE(self);
+  CHECK(self->stdout_size == 10);
+  CHECK(self->checkpoint == "checkpoint_000002");
+  // Run 2, which the driver prepared: the prepared file runs, not the stub's own choice.
+  REQUIRE(util::write_file_atomic(exec::next_launch_file(sdir, "trial_x", "77", 2),
+                                  "echo prepared\n", false));
+  CHECK(run("2") == "prepared\n");
+  CHECK_FALSE(exec::read_self_rerun(sdir, "trial_x", "77", 2));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("a job's supervisor derives its run's nonce from the job id and SLURM_RESTART_COUNT",
@@ -899,6 +1057,55 @@ TEST_CASE("use_allocation: trials are job steps of the driver's allocation, neve
   f.ex->stop("00032", true);
   f.settle(0.2);
   CHECK_FALSE(f.fake->signalled("9002", SIGUSR1));
-  // A resume finds no live steps (they end with their driver).
-  CHECK(f.ex->live_attempts().empty());
+  // A resume finds the steps whose srun still runs (they outlive a killed driver): 00030's
+  // (its srun has not ended here), not those whose srun ended.
+  auto live = f.ex->live_attempts();
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].trial_name == "trial_00030");
+  CHECK(live[0].supervisor == 9000);
+}
+
+TEST_CASE("use_allocation: a resume re-attaches to a step whose srun still runs", "[slurm]") {
+  Fixture f(4, true);
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  fs::create_directories(sdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  auto step_file = [&](const std::string& trial, const std::string& text) {
+    REQUIRE(util::write_file_atomic(sdir / (trial + ".step"), text, false));
+  };
+  // An earlier driver's step of attempt 2, on this machine, its srun still running; the step
+  // wrote its id.
+  step_file("trial_00040", "9100 2 " + std::string(host) + "\n");
+  REQUIRE(util::write_file_atomic(sdir / "trial_00040.a2.stepid", "77.4\n", false));
+  auto found = f.ex->attach(f.launch("00040", 2));
+  REQUIRE(found);
+  CHECK(*found == exec::Attached::kRunning);
+  auto ids = f.ex->take_job_ids();
+  REQUIRE(ids.size() == 1);
+  CHECK(ids[0] == std::pair<std::string, std::string>{"00040", "77.4"});  // for tune status
+  // Another attempt's step, one on another machine, one whose srun ended: not re-attached.
+  step_file("trial_00041", "9101 1 " + std::string(host) + "\n");
+  step_file("trial_00042", "9102 2 some-other-host\n");
+  step_file("trial_00043", "9103 2 " + std::string(host) + "\n");
+  step_file("trial_00044", "junk");
+  {
+    std::lock_guard lk(f.fake->m);
+    f.fake->steps_done.insert("9103");
+  }
+  for (const char* id : {"00041", "00042", "00043", "00044"}) {
+    auto gone = f.ex->attach(f.launch(id, 2));
+    REQUIRE(gone);
+    CHECK(*gone == exec::Attached::kGone);
+  }
+  // The re-attached step is watched and stopped through its srun as one this driver started.
+  f.ex->stop("00040", false);
+  REQUIRE(f.pump([&] { return f.fake->signalled("9100", SIGTERM); }));
+  f.record("00040", 2, "driver_stop", 0, exec::attempt_nonce(f.key, "trial_00040", 2));
+  REQUIRE(f.pump([&] { return f.exit_of("00040").has_value(); }));
+  CHECK(f.exit_of("00040")->reason == "driver_stop");
+  CHECK(f.exit_of("00040")->attempt == 2);
+  CHECK(f.fake->submits() == 0);
+  CHECK(f.fake->steps.empty());  // nothing started again
 }

@@ -95,6 +95,21 @@ TEST_CASE("foreign, versioned and hostile states are refused", "[state]") {
   j = state::to_json(sample());
   j["trials"][0]["attempt"] = 1e300;
   CHECK(!state::from_json(j, "f"));
+  // A Slurm job id, or a job step's JOBID.STEPID (use_allocation); nothing else.
+  for (const char* good : {"12345", "12345.3"}) {
+    j = state::to_json(sample());
+    j["trials"][0]["job_id"] = good;
+    INFO(good);
+    CHECK(state::from_json(j, "f"));
+  }
+  for (const char* bad : {"1.2.3", ".3", "12.", "12;rm", "12 3"}) {
+    j = state::to_json(sample());
+    j["trials"][0]["job_id"] = bad;
+    INFO(bad);
+    auto s = state::from_json(j, "f");
+    REQUIRE(!s);
+    CHECK(s.error().message.find("not a Slurm job id") != std::string::npos);
+  }
   j = state::to_json(sample());
   j["trials"][0]["gpu_ids"] = {0, 7.7e38};  // found by the fuzzer too, in a list
   REQUIRE(!state::from_json(j, "f"));
