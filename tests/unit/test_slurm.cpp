@@ -471,7 +471,7 @@ TEST_CASE("a job Slurm reran with no driver runs the next attempt; a resume adop
   REQUIRE(f.pump([&] { return f.exit_of("00050").has_value(); }));
   CHECK(f.output_of("00050") == "AAAA\n");  // attempt 1's output only
   auto e = *f.exit_of("00050");
-  CHECK(e.reason == "host_lost");  // Slurm's doing: no failure
+  CHECK(e.reason == exec::ExitReason::kPreempted);  // Slurm's doing: no failure
   REQUIRE(e.restart_from);
   CHECK(*e.restart_from == "checkpoint_000001");
   // The driver restarts the trial from that checkpoint: the rerun is adopted, nothing submitted.
@@ -489,7 +489,7 @@ TEST_CASE("a job Slurm reran with no driver runs the next attempt; a resume adop
   CHECK((jf->job_id == "100" && jf->attempt == 2 && jf->first_attempt == 1));
   f.record("00050", 2, "exited", 0, exec::slurm_attempt_nonce(f.key, name, 1, "100", 2));
   REQUIRE(f.pump([&] { return f.exit_of("00050").has_value(); }));
-  CHECK(f.exit_of("00050")->reason == "exited");
+  CHECK(f.exit_of("00050")->reason == exec::ExitReason::kExited);
 }
 
 TEST_CASE("a rerun Slurm started with no driver and that ended meanwhile is finished, not redone",
@@ -515,7 +515,7 @@ TEST_CASE("a rerun Slurm started with no driver and that ended meanwhile is fini
   REQUIRE(f.ex->start(l));
   REQUIRE(f.pump([&] { return f.exit_of("00052").has_value(); }));
   CHECK(f.output_of("00052") == "=== attempt 2 ===\nBB\n");  // read once, from the rerun
-  CHECK(f.exit_of("00052")->reason == "exited");
+  CHECK(f.exit_of("00052")->reason == exec::ExitReason::kExited);
   CHECK(f.fake->submits() == 0);
 }
 
@@ -1104,7 +1104,7 @@ TEST_CASE("use_allocation: a resume re-attaches to a step whose srun still runs"
   REQUIRE(f.pump([&] { return f.fake->signalled("9100", SIGTERM); }));
   f.record("00040", 2, "driver_stop", 0, exec::attempt_nonce(f.key, "trial_00040", 2));
   REQUIRE(f.pump([&] { return f.exit_of("00040").has_value(); }));
-  CHECK(f.exit_of("00040")->reason == "driver_stop");
+  CHECK(f.exit_of("00040")->reason == exec::ExitReason::kDriverStop);
   CHECK(f.exit_of("00040")->attempt == 2);
   CHECK(f.fake->submits() == 0);
   CHECK(f.fake->steps.empty());  // nothing started again
