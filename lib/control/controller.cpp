@@ -199,7 +199,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   bool terminated = why == StopWhy::kCriterion || why == StopWhy::kDone ||
                     why == StopWhy::kBudget || why == StopWhy::kScheduler ||
                     (why == StopWhy::kNone && clean && !by_supervisor);
-  // The driver ended it for another reason (SPEC §1): interrupted, resumed later from its
+  // The driver ended it for another reason: interrupted, resumed later from its
   // latest checkpoint, whatever its exit code, and never counted as a failure. A supervisor
   // that stopped its trial because the driver went silent (a stopped or suspended driver)
   // counts as the driver's doing too, as does a host lost for longer than host_timeout_s.

@@ -1,6 +1,6 @@
 // The controller: owns the trials of one experiment run, drives an Executor, applies the trial
-// protocol (SPEC §3), stopping rules, failures and retries, checkpoint retention (SPEC §5), and
-// keeps experiment_state.json current (SPEC §4). Single-threaded: one loop, no blocking calls
+// protocol, stopping rules, failures and retries, checkpoint retention, and
+// keeps experiment_state.json current. Single-threaded: one loop, no blocking calls
 // on a trial's behalf.
 #pragma once
 
@@ -62,7 +62,7 @@ class Controller : private sched::Population {
   ~Controller();
 
   // Runs until every trial has ended, the budget is spent, or the user interrupts.
-  // `resume` carries the state of an earlier run to continue. Returns the exit code (SPEC §1).
+  // `resume` carries the state of an earlier run to continue. Returns the exit code.
   [[nodiscard]] int run(std::optional<state::ExperimentState> resume = std::nullopt);
 
   [[nodiscard]] const state::ExperimentState& state() const { return state_; }

@@ -195,7 +195,7 @@ void Controller::launch_ready() {
 
 bool Controller::start_first_attempt(trial::Trial& next, const Placement& placement) {
   // Write-ahead for a first attempt: one journal line rather than a rewrite of the whole
-  // state (SPEC §4). If it cannot be written, nothing starts.
+  // state. If it cannot be written, nothing starts.
   next.attempt = 1;
   next.status = Status::kRunning;
   next.job_id.clear();

@@ -158,7 +158,7 @@ class Executor {
   [[nodiscard]] virtual double wall_time() = 0;
   // The name of the host trials run on (for the `hostname` result field and tables).
   [[nodiscard]] virtual std::string host_name() = 0;
-  // Tells supervisors the driver is alive (SPEC §6 lease).
+  // Tells supervisors the driver is alive (the lease).
   virtual void renew_lease() = 0;
 
   // Moves a checkpoint dir the trial reported into its trial dir as `dest`, with the checks of

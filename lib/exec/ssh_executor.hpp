@@ -1,4 +1,4 @@
-// Runs trial attempts on worker hosts over SSH (SPEC §7): one libssh session per host, with an
+// Runs trial attempts on worker hosts over SSH: one libssh session per host, with an
 // SFTP channel for files and exec channels for commands; the same tune-supervisor as locally,
 // placed on the host at first contact. Output is read by offset over SFTP; trial dirs are
 // pulled to the head with rsync over an OpenSSH ControlMaster connection the driver owns, with

@@ -1,4 +1,4 @@
-// One SSH worker host's connection (SPEC §7): a libssh session with an SFTP channel for files,
+// One SSH worker host's connection: a libssh session with an SFTP channel for files,
 // a shell kept open for commands, and an OpenSSH ControlMaster that rsync goes through. Used
 // only from the host's own I/O thread (ssh_executor.cpp): every call here may block on the
 // network for seconds.

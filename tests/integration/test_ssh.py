@@ -1,4 +1,4 @@
-"""Worker hosts over SSH (SPEC §7), on real sshd's started by scripts/test-hosts.sh: each worker
+"""Worker hosts over SSH, on real sshd's started by scripts/test-hosts.sh: each worker
 is a network namespace with its own address and a private storage dir, so the head reaches a
 worker's files only through ssh/rsync. (Where namespaces cannot be made, the script falls back
 to sshd's on loopback ports and the tests say so.)"""
