@@ -11,6 +11,11 @@ namespace tune::exec {
 
 namespace {
 
+// A trial's name, as the driver's other lines give it (its dir on the head), else its id.
+std::string trial_name(const Run& r) {
+  return r.head_dir.empty() ? r.id : r.head_dir.filename().string();
+}
+
 // Where checkpoints copied by one rsync wait to be published (a .sync_checkpoint_ name: what a
 // killed driver left is removed like any other unfinished copy).
 constexpr const char* kBatchStaging = ".sync_checkpoint_batch";
@@ -117,7 +122,7 @@ void start_next_step(SyncContext& c, Run& r) {
       r.sync_pid = *pid;
       return;
     }
-    spdlog::warn("trial {}: sync: {}", r.id, pid.error().message);
+    spdlog::warn("trial {}: sync: {}", trial_name(r), pid.error().message);
   }
   r.current.reset();
 }
@@ -162,8 +167,8 @@ bool poll_sync(SyncContext& c, Run& r, double now) {
     if (!status && now - r.sync_started > c.opts.sync_timeout) {
       // A pull that hangs (a stalled link, a stuck syncer) is killed; the next period's sync
       // copies what it missed. An ended trial's last sync is not retried: its exit waits.
-      spdlog::warn("trial {}: sync from {} ran longer than sync_timeout ({} s): killed; {}", r.id,
-                   c.host.cfg.name, util::format_double(c.opts.sync_timeout),
+      spdlog::warn("trial {}: sync from {} ran longer than sync_timeout ({} s): killed; {}",
+                   trial_name(r), c.host.cfg.name, util::format_double(c.opts.sync_timeout),
                    r.exited ? "the trial's last files may be missing on the head"
                             : "retried at the next sync period");
       drop_sync(r);
@@ -181,8 +186,8 @@ bool poll_sync(SyncContext& c, Run& r, double now) {
       // deleted by retention while it was being copied: nothing to bring back
       (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
     } else if (*status != 0) {
-      spdlog::warn("trial {}: sync from {} failed (exit {}): {}", r.id, c.host.cfg.name, *status,
-                   util::last_line(sync_log(c, r)));
+      spdlog::warn("trial {}: sync from {} failed (exit {}): {}", trial_name(r), c.host.cfg.name,
+                   *status, util::last_line(sync_log(c, r)));
       if (r.current && !r.current->staging.empty())
         (void)util::remove_tree_nofollow(r.head_dir, r.current->staging.filename().string());
     } else if (pruned) {

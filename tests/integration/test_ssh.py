@@ -425,7 +425,8 @@ class SshTest(TuneTest):
         self.assertEqual(t["status"], "TERMINATED")
         with open(log) as fh:
             warning = [line for line in fh if "sync_timeout" in line][0]
-        self.assertIn("trial 00000: sync from %s" % self.hosts["hosts"][0]["host"], warning)
+        self.assertIn("trial %s: sync from %s" % (t["trial_name"], self.hosts["hosts"][0]["host"]),
+                      warning)
         f = os.path.join(self.exp_dir("synctimeout"), t["trial_name"], "checkpoint_000001",
                          "weights.bin")
         self.assertEqual(os.path.getsize(f), 4 << 20)
