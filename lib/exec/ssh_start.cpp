@@ -72,8 +72,8 @@ Result<void> SshExecutor::Impl::ensure_workdir(Worker& w) {
     w.workdir_ready = true;
     return {};
   }
-  std::vector<std::string> cmd = {"rsync", "-rlt", "-e", w.h.ssh_words(),
-                                  "--exclude=/.tune_workdir_stamp"};
+  std::vector<std::string> cmd = {"rsync", "-rlt",          util::kRsyncExactTimes,
+                                  "-e",    w.h.ssh_words(), "--exclude=/.tune_workdir_stamp"};
   for (const auto& x : p.excludes) cmd.push_back("--exclude=" + x);
   cmd.push_back(p.workdir.string() + "/");
   cmd.push_back(w.h.remote_prefix() + copy + "/");
@@ -149,7 +149,7 @@ std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const L
     if (!w.h.size_of(it->second)) {
       (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
       fs::path log = impl.opts.head_exp_dir / ".tune" / ("push-" + r.id + ".log");
-      auto rc = util::run_process({"rsync", "-rlt", "-e", w.h.ssh_words(),
+      auto rc = util::run_process({"rsync", "-rlt", util::kRsyncExactTimes, "-e", w.h.ssh_words(),
                                    (r.head_dir / name).string(), w.h.remote_prefix() + r.dir + "/"},
                                   log);
       if (!rc || *rc != 0)

@@ -84,13 +84,14 @@ std::vector<std::string> upload_command(Kind kind, const fs::path& exp, const st
   switch (kind) {
     case Kind::kFile:
       if (step == 1) {
-        cmd = {"rsync", "-rlt", "--delete", "--mkpath"};
+        cmd = {"rsync", "-rlt", util::kRsyncExactTimes, "--delete", "--mkpath"};
         for (const auto& e : kRsyncExcludes) cmd.push_back("--exclude=" + e);
         for (const auto& e : kRsyncLocalOnly) cmd.push_back("--exclude=" + e);
         cmd.push_back(exp.string() + "/");
         cmd.push_back(local_path(remote) + "/");
       } else {
-        cmd = {"rsync", "-t", snapshot.string(), local_path(remote) + "/experiment_state.json"};
+        // -I: always copied (the snapshot is small, and its quick check could match).
+        cmd = {"rsync", "-tI", snapshot.string(), local_path(remote) + "/experiment_state.json"};
       }
       return cmd;
     case Kind::kS3:
@@ -312,7 +313,7 @@ Result<void> Uploader::download(const fs::path& exp_dir, const std::string& name
   std::vector<std::string> cmd;
   switch (kind_of(cfg)) {
     case Kind::kFile:
-      cmd = {"rsync", "-rlt"};
+      cmd = {"rsync", "-rlt", util::kRsyncExactTimes};
       for (const auto& e : kRsyncLocalOnly) cmd.push_back("--exclude=" + e);
       cmd.push_back(local_path(remote) + "/");
       cmd.push_back(exp_dir.string() + "/");

@@ -48,6 +48,13 @@ void tie_helpers_to_this_thread();
 [[nodiscard]] Result<int> run_process(const std::vector<std::string>& argv, const fs::path& log,
                                       double timeout_s = 0);
 
+// rsync's quick check skips a file whose size and modification time match, and by default it
+// compares times in whole seconds: a file rewritten with the same size within the second of
+// the last copy (a state file, a PBT trial's params.json) would stay stale at the other end.
+// Every `rsync` this project runs passes this: compare nanoseconds too (the receiving end needs
+// rsync 3.1.3 or later, as in Debian 10 and later).
+inline constexpr const char* kRsyncExactTimes = "--modify-window=-1";
+
 // Kills the process group of `pid` and reaps it.
 void kill_and_reap(pid_t pid);
 
