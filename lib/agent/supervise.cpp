@@ -2,6 +2,7 @@
 #include "agent/supervise.hpp"
 
 #include "agent/arrival_notes.hpp"
+#include "util/clock.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -73,11 +74,7 @@ void write_atomic(const std::string& target, const std::string& content, bool ma
     diag("cannot write " + target + ": " + std::strerror(errno));
 }
 
-double clock_s(clockid_t id) {
-  timespec ts{};
-  ::clock_gettime(id, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
+using util::clock_s;
 
 // The driver's heartbeat, seen from here: how long the lease file has not changed, on this
 // host's monotonic clock. Only a change of its mtime counts, never its value, so a driver whose

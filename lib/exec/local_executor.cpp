@@ -25,6 +25,7 @@
 #include "exec/agent_link.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
+#include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -36,11 +37,7 @@ namespace {
 constexpr size_t kReadChunk = 4u << 20;  // per trial per wakeup: keeps the loop fair
 constexpr double kRescanPeriod = 1.0;    // safety net for missed inotify events; liveness polls
 
-double clock_s(clockid_t id) {
-  timespec ts{};
-  ::clock_gettime(id, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
+using util::clock_s;
 
 enum class StopAsk { kNone, kTerm, kKill };
 

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -20,11 +21,7 @@ std::string trial_name(const Run& r) {
 // killed driver left is removed like any other unfinished copy).
 constexpr const char* kBatchStaging = ".sync_checkpoint_batch";
 
-double mono_now() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
+using util::mono;
 
 std::string q(const std::string& s) {
   return util::shell_quote(s);
@@ -226,7 +223,7 @@ bool poll_sync(SyncContext& c, Run& r, double now) {
     r.sync_started = now;
     plan_sync(c, r);
     start_next_step(c, r);
-    if (r.sync_pid <= 0) c.stats.sync_ms.push_back((mono_now() - now) * 1000);
+    if (r.sync_pid <= 0) c.stats.sync_ms.push_back((mono() - now) * 1000);
     return r.sync_pid > 0;
   }
   return false;

@@ -27,6 +27,7 @@
 #include "exec/ssh_executor.hpp"
 #include "exec/ssh_host.hpp"
 #include "exec/ssh_run.hpp"
+#include "util/clock.hpp"
 #include "util/strings.hpp"
 
 namespace tune::exec::ssh_impl {
@@ -34,15 +35,8 @@ namespace tune::exec::ssh_impl {
 inline constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
 inline constexpr size_t kReadChunk = 4u << 20;   // per trial per poll
 
-inline double clock_s(clockid_t id) {
-  timespec ts{};
-  ::clock_gettime(id, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
-
-inline double mono() {
-  return clock_s(CLOCK_MONOTONIC);
-}
+using util::clock_s;
+using util::mono;
 
 inline std::string q(const std::string& s) {
   return util::shell_quote(s);

@@ -13,16 +13,15 @@
 #include <cstring>
 #include <thread>
 
+#include "util/clock.hpp"
+
 extern char** environ;
 
 namespace tune::search {
 
 namespace {
 
-double mono() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
+using util::mono;
 
 // Milliseconds left until `deadline` for poll(), at least 0.
 int ms_until(double deadline) {

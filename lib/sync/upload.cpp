@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "util/atomic_file.hpp"
+#include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -17,11 +18,7 @@ namespace {
 
 enum class Kind { kS3, kGs, kFile, kTemplate };
 
-double mono() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
+using util::mono;
 
 Kind kind_of(const spec::SyncConfig& cfg) {
   if (cfg.upload_syncer) return Kind::kTemplate;

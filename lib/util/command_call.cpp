@@ -13,16 +13,13 @@
 #include <cstring>
 #include <thread>
 
+#include "util/clock.hpp"
+
 extern char** environ;
 
 namespace tune::util {
 
 namespace {
-
-double mono() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 std::string status_text(int status) {
   if (WIFSIGNALED(status)) {

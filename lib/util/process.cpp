@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
 
@@ -132,15 +133,11 @@ Result<int> run_process(const std::vector<std::string>& argv, const fs::path& lo
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   }
-  timespec start{};
-  ::clock_gettime(CLOCK_MONOTONIC, &start);
+  double start = mono();
   long nap_us = 1000;  // short helpers answer within milliseconds; long ones are polled less
   while (true) {
     if (auto status = try_wait(*pid)) return *status;
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC, &now);
-    double took = double(now.tv_sec - start.tv_sec) + double(now.tv_nsec - start.tv_nsec) * 1e-9;
-    if (took > timeout_s) {
+    if (mono() - start > timeout_s) {
       kill_and_reap(*pid);
       return fail("'", argv[0], "' ran longer than ", format_double(timeout_s), " s: killed");
     }
