@@ -120,36 +120,16 @@ class UploadTest(TuneTest):
 
     def test_a_hung_mirror_is_killed_after_sync_timeout_and_retried(self):
         # Its first call hangs; later ones copy the tree.
-        self.write("hang_once.py", """
-            import os, shutil, sys, time
-            src, dst, marker = sys.argv[1], sys.argv[2][len("file://"):], sys.argv[3]
-            if not os.path.exists(marker):
-                open(marker, "w").close()
-                time.sleep(120)
-            shutil.copytree(src, dst, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("stdin.fifo", "lock"))
-            """)
-        mirror = os.path.join(self.dir, "mirror")
-        marker = os.path.join(self.dir, "hung")
-        self.write("up.yaml", f"""
-            trial: {{command: ["{PY}", "{TRIAL}"]}}
-            param_space: {{x: 1.0, steps: 40, sleep: 0.1}}
-            sync_config:
-              upload_dir: "file://{mirror}"
-              upload_syncer: "{PY} hang_once.py {{source}} {{target}} {marker}"
-              sync_period: 0.5
-              sync_timeout: 1
-            """)
+        marker = self.hang_when("True", steps=40, sleep=0.1)
         started = time.time()
         p = self.tune("run", "up.yaml", check=0, timeout=100)
         self.assertLess(time.time() - started, 60)  # the hung call did not hold the run
         self.assertIn("ran longer than sync_timeout (1 s): killed; retried at the next sync "
                       "period", p.stderr)
         self.assertTrue(os.path.exists(marker))
-        with open(os.path.join(mirror, "up", "experiment_state.json")) as f:
-            self.assertEqual(json.load(f)["phase"], "finished")  # a later mirror went through
+        self.assertEqual(self.mirrored_phase(), "finished")  # a later mirror went through
 
-    def hang_when(self, condition, times=1):
+    def hang_when(self, condition, times=1, steps=4, sleep=0.05):
         """A file:// syncer whose first `times` calls for which `condition` (Python, over src
         and dst) holds hang; every other call copies the tree."""
         self.write("hang_when.py", f"""
@@ -168,7 +148,7 @@ class UploadTest(TuneTest):
         marker = os.path.join(self.dir, "hung")
         self.write("up.yaml", f"""
             trial: {{command: ["{PY}", "{TRIAL}"]}}
-            param_space: {{x: 1.0, steps: 4, sleep: 0.05}}
+            param_space: {{x: 1.0, steps: {steps}, sleep: {sleep}}}
             sync_config:
               upload_dir: "file://{os.path.join(self.dir, 'mirror')}"
               upload_syncer: "{PY} hang_when.py {{source}} {{target}} {marker}"
