@@ -326,6 +326,10 @@ class Controller : private sched::Population {
               const nlohmann::json& detail = nlohmann::json()) {
     if (observer_) observer_->on_trial_event(kind, t, detail);
   }
+  void restore(state::ExperimentState resume);
+  void prepare_run(bool resuming);
+  void run_loop();
+  [[nodiscard]] int wind_down();
   // The last mirror to upload_dir at the end of a run (Ctrl-C cancels it).
   void final_upload();
   // One more mirror once the running one (if any) ends; false if Ctrl-C cancelled it.

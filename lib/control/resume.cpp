@@ -7,6 +7,55 @@
 
 namespace tune::control {
 
+// The state a resume starts from: the searcher's and scheduler's state restored, the trials
+// checked, decisions journalled before the crash read back, and each unfinished trial
+// re-attached, queued or kept paused.
+void Controller::restore(state::ExperimentState resume) {
+  state_ = std::move(resume);
+  elapsed_before_ = state_.elapsed_s;
+  if (auto r = searcher_->restore(state_.search_alg);
+      !r && exp_.search_alg.kind != search::SearcherKind::kRandom)
+    throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +
+                ": it cannot be resumed");
+  if (auto r = restore_scheduler_log(); !r)
+    throw Fatal(r.error().message + ": it cannot be resumed");
+  if (auto r = sched_->restore(state_.scheduler);
+      !r && exp_.scheduler.kind != spec::SchedulerKind::kFifo)
+    throw Fatal(exp_.dir().string() + "/" + state::kStateFile + ": " + r.error().message +
+                ": it cannot be resumed");
+  std::sort(state_.trials.begin(), state_.trials.end(),
+            [](const auto& a, const auto& b) { return a.index < b.index; });
+  for (size_t i = 0; i < state_.trials.size(); ++i)
+    if (state_.trials[i].index != i || state_.next_index < state_.trials.size() ||
+        state_.next_index > state_.total_trials)
+      throw Fatal("experiment state of '" + exp_.name +
+                  "' is inconsistent (trial indexes are not 0.." +
+                  std::to_string(state_.trials.size() - 1) + "): it cannot be resumed");
+  for (size_t i = 0; i < state_.trials.size(); ++i) index_[state_.trials[i].id] = i;
+  trim_policy_log();  // before any exploit is carried out again
+  for (auto& d : state_.decisions) journalled_[d.trial_id] = std::move(d);
+  state_.decisions.clear();
+  // Trials only the journal knows (created after the last full state write) join the
+  // scheduler again, in creation order, as they did before the crash.
+  for (const auto& t : state_.trials)
+    if (!t.finished()) sched_->on_trial_add(t.id, t.index);
+  for (auto& t : state_.trials) {
+    // Attempts that outlived the crashed driver are re-attached; other trials that did not
+    // end go back to the queue and restart from their latest checkpoint.
+    if (t.status == trial::Status::kRunning)
+      resume_running(t);
+    else if (t.status == trial::Status::kPending)
+      set_pending(t);
+    else if (t.status == trial::Status::kPaused) {
+      if (!t.pending_exploit.is_null()) carry_out_exploit(t);
+      (sched_->may_resume(t.id) ? pending_ : paused_).insert(t.index);
+    }
+  }
+  order_catch_up();
+  end_strays();
+  fetch_all_remote_only();
+}
+
 void Controller::resume_running(trial::Trial& t) {
   fs::path dir = trial_dir(t);
   bool step = exp_.trial.mode == spec::TrialMode::kStep;
