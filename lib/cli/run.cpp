@@ -322,7 +322,9 @@ int RunCommand::execute() {
     so.syncer = exp.sync.syncer;
     so.record_key = lo.record_key;
     if (exp.trial.sync_workdir) {  // too big to copy: a config error, before anything runs
-      auto plan = sync::plan_workdir(exp.trial.workdir, dir.parent_path());
+      std::vector<sync::HostStorage> stores;
+      for (const auto& h : ssh_hosts) stores.push_back({h.name, h.storage_path});
+      auto plan = sync::plan_workdir(exp.trial.workdir, dir.parent_path(), stores);
       if (!plan) throw Fatal(plan.error().message);
       if (plan->bytes > sync::kWarnWorkdirBytes)
         spdlog::warn(

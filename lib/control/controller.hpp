@@ -377,6 +377,9 @@ class Controller : private sched::Population {
   std::map<uint64_t, Adoption> adoptions_;  // file-worker job -> the checkpoint it brings in
   double longest_stall_ = 0;                // longest loop turn (s), logged at the end
   double longest_overrun_ = 0;  // longest wait past its timeout (s): the executor blocked
+  // State writes of this run (count, total and longest cost in s), logged at the end.
+  long state_writes_ = 0;
+  double state_write_s_ = 0, longest_state_write_ = 0;
   double lease_period_ = 10;
   double next_dir_check_ = 0;
   std::pair<dev_t, ino_t> dir_identity_{0, 0};  // the experiment dir this run works in

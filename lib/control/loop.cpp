@@ -2,6 +2,8 @@
 // dispatching them, the periodic work of each turn, and the run's wind-down.
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 
 #include "control/controller.hpp"
@@ -82,6 +84,17 @@ int Controller::wind_down() {
   if (observer_) observer_->on_run_end({ex_.now(), state_, exp_});
   spdlog::info("longest loop stall: {:.0f} ms, longest wait past its timeout: {:.0f} ms",
                longest_stall_ * 1000, longest_overrun_ * 1000);
+  // The driver's own cost (all its threads, none of its helpers or trials): for benchmarks.
+  rusage self{};
+  if (::getrusage(RUSAGE_SELF, &self) == 0)
+    spdlog::info("driver CPU: {:.2f} s, peak RSS {} MB",
+                 static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+                     static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6,
+                 self.ru_maxrss / 1024);
+  if (state_writes_ > 0)
+    spdlog::info("state writes: {}, mean {:.2f} ms, longest {:.2f} ms", state_writes_,
+                 state_write_s_ * 1000 / static_cast<double>(state_writes_),
+                 longest_state_write_ * 1000);
   if (!fatal_.empty()) throw Fatal(fatal_, kExitTrialError);
   if (searcher_failed_)
     throw Fatal(*searcher_failed_ + " (state saved; --resume continues)", kExitTrialError);

@@ -5,6 +5,8 @@
 // journalled (scheduling.cpp) and recorded by the next periodic write.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "control/controller.hpp"
 #include "sync/upload.hpp"
 
@@ -37,6 +39,9 @@ bool Controller::maybe_save_state(bool force, bool durable) {
   double t0 = ex_.now();
   auto r = writer_.save(exp_.dir(), state_, durable);
   double cost = ex_.now() - t0;
+  ++state_writes_;
+  state_write_s_ += cost;
+  longest_state_write_ = std::max(longest_state_write_, cost);
   if (!r) {
     check_experiment_dir(now);
     if (lost_) return false;  // said once, by check_experiment_dir

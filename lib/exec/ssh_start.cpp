@@ -60,6 +60,10 @@ std::string supervisor_command(const SshOptions& opts, const SshHost& h, const L
 
 }  // namespace
 
+// rsync's exit status when some source files vanished during the transfer (and nothing else
+// went wrong).
+constexpr int kRsyncVanished = 24;
+
 // trial.sync_workdir: the workdir's copy on the host is current before a trial starts there.
 Result<void> SshExecutor::Impl::ensure_workdir(Worker& w) {
   if (!opts.workdir || w.workdir_ready) return {};
@@ -79,10 +83,19 @@ Result<void> SshExecutor::Impl::ensure_workdir(Worker& w) {
   cmd.push_back(w.h.remote_prefix() + copy + "/");
   fs::path log = opts.head_exp_dir / ".tune" / ("workdir-" + std::to_string(w.h.index) + ".log");
   double t0 = mono();
-  auto rc = util::run_process(cmd, log);
-  if (!rc || *rc != 0)
+  // Bounded like every sync: a stalled link must not hold this host's thread for ever.
+  auto rc = util::run_process(cmd, log, opts.sync_timeout);
+  if (rc && *rc == kRsyncVanished) {
+    // Files deleted while rsync ran (an editor's temporary file, a log being rotated): the
+    // copy holds everything else, which is what a copy taken a moment later would hold.
+    spdlog::warn(
+        "host {}: files in {} vanished while they were copied; the copy there has the "
+        "rest ({})",
+        w.name, p.workdir.string(), util::last_line(log));
+  } else if (!rc || *rc != 0) {
     return fail("cannot copy trial.workdir ", p.workdir.string(), " to ", w.name, ": ",
                 rc ? util::last_line(log) : rc.error().message);
+  }
   if (auto written = w.h.write(stamp_file, p.stamp + "\n", 0644); !written) return written;
   std::string left;
   for (const auto& x : p.left_out) left += (left.empty() ? "" : ", ") + x;

@@ -24,22 +24,31 @@ void mix(uint64_t& h, std::string_view s) {
 
 }  // namespace
 
-Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storage) {
+Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storage,
+                                 const std::vector<HostStorage>& hosts) {
   WorkdirPlan p;
   p.workdir = workdir;
   std::error_code ec;
   fs::path root = fs::weakly_canonical(workdir, ec);
   if (ec) return fail("trial.workdir '", workdir.string(), "': ", ec.message());
-  fs::path store = fs::weakly_canonical(storage, ec);
-  fs::path store_rel;
-  if (!ec) {
+  // Storage paths inside the workdir are left out: the head's (results, not code), and a
+  // host's where the host shares this filesystem (NFS, the same machine), which the copy
+  // would otherwise copy into itself, growing with every copy.
+  std::vector<fs::path> stores;  // relative to the workdir
+  auto leave_out = [&](const fs::path& path, const std::string& why) {
+    if (!path.is_absolute()) return;  // (a host's "~/..." or relative path: not the head's)
+    std::error_code e;
+    fs::path store = fs::weakly_canonical(path, e);
+    if (e) return;
     auto rel = store.lexically_relative(root);
-    if (!rel.empty() && *rel.begin() != ".." && rel != ".") store_rel = rel;
-  }
-  if (!store_rel.empty()) {
-    p.excludes.push_back("/" + store_rel.generic_string());
-    p.left_out.push_back(store_rel.generic_string() + " (the storage path)");
-  }
+    if (rel.empty() || *rel.begin() == ".." || rel == ".") return;
+    if (std::find(stores.begin(), stores.end(), rel) != stores.end()) return;
+    stores.push_back(rel);
+    p.excludes.push_back("/" + rel.generic_string());
+    p.left_out.push_back(rel.generic_string() + " (" + why + ")");
+  };
+  leave_out(fs::absolute(storage, ec), "the storage path");
+  for (const auto& h : hosts) leave_out(h.storage_path, "host " + h.host + "'s storage path");
   std::vector<std::string> entries;
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end;
   if (ec) return fail("trial.workdir '", workdir.string(), "': ", ec.message());
@@ -53,7 +62,7 @@ Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storag
       it.disable_recursion_pending();
       continue;
     }
-    if (!store_rel.empty() && rel == store_rel) {
+    if (std::find(stores.begin(), stores.end(), rel) != stores.end()) {
       it.disable_recursion_pending();
       continue;
     }

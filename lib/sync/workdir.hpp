@@ -1,7 +1,7 @@
 // What `trial.sync_workdir` copies to each SSH host: the trial's workdir, less `.git`, the
-// experiment's storage path (when it lies inside), and files over 100 MiB, which are named so
-// the log can say what was left out. The stamp (paths, sizes, mtimes) tells a resume whether
-// the copy on a host is still current.
+// experiment's storage path and the SSH hosts' (when they lie inside), and files over 100 MiB,
+// which are named so the log can say what was left out. The stamp (paths, sizes, mtimes) tells a
+// resume whether the copy on a host is still current.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +30,16 @@ inline constexpr uint64_t kMaxWorkdirBytes = 1ull << 30;
 // More than this is copied, with a warning that names the size (data beside the code, say).
 inline constexpr uint64_t kWarnWorkdirBytes = 100ull << 20;
 
+// An SSH host's storage path as configured (a path on that host; relative ones are skipped).
+struct HostStorage {
+  std::string host;
+  fs::path storage_path;
+};
+
 // Walks `workdir` (symlinks are copied as links, never followed); `storage` is the head's
-// storage path. An error if it cannot be read or holds more than the limits above.
-[[nodiscard]] Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storage);
+// storage path, `hosts` the SSH hosts' (left out too where they lie inside the workdir). An
+// error if it cannot be read or holds more than the limits above.
+[[nodiscard]] Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storage,
+                                               const std::vector<HostStorage>& hosts = {});
 
 }  // namespace tune::sync

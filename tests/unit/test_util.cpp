@@ -185,3 +185,26 @@ TEST_CASE("workdir plan: .git, the storage path and files over 100 MiB are left 
   CHECK_FALSE(sync::plan_workdir(d / "missing", d / "results"));
   std::filesystem::remove_all(d);
 }
+
+TEST_CASE("workdir plan: SSH hosts' storage paths inside the workdir are left out", "[sync]") {
+  char tmpl[] = "/tmp/tune-wd-XXXXXX";
+  std::filesystem::path d = ::mkdtemp(tmpl);
+  std::filesystem::create_directories(d / "hosts" / "w1" / "exp" / ".workdir");
+  std::filesystem::create_directories(d / "src");
+  std::ofstream(d / "src" / "a.py") << "x = 1\n";
+  std::ofstream(d / "hosts" / "w1" / "exp" / ".workdir" / "a.py") << "x = 1\n";
+  // A host on this filesystem (NFS, the same machine) whose storage path lies inside: the copy
+  // would go into itself. Relative and "~" paths are the host's own, never the head's.
+  auto p = sync::plan_workdir(d, d / "results",
+                              {{"w1", d / "hosts" / "w1"},
+                               {"w2", "/elsewhere/results"},
+                               {"w3", "hosts"},
+                               {"w4", "~/tune_results"},
+                               {"w5", d / "hosts" / "w1"}});
+  REQUIRE(p);
+  CHECK(p->files == 1);
+  CHECK(p->excludes == std::vector<std::string>{"/results", "/hosts/w1"});
+  CHECK(p->left_out == std::vector<std::string>{"hosts/w1 (host w1's storage path)",
+                                                "results (the storage path)"});
+  std::filesystem::remove_all(d);
+}
