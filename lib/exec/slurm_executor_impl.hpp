@@ -181,6 +181,7 @@ struct SlurmExecutor::Impl {
   bool prepare_rerun(Run& r, const std::string& job, int first, int k);
   void adopt_rerun(Run& r, const std::string& job, int first, const SelfRerun& self, bool running);
   bool superseded(Run& r);
+  std::optional<SelfRerun> self_rerun(const Run& r, const std::string& job, int k);
   // r's attempt runs in `job`, first run as attempt `first`: its nonce follows.
   void set_job(Run& r, const std::string& job, int first) {
     r.job_id = job;

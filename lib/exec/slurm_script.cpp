@@ -55,20 +55,29 @@ fs::path claim_dir(const fs::path& slurm_dir, const std::string& trial_name,
 }
 
 std::optional<SelfRerun> read_self_rerun(const fs::path& slurm_dir, const std::string& trial_name,
-                                         const std::string& job_id, int restart_count) {
+                                         const std::string& job_id, int restart_count,
+                                         std::string* problem) {
   if (restart_count < 1) return std::nullopt;
-  auto text =
-      util::read_file(claim_dir(slurm_dir, trial_name, job_id, restart_count) / "self", 256);
-  if (!text) return std::nullopt;
+  fs::path path = claim_dir(slurm_dir, trial_name, job_id, restart_count) / "self";
+  auto bad = [&](const std::string& why) -> std::optional<SelfRerun> {
+    if (problem) *problem = path.string() + ": " + why;
+    return std::nullopt;
+  };
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;  // no rerun noted
+  auto text = util::read_file(path, 256);
+  if (!text) return bad(text.error().message);
   // "SIZE CHECKPOINT" (CHECKPOINT: checkpoint_NNNNNN, or - for none)
   size_t sp = text->find(' ');
-  if (sp == 0 || sp == std::string::npos || sp > 19) return std::nullopt;
+  if (sp == 0 || sp == std::string::npos || sp > 19)
+    return bad("not 'SIZE CHECKPOINT' ('" + util::printable(*text, 60) + "')");
   std::string size = text->substr(0, sp), ck = text->substr(sp + 1);
   while (!ck.empty() && (ck.back() == '\n' || ck.back() == ' ')) ck.pop_back();
-  if (size.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  if (size.find_first_not_of("0123456789") != std::string::npos)
+    return bad("its size is not a number ('" + util::printable(size, 30) + "')");
   if (ck != "-" && (!ck.starts_with("checkpoint_") || ck.size() > 40 ||
                     ck.find_first_not_of("0123456789", 11) != std::string::npos))
-    return std::nullopt;
+    return bad("not a checkpoint_NNNNNN or - ('" + util::printable(ck, 50) + "')");
   return SelfRerun{std::strtoull(size.c_str(), nullptr, 10), ck == "-" ? "" : ck};
 }
 

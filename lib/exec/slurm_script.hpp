@@ -77,10 +77,12 @@ struct SelfRerun {
   uint64_t stdout_size = 0;
   std::string checkpoint;
 };
+// Nothing when there is no note; a note that is there but malformed (or unreadable) is nothing
+// too, and `problem` (if given) then says which file and what is wrong with it.
 [[nodiscard]] std::optional<SelfRerun> read_self_rerun(const fs::path& slurm_dir,
                                                        const std::string& trial_name,
-                                                       const std::string& job_id,
-                                                       int restart_count);
+                                                       const std::string& job_id, int restart_count,
+                                                       std::string* problem = nullptr);
 
 // The launch file of one attempt (sh).
 [[nodiscard]] std::string launch_script(const Launch& l, const SupervisorCall& call);

@@ -15,6 +15,9 @@
 #include <set>
 #include <thread>
 
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+
 #include "exec/exit_record.hpp"
 #include "exec/slurm_executor.hpp"
 #include "util/atomic_file.hpp"
@@ -241,6 +244,24 @@ struct Fixture {
   std::string job_of(const std::string& id) {
     auto f = exec::read_job_file(dir, "trial_" + id);
     return f ? f->job_id : "";
+  }
+};
+
+// The warnings and errors logged while it lives.
+struct LogCapture {
+  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink =
+      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100);
+  std::shared_ptr<spdlog::logger> old = spdlog::default_logger();
+  LogCapture() {
+    auto l = std::make_shared<spdlog::logger>("capture", sink);
+    l->set_level(spdlog::level::warn);
+    spdlog::set_default_logger(l);
+  }
+  ~LogCapture() { spdlog::set_default_logger(old); }
+  std::string text() const {
+    std::string s;
+    for (const auto& line : sink->last_formatted()) s += line;
+    return s;
   }
 };
 
@@ -538,6 +559,40 @@ TEST_CASE("a rerun whose checkpoint is not the one the trial restarts from is no
   REQUIRE(f.ex->start(l));
   REQUIRE(f.pump([&] { return f.fake->submits() == 1; }));  // a new job for the attempt
   CHECK(f.pump([&] { return f.fake->cancelled("100"); }));  // the rerun's job ended
+}
+
+TEST_CASE("a malformed self-rerun note is ignored with one warning naming it", "[slurm]") {
+  Fixture f;
+  std::string name = "trial_00053";
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  fs::create_directories(sdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
+  fs::path claim = exec::claim_dir(sdir, name, "100", 1);
+  fs::create_directories(claim);
+  for (const char* junk : {"5 ../../etc\n", "x checkpoint_000001\n", "nospace", ""}) {
+    REQUIRE(util::write_file_atomic(claim / "self", junk, false));
+    std::string problem;
+    CHECK_FALSE(exec::read_self_rerun(sdir, name, "100", 1, &problem));
+    CHECK(problem.find((claim / "self").string()) == 0);
+  }
+  std::string problem;
+  CHECK_FALSE(exec::read_self_rerun(sdir, name, "100", 2, &problem));  // none: no problem
+  CHECK(problem.empty());
+  REQUIRE(util::write_file_atomic(claim / "self", "5 ../../etc\n", false));
+  LogCapture log;
+  // Read at each attach (and each decision after): the attempt is re-attached as if there were
+  // no note, and the warning names the file once.
+  for (int i = 0; i < 2; ++i) {
+    auto found = f.ex->attach(f.launch("00053", 1));
+    REQUIRE(found);
+    CHECK(*found == exec::Attached::kRunning);
+  }
+  std::string text = log.text();
+  CHECK(text.find("malformed self-rerun note: " + (claim / "self").string()) != std::string::npos);
+  size_t first = text.find("malformed self-rerun note");
+  CHECK(text.find("malformed self-rerun note", first + 1) == std::string::npos);
 }
 
 TEST_CASE("a requeued job's stub runs the next attempt from the latest checkpoint on its own",
