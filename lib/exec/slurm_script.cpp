@@ -1,6 +1,7 @@
 #include "exec/slurm_script.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -42,6 +43,34 @@ std::vector<std::string> srun_options(const SlurmJobOptions& o, const std::strin
   if (o.gpus && *o.gpus > 0) a.push_back("--gpus=" + std::to_string(*o.gpus));
   if (!o.mem.empty()) a.push_back("--mem=" + o.mem);
   return a;
+}
+
+std::vector<std::string> step_command(const fs::path& launch_file, const fs::path& run_file,
+                                      const fs::path& step_id_file) {
+  // Positional arguments, so no path is ever parsed by the shell.
+  static const char* claim =
+      "printf '%s.%s\\n' \"$SLURM_JOB_ID\" \"$SLURM_STEP_ID\" >\"$3.tmp\" && mv -f \"$3.tmp\" "
+      "\"$3\" || exit 1\n"
+      "if ! mv -f \"$1\" \"$2\" 2>/dev/null; then\n"
+      "  echo \"tune: $1 is gone (a resumed driver gave this attempt up): nothing started\" >&2\n"
+      "  exit 0\n"
+      "fi\n"
+      "exec /bin/sh \"$2\"\n";
+  return {"/bin/sh",
+          "-c",
+          claim,
+          "tune-step",
+          launch_file.string(),
+          run_file.string(),
+          step_id_file.string()};
+}
+
+StepClaim void_step_launch(const fs::path& launch_file, const fs::path& run_file,
+                           const fs::path& void_file) {
+  // Both are renames in one directory: whoever renames the launch file first wins.
+  if (::rename(launch_file.c_str(), void_file.c_str()) == 0) return StepClaim::kVoided;
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(run_file, ec)) ? StepClaim::kClaimed : StepClaim::kNone;
 }
 
 fs::path next_launch_file(const fs::path& slurm_dir, const std::string& trial_name,
@@ -160,12 +189,6 @@ std::string launch_script(const Launch& l, const SupervisorCall& c) {
          "TUNE_RESTORE_CHECKPOINT=\"$TUNE_SLURM_RESTORE\"; else unset TUNE_RESTORE_CHECKPOINT; fi\n"
          "fi\n"
          "unset TUNE_SLURM_RERUN TUNE_SLURM_RESTORE\n";
-  if (!c.step_id_file.empty()) {
-    std::string f = util::shell_quote(c.step_id_file.string());
-    std::string tmp = util::shell_quote(c.step_id_file.string() + ".tmp");
-    s += "printf '%s.%s\\n' \"$SLURM_JOB_ID\" \"$SLURM_STEP_ID\" >" + tmp + " && mv -f " + tmp +
-         " " + f + "\n";
-  }
   auto num = [](double v) { return util::format_double(v); };
   s += "exec " + util::shell_quote(c.supervisor.string()) + " " +
        util::shell_quote(l.trial_dir.string()) + " " + attempt + " " +

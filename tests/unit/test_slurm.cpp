@@ -22,6 +22,7 @@
 #include "exec/slurm_executor.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/strings.hpp"
 
 using namespace tune;
 namespace fs = std::filesystem;
@@ -85,11 +86,29 @@ struct FakeSlurm final : exec::SlurmClient {
   std::vector<std::vector<std::string>> steps;
   std::set<std::string> steps_done;
   std::vector<std::pair<std::string, int>> step_signals;
-  Result<std::string> start_step(const std::vector<std::string>& args, const fs::path&,
+  std::vector<std::vector<std::string>> step_commands;
+  std::vector<exec::StepInfo> listed_steps;  // what squeue --steps lists
+  std::vector<std::pair<std::vector<std::string>, bool>> step_cancels;
+  Result<std::string> start_step(const std::vector<std::string>& args,
+                                 const std::vector<std::string>& command,
                                  const fs::path&) override {
     std::lock_guard lk(m);
     steps.push_back(args);
+    step_commands.push_back(command);
     return std::to_string(9000 + steps.size() - 1);
+  }
+  Result<std::vector<exec::StepInfo>> job_steps() override {
+    std::lock_guard lk(m);
+    return listed_steps;
+  }
+  // A step cancelled with SIGTERM ends (its supervisor stops the trial); so does one killed.
+  Result<void> cancel_steps(const std::vector<std::string>& ids, bool term) override {
+    std::lock_guard lk(m);
+    step_cancels.emplace_back(ids, term);
+    std::erase_if(listed_steps, [&](const exec::StepInfo& s) {
+      return std::find(ids.begin(), ids.end(), s.id) != ids.end();
+    });
+    return {};
   }
   std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override {
     std::lock_guard lk(m);
@@ -146,9 +165,13 @@ struct Forward final : exec::SlurmClient {
   Result<void> cancel(const std::vector<std::string>& ids, bool term) override {
     return f->cancel(ids, term);
   }
-  Result<std::string> start_step(const std::vector<std::string>& a, const fs::path& l,
-                                 const fs::path& log) override {
-    return f->start_step(a, l, log);
+  Result<std::string> start_step(const std::vector<std::string>& a,
+                                 const std::vector<std::string>& c, const fs::path& log) override {
+    return f->start_step(a, c, log);
+  }
+  Result<std::vector<exec::StepInfo>> job_steps() override { return f->job_steps(); }
+  Result<void> cancel_steps(const std::vector<std::string>& ids, bool term) override {
+    return f->cancel_steps(ids, term);
   }
   std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override {
     return f->ended_steps(ids);
@@ -1074,9 +1097,17 @@ TEST_CASE("use_allocation: trials are job steps of the driver's allocation, neve
     CHECK(f.fake->submitted.empty());  // no sbatch
     CHECK(f.fake->queue_calls == 0);   // no squeue of jobs
     auto& a = f.fake->steps[0];
-    for (const char* want :
-         {"--exclusive", "--ntasks=1", "--cpus-per-task=2", "--job-name=tune-e-trial_00030"})
-      CHECK(std::find(a.begin(), a.end(), std::string(want)) != a.end());
+    // Each attempt's step has a name of its own, so squeue --steps tells it from the others.
+    std::string named = "--job-name=" + exec::step_name(f.key, "e", "trial_00030", 1);
+    CHECK(named.starts_with("--job-name=tune-e-trial_00030.a1."));
+    for (const std::string& want : {std::string("--exclusive"), std::string("--ntasks=1"),
+                                    std::string("--cpus-per-task=2"), named})
+      CHECK(std::find(a.begin(), a.end(), want) != a.end());
+    // It claims its launch file as it starts.
+    auto& c = f.fake->step_commands[0];
+    REQUIRE(c.size() == 7);
+    CHECK(c[4] == (f.dir / exec::kSlurmDir / "trial_00030.a1.launch").string());
+    CHECK(c[5] == (f.dir / exec::kSlurmDir / "trial_00030.a1.run").string());
   }
   // Its supervisor's record (the attempt's own nonce: a step is never requeued) ends it.
   f.record("00030", 1, "exited", 0, exec::attempt_nonce(f.key, "trial_00030", 1));
@@ -1163,4 +1194,95 @@ TEST_CASE("use_allocation: a resume re-attaches to a step whose srun still runs"
   CHECK(f.exit_of("00040")->attempt == 2);
   CHECK(f.fake->submits() == 0);
   CHECK(f.fake->steps.empty());  // nothing started again
+}
+
+TEST_CASE("use_allocation: a step claims its launch file; one given up never starts", "[slurm]") {
+  fs::path dir = fs::temp_directory_path() / ("tune-slurm-claim-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto file = [&](int a, const char* ext) { return dir / ("t x.a" + std::to_string(a) + ext); };
+  auto run = [&](int a) {
+    auto cmd = exec::step_command(file(a, ".launch"), file(a, ".run"), file(a, ".stepid"));
+    std::string line = "SLURM_JOB_ID=55 SLURM_STEP_ID=" + std::to_string(a) + " ";
+    for (auto& w : cmd) line += util::shell_quote(w) + " ";
+    line += "> '" + (dir / "out").string() + "' 2>/dev/null";
+    REQUIRE(std::system(line.c_str()) == 0);
+    auto out = util::read_file(dir / "out");
+    return out ? *out : "";
+  };
+  for (int a : {1, 2}) REQUIRE(util::write_file_atomic(file(a, ".launch"), "echo ran\n", false));
+  // Attempt 1's step starts: it writes its id, claims the file and runs it.
+  CHECK(run(1) == "ran\n");
+  CHECK(util::read_file(file(1, ".stepid")).value_or("") == "55.1\n");
+  CHECK(fs::exists(file(1, ".run")));
+  CHECK_FALSE(fs::exists(file(1, ".launch")));
+  // A resume gives attempt 1 up too late (claimed), attempt 2 in time, attempt 3 never started.
+  CHECK(exec::void_step_launch(file(1, ".launch"), file(1, ".run"), file(1, ".void")) ==
+        exec::StepClaim::kClaimed);
+  CHECK(exec::void_step_launch(file(2, ".launch"), file(2, ".run"), file(2, ".void")) ==
+        exec::StepClaim::kVoided);
+  CHECK(exec::void_step_launch(file(3, ".launch"), file(3, ".run"), file(3, ".void")) ==
+        exec::StepClaim::kNone);
+  // The srun of attempt 2, still waiting for CPUs then, starts its step later: nothing runs.
+  CHECK(run(2).empty());
+  CHECK_FALSE(fs::exists(file(2, ".run")));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("use_allocation: a resume ends the steps no srun of its machine watches", "[slurm]") {
+  Fixture f(4, true);
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  fs::create_directories(sdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  auto put = [&](const std::string& file, const std::string& text) {
+    REQUIRE(util::write_file_atomic(sdir / file, text, false));
+  };
+  auto listed = [&](const std::string& id, const std::string& name) {
+    std::lock_guard lk(f.fake->m);
+    f.fake->listed_steps.push_back({id, name});
+  };
+  std::string s60 = exec::step_name(f.key, "e", "trial_00060", 1);
+  // 00060: the driver died between starting the srun and writing the .step file, and the step
+  // had started (claimed its launch file, wrote its id): Slurm lists it under its name.
+  put("trial_00060.a1.run", "x");
+  put("trial_00060.a1.stepid", "77.1\n");
+  listed("77.1", s60);
+  // 00061: the same, its srun still waiting for CPUs: the launch file is there, unclaimed.
+  put("trial_00061.a1.launch", "x");
+  // 00062: attempt 2 ran on another machine (its srun is there), claimed and listed.
+  put("trial_00062.step", "9300:1 2 some-other-host\n");
+  put("trial_00062.a2.run", "x");
+  put("trial_00062.a2.stepid", "77.2\n");
+  listed("77.2", exec::step_name(f.key, "e", "trial_00062", 2));
+  // 00063: its .stepid names a step Slurm lists under another name (not this attempt's): never
+  // touched; 00064: an earlier attempt's step that ended (not listed).
+  put("trial_00063.a1.run", "x");
+  put("trial_00063.a1.stepid", "77.3\n");
+  listed("77.3", "someone-elses-step");
+  put("trial_00064.a1.run", "x");
+  put("trial_00064.a1.stepid", "77.4\n");
+  for (auto [id, attempt] : {std::pair{"00060", 1}, {"00061", 1}, {"00062", 2}, {"00063", 1}}) {
+    auto found = f.ex->attach(f.launch(id, attempt));
+    REQUIRE(found);
+    CHECK(*found == exec::Attached::kGone);
+  }
+  // 00061's launch file is given up: an srun that starts its step later runs nothing.
+  CHECK(fs::exists(sdir / "trial_00061.a1.void"));
+  CHECK_FALSE(fs::exists(sdir / "trial_00061.a1.launch"));
+  // Before anything starts, the steps that did start are found by their ids, and ended.
+  auto live = f.ex->live_attempts();
+  std::set<std::string> steps;
+  for (auto& a : live) steps.insert(a.trial_name + "=" + a.job_step);
+  CHECK(steps == std::set<std::string>{"trial_00060=77.1", "trial_00062=77.2"});
+  f.ex->end_attempts(live, 1);
+  std::lock_guard lk(f.fake->m);
+  REQUIRE(!f.fake->step_cancels.empty());
+  CHECK(f.fake->step_cancels[0].second);  // SIGTERM first: the trial may checkpoint
+  std::set<std::string> cancelled(f.fake->step_cancels[0].first.begin(),
+                                  f.fake->step_cancels[0].first.end());
+  CHECK(cancelled == std::set<std::string>{"77.1", "77.2"});
+  CHECK(f.fake->step_cancels.size() == 1);  // gone after SIGTERM: no kill needed
+  REQUIRE(f.fake->listed_steps.size() == 1);
+  CHECK(f.fake->listed_steps[0].id == "77.3");  // the other step runs on
+  CHECK(f.fake->cancels.empty());               // never scancel of a job
 }
