@@ -353,6 +353,63 @@ class SlurmTest(TuneTest):
             self.assertEqual({"%s.%s" % (r["job"], r["slurm_step"])
                               for r in self.results("slastep", t)}, {t["job_id"]})
 
+    def wait_allocation(self, driver, timeout=120):
+        try:
+            self.wait_for(lambda: not slurm("squeue", "-h", "-j", driver, check=False).strip(),
+                          timeout=timeout, what="the driver's allocation to end")
+        finally:
+            slurm("scancel", driver, check=False)
+
+    def check_one_attempt_at_a_time(self, name, steps):
+        """Every trial complete, its second attempt after the first, never beside it."""
+        self.check_complete(name, steps)
+        for t in self.trials(name):
+            self.assertEqual(t["attempt"], 2, t["trial_name"])
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            overlap = os.path.join(self.exp_dir(name), t["trial_name"], "OVERLAP")
+            self.assertFalse(os.path.exists(overlap), "two attempts of %s ran at once: %s" % (
+                t["trial_name"], open(overlap).read() if os.path.exists(overlap) else ""))
+
+    def test_use_allocation_driver_killed_right_after_srun_starts(self):
+        # The driver dies between starting a step's srun and writing its .step file (a test
+        # hook: SIGKILL to itself there); the batch script then resumes it. The resume does not
+        # know the step from the .step file: it finds it by the step's own files and squeue
+        # --steps, and ends it before the trial's next attempt starts (never two at once).
+        self.experiment("slwin", 1, 20, 0.2, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        driver, out = self.sbatch_driver(
+            "slwin", "TUNE_TEST_KILL_AFTER_SRUN=1 '%s' run slwin.yaml; sleep 3; "
+            "exec '%s' run slwin.yaml --resume=auto" % (TUNE, TUNE))
+        self.wait_allocation(driver)
+        log = self.log("slwin")
+        self.check_one_attempt_at_a_time("slwin", 20)
+        self.assertIn("its step started, and no srun of this machine watches it", log)
+        self.assertIn("attempt 1 still runs on slurm but is not the trial's current attempt", log)
+
+    def test_use_allocation_resume_on_another_machine_ends_the_old_steps(self):
+        # A resume that cannot watch the first driver's sruns (they run on another machine: here
+        # the resume is told it runs on one, TUNE_TEST_SLURM_HOST) ends their steps by their ids
+        # before it restarts the trials.
+        self.experiment("slhost", 2, 25, 0.2, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        pidfile = os.path.join(self.dir, "driver.pid")
+        driver, out = self.sbatch_driver(
+            "slhost", "'%s' run slhost.yaml & echo $! > %s; wait; sleep 1; "
+            "TUNE_TEST_SLURM_HOST=elsewhere exec '%s' run slhost.yaml --resume=auto"
+            % (TUNE, pidfile, TUNE))
+        try:
+            self.wait_for(lambda: len(self.trials("slhost")) == 2 and all(
+                len(self.results("slhost", t)) >= 2 for t in self.trials("slhost")),
+                timeout=60, what="both trials reporting")
+            with open(pidfile) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        finally:
+            self.wait_allocation(driver)
+        self.check_one_attempt_at_a_time("slhost", 25)
+        log = self.log("slhost")
+        self.assertEqual(log.count("its step started, and no srun of this machine watches it"), 2,
+                         log)
+
     def sbatch_driver(self, name, script=None):
         """Submits `tune run NAME.yaml` (or `script`) as a batch job of 2 one-CPU tasks: (job id,
         its output)."""
