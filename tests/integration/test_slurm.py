@@ -83,12 +83,14 @@ class SlurmTest(TuneTest):
         super().tearDown()
         self.assertEqual(left, [], "jobs were left in Slurm")
 
-    def experiment(self, name, trials, steps, sleep, extra="", slurm_opts="", partition="tune"):
+    def experiment(self, name, trials, steps, sleep, extra="", slurm_opts="", partition="tune",
+                   resources="{}"):
         xs = ", ".join(str(0.5 + i) for i in range(trials))
         self.write(name + ".yaml", f"""
             name: {name}
             trial:
               command: ["{PY}", "{TRIAL}"]
+              resources: {resources}
             param_space:
               x: {{grid_search: [{xs}]}}
               steps: {steps}
@@ -410,15 +412,92 @@ class SlurmTest(TuneTest):
         self.assertEqual(log.count("its step started, and no srun of this machine watches it"), 2,
                          log)
 
-    def sbatch_driver(self, name, script=None):
-        """Submits `tune run NAME.yaml` (or `script`) as a batch job of 2 one-CPU tasks: (job id,
-        its output)."""
+    def test_gpus_go_to_jobs_and_steps(self):
+        # The cluster's node has 4 CPUs and 2 (fake) GPUs. Three trials of one GPU each: as
+        # sbatch jobs, and as steps of a driver's allocation of 2 GPUs, at most two run at once,
+        # each with a GPU of its own as Slurm sets it (CUDA_VISIBLE_DEVICES, SLURM_*_GPUS), and
+        # the third waits for one although tune started it (max_jobs 4) and a CPU is free.
+        def watch(listed, until):
+            """Sets of ids `listed()` showed running together, until `until()`."""
+            together = []
+            while not until():
+                now = listed()
+                self.assertLessEqual(len(now), 2, now)
+                if len(now) == 2:
+                    together.append(frozenset(now))
+                time.sleep(0.3)
+            return set(together)
+
+        def gpus(name, key):
+            """Each trial's GPU as Slurm set it, by its job (or JOB.STEP)."""
+            out = {}
+            for t in self.trials(name):
+                rows = self.results(name, t)
+                self.assertEqual({r["cuda"] for r in rows}, {r[key] for r in rows}, t["trial_name"])
+                self.assertEqual(len({r["cuda"] for r in rows}), 1, t["trial_name"])
+                self.assertIn(rows[0]["cuda"], ("0", "1"), t["trial_name"])
+                ran_in = {r["job"] + ("." + r["slurm_step"] if key == "step_gpus" else "")
+                          for r in rows}
+                self.assertEqual(len(ran_in), 1, t["trial_name"])
+                out[ran_in.pop()] = rows[0]["cuda"]
+            return out
+
+        self.experiment("slgpu", 3, 12, 0.5, slurm_opts=", cpus: 1", resources="{gpu: 1}")
+        p = self.start_tune("run", "slgpu.yaml")
+        waited = []
+
+        def running_jobs():
+            lines = slurm("squeue", "-h", "-o", "%i|%T|%r|%j").splitlines()
+            mine = [x.split("|") for x in lines if x.split("|")[3].startswith("tune-slgpu-")]
+            if sum(1 for x in mine if x[1] == "RUNNING") == 2:
+                waited.extend(x[2] for x in mine if x[1] == "PENDING")
+            return {x[0] for x in mine if x[1] == "RUNNING"}
+        together = watch(running_jobs, lambda: p.poll() is not None)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0)
+        self.check_complete("slgpu", 12)
+        self.assertIn("Resources", waited)  # the third job waited for a GPU
+        by_job = gpus("slgpu", "job_gpus")
+        self.assertEqual(len(by_job), 3)
+        self.assertTrue(together)
+        for pair in together:
+            self.assertEqual(len({by_job[j] for j in pair}), 2, (pair, by_job))
+
+        # Steps of the driver's allocation (3 tasks, 2 GPUs).
+        self.experiment("slgpus", 3, 12, 0.5, partition=None, resources="{gpu: 1}",
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        driver, out = self.sbatch_driver("slgpus", tasks=3, extra=["--gpus=2"])
+        try:
+            def running_steps():
+                q = slurm("squeue", "-h", "-s", "-j", driver, "-o", "%i|%j", check=False)
+                return {x.split("|")[0] for x in q.splitlines()
+                        if x.split("|", 1)[-1].startswith("tune-slgpus-")}
+            together = watch(running_steps, lambda: not slurm(
+                "squeue", "-h", "-j", driver, check=False).strip())
+        finally:
+            slurm("scancel", driver, check=False)
+        self.check_complete("slgpus", 12)
+        by_step = gpus("slgpus", "step_gpus")
+        self.assertEqual(len(by_step), 3)
+        self.assertTrue(together)
+        for pair in together:
+            self.assertEqual(len({by_step[s] for s in pair}), 2, (pair, by_step))
+        # tune had started all three steps' sruns before the first trial ended: the third step
+        # waited for a GPU in Slurm, not in tune.
+        log = self.log("slgpus")
+        third = [m.start() for m in re.finditer(r"slurm job step started", log)][2]
+        first_end = re.search(r"trial \S+ (terminated|TERMINATED)", log)
+        self.assertTrue(first_end and third < first_end.start(), log)
+
+    def sbatch_driver(self, name, script=None, tasks=2, extra=()):
+        """Submits `tune run NAME.yaml` (or `script`) as a batch job of 2 (`tasks`) one-CPU
+        tasks: (job id, its output)."""
         out = os.path.join(self.dir, name + "-driver.out")
         env = dict(self.env)
         env.pop("SLURM_JOB_ID", None)
         driver = subprocess.run(
-            ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=2",
-             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir,
+            ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=%d" % tasks,
+             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir, *extra,
              "--wrap", script or "exec '%s' run %s.yaml" % (TUNE, name)],
             env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
         return driver.split(";")[0], out
