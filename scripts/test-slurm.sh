@@ -6,12 +6,13 @@
 #   scripts/test-slurm.sh down DIR   stop what `up DIR` started (by the pids it recorded) and
 #                                    cancel every job left in that cluster
 #
-# The cluster: one node (tune-n1, this machine's CPUs, addressed as 127.0.0.1) in one partition
-# `tune` that allows requeue, no accounting (no slurmdbd: sacct has nothing), a short MinJobAge
-# and sched_interval=2 so that a requeued job runs again after ~2 minutes rather than 3.
+# The cluster: one node (tune-n1, this machine's CPUs but at least 4, two fake GPUs as gres/gpu,
+# addressed as 127.0.0.1) in one partition `tune` that allows requeue, no accounting (no
+# slurmdbd: sacct has nothing), a short MinJobAge and sched_interval=2 so that a requeued job runs
+# again after ~2 minutes rather than 3 (the tests shorten that with scontrol update StartTime=now).
 # Munge and Slurm talk over sockets and ports of their own (TUNE_SLURM_PORT, default 16817 and
-# the next one), so a site's real Slurm on this machine is never touched. Needs root (slurmd)
-# and the Debian packages slurm-wlm and munge (scripts/setup.sh --test installs them).
+# the next one), so a site's real Slurm on this machine is never touched. Needs root (slurmd,
+# mknod) and the Debian packages slurm-wlm and munge (scripts/setup.sh --test installs them).
 set -euo pipefail
 
 cmd=${1:-}
