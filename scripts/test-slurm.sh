@@ -6,12 +6,13 @@
 #   scripts/test-slurm.sh down DIR   stop what `up DIR` started (by the pids it recorded) and
 #                                    cancel every job left in that cluster
 #
-# The cluster: one node (tune-n1, this machine's CPUs, addressed as 127.0.0.1) in one partition
-# `tune` that allows requeue, no accounting (no slurmdbd: sacct has nothing), a short MinJobAge
-# and sched_interval=2 so that a requeued job runs again after ~2 minutes rather than 3.
+# The cluster: one node (tune-n1, this machine's CPUs but at least 4, two fake GPUs as gres/gpu,
+# addressed as 127.0.0.1) in one partition `tune` that allows requeue, no accounting (no
+# slurmdbd: sacct has nothing), a short MinJobAge and sched_interval=2 so that a requeued job runs
+# again after ~2 minutes rather than 3 (the tests shorten that with scontrol update StartTime=now).
 # Munge and Slurm talk over sockets and ports of their own (TUNE_SLURM_PORT, default 16817 and
-# the next one), so a site's real Slurm on this machine is never touched. Needs root (slurmd)
-# and the Debian packages slurm-wlm and munge (scripts/setup.sh --test installs them).
+# the next one), so a site's real Slurm on this machine is never touched. Needs root (slurmd,
+# mknod) and the Debian packages slurm-wlm and munge (scripts/setup.sh --test installs them).
 set -euo pipefail
 
 cmd=${1:-}
@@ -71,7 +72,21 @@ munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock
   --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" --seed-file="$dir/munge/seed"
 
 host=$(hostname -s)
+# At least 4 CPUs (the trials sleep; SlurmdParameters=config_overrides lets slurmd take the
+# configured count over the machine's), so that two GPUs, not CPUs, are what limits the GPU tests.
 cpus=$(nproc)
+[ "$cpus" -ge 4 ] || cpus=4
+# Two fake GPUs: character devices of our own (the null device's numbers: nothing uses them, and
+# with task/none no cgroup restricts them); Slurm hands them out as gres/gpu and sets
+# CUDA_VISIBLE_DEVICES and SLURM_*_GPUS for each job and step as it would for real ones.
+mkdir -p "$dir/dev"
+for i in 0 1; do
+  [ -c "$dir/dev/gpu$i" ] || mknod "$dir/dev/gpu$i" c 1 3
+done
+cat >"$dir/gres.conf" <<EOF
+AutoDetect=off
+NodeName=tune-n1 Name=gpu File=$dir/dev/gpu[0-1]
+EOF
 mem=$(awk '/MemTotal/ {print int($2/1024*0.8)}' /proc/meminfo)
 cat >"$dir/slurm.conf" <<EOF
 ClusterName=tunetest
@@ -102,7 +117,9 @@ SchedulerParameters=sched_interval=2
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/none
-NodeName=tune-n1 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+SlurmdParameters=config_overrides
+NodeName=tune-n1 NodeHostname=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
 PartitionName=tune Nodes=tune-n1 Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF="$dir/slurm.conf"

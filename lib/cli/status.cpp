@@ -264,8 +264,8 @@ class StatusPrinter {
     if (job.find('.') != std::string::npos && !steps_loaded_) {
       // A job step (use_allocation: JOBID.STEPID): squeue --steps lists the running ones.
       steps_loaded_ = true;
-      if (auto steps = exec::CommandSlurmClient().steps())
-        for (auto& id : *steps) slurm_states_[id] = "RUNNING";
+      if (auto steps = exec::CommandSlurmClient().job_steps())
+        for (auto& st : *steps) slurm_states_[st.id] = "RUNNING";
       else
         slurm_error_ = steps.error().message;
     }

@@ -127,6 +127,7 @@ struct LiveAttempt {
   int attempt = 0;
   int supervisor = 0;               // its pid there
   uint64_t supervisor_started = 0;  // its start time (this machine only: guards pid reuse)
+  std::string job_step;             // a Slurm job step known by its id alone (JOBID.STEPID)
 };
 
 // What attach() found of an attempt that an earlier driver started.

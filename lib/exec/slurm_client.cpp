@@ -294,10 +294,11 @@ Result<void> CommandSlurmClient::cancel(const std::vector<std::string>& ids, boo
 }
 
 Result<std::string> CommandSlurmClient::start_step(const std::vector<std::string>& args,
-                                                   const fs::path& launch, const fs::path& log) {
+                                                   const std::vector<std::string>& command,
+                                                   const fs::path& log) {
   std::vector<std::string> argv = {"srun"};
   argv.insert(argv.end(), args.begin(), args.end());
-  argv.insert(argv.end(), {"/bin/sh", launch.string()});
+  argv.insert(argv.end(), command.begin(), command.end());
   // Detached: an srun that dies takes its step with it (Slurm ends the step at once), so the
   // step's srun must outlive a killed driver. Its pid and start time name it.
   auto pid = util::spawn_detached(argv, log);
@@ -348,20 +349,41 @@ void CommandSlurmClient::signal_steps(const std::vector<std::string>& ids, int s
   }
 }
 
-Result<std::vector<std::string>> CommandSlurmClient::steps() {
-  auto r = run_captured({"squeue", "--me", "-h", "-s", "-o", "%i|%j"}, 60);
-  if (!r) return std::unexpected(r.error());
-  if (r->status != 0) return fail(message_of(*r, "squeue"));
-  std::vector<std::string> ids;
-  std::string_view text = r->out;
+std::vector<StepInfo> parse_steps(std::string_view text) {
+  std::vector<StepInfo> steps;
   while (!text.empty()) {
     size_t nl = text.find('\n');
     std::string line = trim(text.substr(0, nl));
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    std::string id = line.substr(0, line.find('|'));
-    if (!id.empty() && id.find_first_not_of("0123456789.") == std::string::npos) ids.push_back(id);
+    size_t bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    StepInfo s{line.substr(0, bar), trim(line.substr(bar + 1))};
+    size_t dot = s.id.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == s.id.size() ||
+        s.id.find('.', dot + 1) != std::string::npos ||
+        s.id.find_first_not_of("0123456789.") != std::string::npos)
+      continue;  // not JOBID.STEPID (a batch or extern step has a name for its number)
+    steps.push_back(std::move(s));
   }
-  return ids;
+  return steps;
+}
+
+Result<std::vector<StepInfo>> CommandSlurmClient::job_steps() {
+  auto r = run_captured({"squeue", "--me", "-h", "-s", "-o", "%i|%j"}, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "squeue"));
+  return parse_steps(r->out);
+}
+
+Result<void> CommandSlurmClient::cancel_steps(const std::vector<std::string>& ids, bool term) {
+  if (ids.empty()) return {};
+  std::vector<std::string> argv = {"scancel", "--quiet"};
+  if (term) argv.push_back("--signal=TERM");
+  argv.insert(argv.end(), ids.begin(), ids.end());
+  auto r = run_captured(argv, 60);
+  if (!r) return std::unexpected(r.error());
+  if (r->status != 0) return fail(message_of(*r, "scancel"));
+  return {};
 }
 
 }  // namespace tune::exec

@@ -47,6 +47,13 @@ struct JobInfo {
   std::optional<int> exit_code, signal;
 };
 
+// A running job step as `squeue --steps` lists it: JOBID.STEPID and its name.
+struct StepInfo {
+  std::string id, name;
+};
+// Parses `squeue -h -s -o '%i|%j'` output; lines without a JOBID.STEPID are skipped.
+[[nodiscard]] std::vector<StepInfo> parse_steps(std::string_view text);
+
 // Parses `squeue -h -o '%i|%T|%r|%k|%j'` output (the name last: it may hold '|'); lines that do
 // not have that shape are skipped.
 [[nodiscard]] std::vector<JobInfo> parse_squeue(std::string_view text);
@@ -80,12 +87,12 @@ class SlurmClient {
                                             bool term_batch_only) = 0;
 
   // use_allocation: job steps of the allocation the driver runs in.
-  // `srun ARGS /bin/sh LAUNCH` in the background, its own messages in `log`: an id for the step
-  // (its srun's pid, as text).
+  // `srun ARGS COMMAND...` in the background, its own messages in `log`: an id for the step
+  // (its srun's pid and start time, as text).
   [[nodiscard]] virtual Result<std::string> start_step(const std::vector<std::string>& args,
-                                                       const fs::path& launch,
+                                                       const std::vector<std::string>& command,
                                                        const fs::path& log) {
-    (void)args, (void)launch, (void)log;
+    (void)args, (void)command, (void)log;
     return fail("job steps are not supported by this Slurm client");
   }
   // Which of these steps have ended (their srun exited; an srun an earlier driver started is
@@ -97,6 +104,16 @@ class SlurmClient {
   // Signals the steps' sruns, which pass SIGTERM and SIGUSR1 on to the step's task (the
   // supervisor: stop the trial; kill it now). Never the allocation itself.
   virtual void signal_steps(const std::vector<std::string>& ids, int sig) { (void)ids, (void)sig; }
+  // The job steps this user has running (`squeue --me --steps`): one call.
+  [[nodiscard]] virtual Result<std::vector<StepInfo>> job_steps() {
+    return std::vector<StepInfo>{};
+  }
+  // scancel [--signal=TERM] JOBID.STEPID...: a step by its id, wherever its srun runs (SIGTERM
+  // goes to the step's task, the supervisor; without it the step is ended).
+  [[nodiscard]] virtual Result<void> cancel_steps(const std::vector<std::string>& ids, bool term) {
+    (void)ids, (void)term;
+    return fail("job steps are not supported by this Slurm client");
+  }
 };
 
 class CommandSlurmClient final : public SlurmClient {
@@ -106,12 +123,13 @@ class CommandSlurmClient final : public SlurmClient {
   Result<std::vector<JobInfo>> queue() override;
   Result<Accounting> accounting(const std::vector<std::string>& ids) override;
   Result<void> cancel(const std::vector<std::string>& ids, bool term_batch_only) override;
-  Result<std::string> start_step(const std::vector<std::string>& args, const fs::path& launch,
+  Result<std::string> start_step(const std::vector<std::string>& args,
+                                 const std::vector<std::string>& command,
                                  const fs::path& log) override;
   std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override;
   void signal_steps(const std::vector<std::string>& ids, int sig) override;
-  // The job steps this user has running (`squeue --steps`: JOBID.STEPID), for `tune status`.
-  Result<std::vector<std::string>> steps();
+  Result<std::vector<StepInfo>> job_steps() override;
+  Result<void> cancel_steps(const std::vector<std::string>& ids, bool term) override;
 };
 
 // Runs argv (argv[0] searched on PATH, no shell) to its end or `timeout_s`, stdin /dev/null.

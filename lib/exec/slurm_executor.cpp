@@ -51,9 +51,7 @@ std::string SlurmExecutor::Impl::launch_text(const Launch& l, int first, bool fi
   call.orphan_timeout_s = o.orphan_timeout_s;
   call.grace_s = std::max(1.0, o.job.signal_grace_s - 2);
   call.record = o.exp_dir / record_path(name);
-  // A step is never requeued by Slurm: its supervisor gets the attempt's own nonce, and writes
-  // its step id down as it starts.
-  if (o.use_allocation) call.step_id_file = step_id_path(o.exp_dir, name, l.attempt);
+  // A step is never requeued by Slurm: its supervisor gets the attempt's own nonce.
   call.rerun = first_run && !o.use_allocation;  // a job's stub may rerun it on its own
   call.secret = o.use_allocation ? attempt_nonce(o.record_key, name, l.attempt)
                                  : slurm_job_secret(o.record_key, name, first);
@@ -72,9 +70,14 @@ Submit SlurmExecutor::Impl::make_submit(const Launch& l, uint64_t gen) {
   s.launch_text = launch_text(l, l.attempt, true);  // a new job: this attempt is its first run
   std::string jn = job_name(o.exp_name, name);
   s.stub_text = stub_script(jn, s.launch_file, slurm_dir, name, l.trial_dir);
-  s.args = o.use_allocation
-               ? srun_options(o.job, jn, l.trial_dir)
-               : sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
+  if (!o.use_allocation) {
+    s.args = sbatch_options(o.job, jn, l.trial_dir, job_mark(o.record_key, name, l.attempt));
+    return s;
+  }
+  // A step: named for its attempt, it claims its launch file as it starts (step_command).
+  s.args = srun_options(o.job, step_name(o.record_key, o.exp_name, name, l.attempt), l.trial_dir);
+  s.command = step_command(s.launch_file, attempt_file(o.exp_dir, name, l.attempt, ".run"),
+                           step_id_path(o.exp_dir, name, l.attempt));
   return s;
 }
 
@@ -271,6 +274,8 @@ SlurmExecutor::SlurmExecutor(SlurmOptions opts, std::unique_ptr<SlurmClient> cli
   impl_->o = std::move(opts);
   impl_->client = std::move(client);
   impl_->slurm_dir = impl_->o.exp_dir / kSlurmDir;
+  const char* kill_hook = std::getenv("TUNE_TEST_KILL_AFTER_SRUN");  // tests only
+  impl_->kill_after_srun = kill_hook && *kill_hook == '1';
   impl_->worker = std::thread([this] { impl_->worker_main(); });
 }
 

@@ -50,6 +50,10 @@ struct JobFile {
 // died between sbatch's answer and writing it down) and tell it from anyone else's.
 [[nodiscard]] std::string job_mark(std::string_view key, const std::string& trial_name,
                                    int attempt);
+// use_allocation: the name of an attempt's job step, `tune-<experiment>-<trial>.a<N>.<tag>`
+// (the tag derived from the experiment's key): squeue --steps lists it so, wherever its srun runs.
+[[nodiscard]] std::string step_name(std::string_view key, const std::string& experiment,
+                                    const std::string& trial_name, int attempt);
 // A Slurm job's own key (32 hex digits), for the job first run as attempt `first_attempt`.
 [[nodiscard]] std::string slurm_job_key(std::string_view key, const std::string& trial_name,
                                         int first_attempt);

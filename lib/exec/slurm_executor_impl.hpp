@@ -6,6 +6,7 @@
 
 #include <time.h>
 #include <unistd.h>
+#include <cstdlib>
 
 #include <condition_variable>
 #include <deque>
@@ -31,8 +32,11 @@ inline double mono() {
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
 }
 
-// This machine's name (where a step's srun runs: only there can a resume watch it).
+// This machine's name (where a step's srun runs: only there can a resume watch it). The tests
+// make a resume look like one on another machine with TUNE_TEST_SLURM_HOST (read once).
 inline std::string this_host() {
+  static const char* test_host = std::getenv("TUNE_TEST_SLURM_HOST");
+  if (test_host && *test_host) return test_host;
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
   std::string h = buf;
@@ -48,9 +52,15 @@ inline fs::path job_file_path(const fs::path& exp_dir, const std::string& trial_
 inline fs::path step_file_path(const fs::path& exp_dir, const std::string& trial_name) {
   return exp_dir / kSlurmDir / (trial_name + ".step");
 }
-// use_allocation: `JOBID.STEPID` of an attempt's step, written by the step itself as it starts.
+// use_allocation: an attempt's files: `.launch` (written before its srun starts), `.run` (the
+// launch file once the step claimed it), `.void` (once a resume gave the attempt up),
+// `.stepid` (`JOBID.STEPID`, written by the step itself as it starts, before its claim).
+inline fs::path attempt_file(const fs::path& exp_dir, const std::string& trial_name, int attempt,
+                             const char* ext) {
+  return exp_dir / kSlurmDir / (trial_name + ".a" + std::to_string(attempt) + ext);
+}
 inline fs::path step_id_path(const fs::path& exp_dir, const std::string& trial_name, int attempt) {
-  return exp_dir / kSlurmDir / (trial_name + ".a" + std::to_string(attempt) + ".stepid");
+  return attempt_file(exp_dir, trial_name, attempt, ".stepid");
 }
 
 // One submission for the worker thread: files to write, then sbatch.
@@ -61,6 +71,7 @@ struct Submit {
   fs::path stub, launch_file, job_file;
   std::string stub_text, launch_text;
   std::vector<std::string> args;
+  std::vector<std::string> command;  // a step: what srun runs (step_command)
 };
 
 struct Submitted {
@@ -168,6 +179,10 @@ struct SlurmExecutor::Impl {
   // use_allocation: picks up the step id the step wrote (for the state and `tune status`).
   void note_step_id(Run& r);
   std::vector<LiveAttempt> live_steps_found();
+  // use_allocation: a resume gives up attempt `attempt` of trial `name`, which no srun of this
+  // machine runs: its launch file is voided so that no step starts it any more.
+  void give_up_step(const std::string& name, int attempt);
+  bool kill_after_srun = false;  // tests: the driver dies right after starting an srun
   void end_steps(const std::vector<LiveAttempt>& which, double grace_s);
 
   void worker_main();
@@ -181,6 +196,7 @@ struct SlurmExecutor::Impl {
   bool prepare_rerun(Run& r, const std::string& job, int first, int k);
   void adopt_rerun(Run& r, const std::string& job, int first, const SelfRerun& self, bool running);
   bool superseded(Run& r);
+  std::optional<SelfRerun> self_rerun(const Run& r, const std::string& job, int k);
   // r's attempt runs in `job`, first run as attempt `first`: its nonce follows.
   void set_job(Run& r, const std::string& job, int first) {
     r.job_id = job;

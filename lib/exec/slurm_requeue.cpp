@@ -8,6 +8,17 @@
 
 namespace tune::exec {
 
+// The note a rerun of `job` (run k) left when it started r's next attempt on its own; a malformed
+// one is ignored (the rerun is then not adopted) with one warning naming the file.
+std::optional<SelfRerun> SlurmExecutor::Impl::self_rerun(const Run& r, const std::string& job,
+                                                         int k) {
+  std::string problem;
+  auto self = read_self_rerun(slurm_dir, r.trial_name, job, k, &problem);
+  if (!problem.empty() && logged.insert(problem).second)
+    spdlog::warn("trial {}: ignoring a malformed self-rerun note: {}", r.trial_name, problem);
+  return self;
+}
+
 // A trial whose previous job Slurm may have requeued: run the next attempt in that job if Slurm
 // holds it for a rerun, else in a new one.
 void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
@@ -23,7 +34,7 @@ void SlurmExecutor::Impl::decide_requeued(Run& r, double now) {
   // Slurm reran the job on its own (no driver had prepared this run): it runs (or ran) this
   // attempt, whatever the job's state now.
   if (!job.empty() && k >= 1)
-    if (auto self = read_self_rerun(slurm_dir, r.trial_name, job, k)) {
+    if (auto self = self_rerun(r, job, k)) {
       maybe_requeued.erase(prev);
       adopt_rerun(r, job, first, *self, running);
       return;
@@ -115,7 +126,7 @@ void SlurmExecutor::Impl::adopt_rerun(Run& r, const std::string& job, int first,
 // from the checkpoint the rerun restores from (so that the rerun can be adopted: adopt_rerun).
 bool SlurmExecutor::Impl::superseded(Run& r) {
   if (o.use_allocation || r.job_id.empty() || r.exit) return false;
-  auto self = read_self_rerun(slurm_dir, r.trial_name, r.job_id, r.attempt - r.first_attempt + 1);
+  auto self = self_rerun(r, r.job_id, r.attempt - r.first_attempt + 1);
   if (!self) return false;
   r.cut_at = self->stdout_size;
   ExitInfo e;

@@ -46,6 +46,12 @@ std::string job_mark(std::string_view key, const std::string& trial_name, int at
          attempt_nonce(key, trial_name + "/job", attempt).substr(0, 16);
 }
 
+std::string step_name(std::string_view key, const std::string& experiment,
+                      const std::string& trial_name, int attempt) {
+  return job_name(experiment, trial_name) + ".a" + std::to_string(attempt) + "." +
+         attempt_nonce(key, trial_name + "/step", attempt).substr(0, 16);
+}
+
 std::string slurm_job_key(std::string_view key, const std::string& trial_name, int first_attempt) {
   return attempt_nonce(key, trial_name + "/slurm-job-key", first_attempt);
 }

@@ -1,6 +1,7 @@
 #include "exec/slurm_script.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -44,6 +45,34 @@ std::vector<std::string> srun_options(const SlurmJobOptions& o, const std::strin
   return a;
 }
 
+std::vector<std::string> step_command(const fs::path& launch_file, const fs::path& run_file,
+                                      const fs::path& step_id_file) {
+  // Positional arguments, so no path is ever parsed by the shell.
+  static const char* claim =
+      "printf '%s.%s\\n' \"$SLURM_JOB_ID\" \"$SLURM_STEP_ID\" >\"$3.tmp\" && mv -f \"$3.tmp\" "
+      "\"$3\" || exit 1\n"
+      "if ! mv -f \"$1\" \"$2\" 2>/dev/null; then\n"
+      "  echo \"tune: $1 is gone (a resumed driver gave this attempt up): nothing started\" >&2\n"
+      "  exit 0\n"
+      "fi\n"
+      "exec /bin/sh \"$2\"\n";
+  return {"/bin/sh",
+          "-c",
+          claim,
+          "tune-step",
+          launch_file.string(),
+          run_file.string(),
+          step_id_file.string()};
+}
+
+StepClaim void_step_launch(const fs::path& launch_file, const fs::path& run_file,
+                           const fs::path& void_file) {
+  // Both are renames in one directory: whoever renames the launch file first wins.
+  if (::rename(launch_file.c_str(), void_file.c_str()) == 0) return StepClaim::kVoided;
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(run_file, ec)) ? StepClaim::kClaimed : StepClaim::kNone;
+}
+
 fs::path next_launch_file(const fs::path& slurm_dir, const std::string& trial_name,
                           const std::string& job_id, int restart_count) {
   return slurm_dir / (trial_name + ".job" + job_id + ".next" + std::to_string(restart_count));
@@ -55,20 +84,29 @@ fs::path claim_dir(const fs::path& slurm_dir, const std::string& trial_name,
 }
 
 std::optional<SelfRerun> read_self_rerun(const fs::path& slurm_dir, const std::string& trial_name,
-                                         const std::string& job_id, int restart_count) {
+                                         const std::string& job_id, int restart_count,
+                                         std::string* problem) {
   if (restart_count < 1) return std::nullopt;
-  auto text =
-      util::read_file(claim_dir(slurm_dir, trial_name, job_id, restart_count) / "self", 256);
-  if (!text) return std::nullopt;
+  fs::path path = claim_dir(slurm_dir, trial_name, job_id, restart_count) / "self";
+  auto bad = [&](const std::string& why) -> std::optional<SelfRerun> {
+    if (problem) *problem = path.string() + ": " + why;
+    return std::nullopt;
+  };
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;  // no rerun noted
+  auto text = util::read_file(path, 256);
+  if (!text) return bad(text.error().message);
   // "SIZE CHECKPOINT" (CHECKPOINT: checkpoint_NNNNNN, or - for none)
   size_t sp = text->find(' ');
-  if (sp == 0 || sp == std::string::npos || sp > 19) return std::nullopt;
+  if (sp == 0 || sp == std::string::npos || sp > 19)
+    return bad("not 'SIZE CHECKPOINT' ('" + util::printable(*text, 60) + "')");
   std::string size = text->substr(0, sp), ck = text->substr(sp + 1);
   while (!ck.empty() && (ck.back() == '\n' || ck.back() == ' ')) ck.pop_back();
-  if (size.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  if (size.find_first_not_of("0123456789") != std::string::npos)
+    return bad("its size is not a number ('" + util::printable(size, 30) + "')");
   if (ck != "-" && (!ck.starts_with("checkpoint_") || ck.size() > 40 ||
                     ck.find_first_not_of("0123456789", 11) != std::string::npos))
-    return std::nullopt;
+    return bad("not a checkpoint_NNNNNN or - ('" + util::printable(ck, 50) + "')");
   return SelfRerun{std::strtoull(size.c_str(), nullptr, 10), ck == "-" ? "" : ck};
 }
 
@@ -151,12 +189,6 @@ std::string launch_script(const Launch& l, const SupervisorCall& c) {
          "TUNE_RESTORE_CHECKPOINT=\"$TUNE_SLURM_RESTORE\"; else unset TUNE_RESTORE_CHECKPOINT; fi\n"
          "fi\n"
          "unset TUNE_SLURM_RERUN TUNE_SLURM_RESTORE\n";
-  if (!c.step_id_file.empty()) {
-    std::string f = util::shell_quote(c.step_id_file.string());
-    std::string tmp = util::shell_quote(c.step_id_file.string() + ".tmp");
-    s += "printf '%s.%s\\n' \"$SLURM_JOB_ID\" \"$SLURM_STEP_ID\" >" + tmp + " && mv -f " + tmp +
-         " " + f + "\n";
-  }
   auto num = [](double v) { return util::format_double(v); };
   s += "exec " + util::shell_quote(c.supervisor.string()) + " " +
        util::shell_quote(l.trial_dir.string()) + " " + attempt + " " +

@@ -35,10 +35,9 @@ struct SupervisorCall {
   fs::path supervisor;  // tune-supervisor, on the shared filesystem
   fs::path lease;       // the driver's lease file
   double orphan_timeout_s = 600;
-  double grace_s = 10;    // SIGTERM -> SIGKILL inside the supervisor
-  fs::path record;        // the exit record it writes
-  std::string secret;     // what the supervisor reads on stdin (slurm_job_secret)
-  fs::path step_id_file;  // a job step: where it writes `$SLURM_JOB_ID.$SLURM_STEP_ID` first
+  double grace_s = 10;  // SIGTERM -> SIGKILL inside the supervisor
+  fs::path record;      // the exit record it writes
+  std::string secret;   // what the supervisor reads on stdin (slurm_job_secret)
   // A job's first run: when the stub runs it again for a rerun Slurm started on its own
   // (TUNE_SLURM_RERUN set), it runs attempt ATTEMPT + SLURM_RESTART_COUNT, restoring from
   // $TUNE_SLURM_RESTORE (the latest checkpoint in the trial dir; none if empty).
@@ -61,6 +60,24 @@ struct SupervisorCall {
                                                     const std::string& name,
                                                     const fs::path& trial_dir);
 
+// use_allocation: what srun runs as a step's task. The step first writes its id
+// (`$SLURM_JOB_ID.$SLURM_STEP_ID`) to `step_id_file`, then claims the attempt by renaming
+// `launch_file` to `run_file` and runs that. A step that finds the launch file gone (a resumed
+// driver gave the attempt up: void_step_launch) exits at once without starting anything, so an
+// srun that a killed driver left waiting for CPUs never runs an attempt beside its successor.
+[[nodiscard]] std::vector<std::string> step_command(const fs::path& launch_file,
+                                                    const fs::path& run_file,
+                                                    const fs::path& step_id_file);
+// What became of a step's launch file when a resume gave its attempt up (renamed it to
+// `void_file`, unless a step had claimed it first).
+enum class StepClaim {
+  kVoided,   // it was there: no step will ever run it now
+  kClaimed,  // a step claimed it (`run_file` is there): that step started the attempt
+  kNone,     // neither: its srun was never started (or the files are gone)
+};
+[[nodiscard]] StepClaim void_step_launch(const fs::path& launch_file, const fs::path& run_file,
+                                         const fs::path& void_file);
+
 // The submitted batch script of a trial's job.
 [[nodiscard]] std::string stub_script(const std::string& name, const fs::path& launch_file,
                                       const fs::path& slurm_dir, const std::string& trial_name,
@@ -77,10 +94,12 @@ struct SelfRerun {
   uint64_t stdout_size = 0;
   std::string checkpoint;
 };
+// Nothing when there is no note; a note that is there but malformed (or unreadable) is nothing
+// too, and `problem` (if given) then says which file and what is wrong with it.
 [[nodiscard]] std::optional<SelfRerun> read_self_rerun(const fs::path& slurm_dir,
                                                        const std::string& trial_name,
-                                                       const std::string& job_id,
-                                                       int restart_count);
+                                                       const std::string& job_id, int restart_count,
+                                                       std::string* problem = nullptr);
 
 // The launch file of one attempt (sh).
 [[nodiscard]] std::string launch_script(const Launch& l, const SupervisorCall& call);

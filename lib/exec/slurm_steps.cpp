@@ -4,7 +4,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -114,7 +116,10 @@ Result<Attached> SlurmExecutor::attach_step(const Launch& l) {
   auto step = read_step_file(impl.o.exp_dir, name);
   bool alive = !ended && step && step->attempt == l.attempt && step->host == this_host() &&
                impl.client->ended_steps({step->handle}).empty();
-  if (!ended && !alive) return Attached::kGone;
+  if (!ended && !alive) {
+    impl.give_up_step(name, l.attempt);
+    return Attached::kGone;
+  }
   Impl::Run& r = impl.fresh_run(l);
   r.phase = Phase::kSubmitted;
   impl.set_job(r, step && step->attempt == l.attempt ? step->handle : "", l.attempt);
@@ -130,13 +135,63 @@ Result<Attached> SlurmExecutor::attach_step(const Launch& l) {
   return ended ? Attached::kEnded : Attached::kRunning;
 }
 
-// use_allocation: the steps whose srun still runs on this machine, as their .step files name them.
+// No srun of this machine runs the attempt (its driver died before writing the .step file, or
+// ran on another machine, or the srun ended): no step may start it from now on, and one that
+// did is left to live_steps_found (ended by its id before anything starts).
+void SlurmExecutor::Impl::give_up_step(const std::string& name, int attempt) {
+  fs::path launch = attempt_file(o.exp_dir, name, attempt, ".launch");
+  switch (void_step_launch(launch, attempt_file(o.exp_dir, name, attempt, ".run"),
+                           attempt_file(o.exp_dir, name, attempt, ".void"))) {
+    case StepClaim::kVoided:
+      spdlog::info(
+          "trial {} attempt {}: its step had not started; given up (an srun still waiting for "
+          "it starts nothing)",
+          name, attempt);
+      break;
+    case StepClaim::kClaimed:
+      spdlog::info(
+          "trial {} attempt {}: its step started, and no srun of this machine watches it: ended "
+          "by its step id if Slurm still lists it",
+          name, attempt);
+      break;
+    case StepClaim::kNone:
+      break;
+  }
+}
+
+namespace {
+
+// The attempt a step file name `<trial>.a<N>.<ext>` is for (nullopt for other files).
+std::optional<std::pair<std::string, int>> attempt_of(const std::string& file,
+                                                      std::string_view ext) {
+  if (!file.ends_with(ext)) return std::nullopt;
+  std::string stem = file.substr(0, file.size() - ext.size());
+  size_t dot = stem.rfind(".a");
+  if (dot == std::string::npos || dot == 0 || stem.size() - dot > 11 || dot + 2 == stem.size() ||
+      stem.find_first_not_of("0123456789", dot + 2) != std::string::npos)
+    return std::nullopt;
+  return std::pair{stem.substr(0, dot), std::atoi(stem.c_str() + dot + 2)};
+}
+
+}  // namespace
+
+// use_allocation: the steps an earlier driver left running: those whose srun still runs on this
+// machine (as the .step files name them), and those Slurm lists under an attempt's step name
+// and id (as the step itself wrote it when it claimed its attempt), wherever their srun runs.
 std::vector<LiveAttempt> SlurmExecutor::Impl::live_steps_found() {
   std::vector<LiveAttempt> out;
+  std::set<std::pair<std::string, int>> seen;
+  std::vector<std::tuple<std::string, int, std::string>> claimed;  // trial, attempt, step id
   std::error_code ec;
   std::string host = this_host();
   for (const auto& e : fs::directory_iterator(slurm_dir, ec)) {
     std::string file = e.path().filename().string();
+    if (auto a = attempt_of(file, ".stepid")) {
+      auto id = util::read_file(e.path(), 64);
+      if (id && fs::exists(attempt_file(o.exp_dir, a->first, a->second, ".run"), ec))
+        claimed.emplace_back(a->first, a->second, id->substr(0, id->find('\n')));
+      continue;
+    }
     if (!file.ends_with(".step")) continue;
     std::string name = file.substr(0, file.size() - 5);
     auto step = read_step_file(o.exp_dir, name);
@@ -148,27 +203,61 @@ std::vector<LiveAttempt> SlurmExecutor::Impl::live_steps_found() {
     a.supervisor = std::atoi(step->handle.c_str());  // the srun's pid stands for it here
     if (size_t colon = step->handle.find(':'); colon != std::string::npos)
       a.supervisor_started = std::strtoull(step->handle.c_str() + colon + 1, nullptr, 10);
+    seen.emplace(name, step->attempt);
+    out.push_back(std::move(a));
+  }
+  if (claimed.empty()) return out;
+  auto listed = client->job_steps();
+  if (!listed) {
+    spdlog::warn("{} (steps of an earlier driver are not looked for)", listed.error().message);
+    return out;
+  }
+  for (auto& [name, attempt, id] : claimed) {
+    if (seen.count({name, attempt})) continue;
+    bool ours = std::any_of(listed->begin(), listed->end(), [&](const StepInfo& st) {
+      return st.id == id && st.name == step_name(o.record_key, o.exp_name, name, attempt);
+    });
+    if (!ours) continue;
+    LiveAttempt a;
+    a.host = o.host_name;
+    a.trial_name = name;
+    a.attempt = attempt;
+    a.job_step = id;
     out.push_back(std::move(a));
   }
   return out;
 }
 
-// use_allocation: SIGTERM to the steps' sruns (passed on to their supervisors), SIGUSR1 (kill
-// now) after grace_s, until they are gone (at most grace_s + 10 s).
+// use_allocation: SIGTERM to the steps (to their sruns, which pass it on to the supervisors, or,
+// for a step known by its id alone, `scancel --signal=TERM` to its task), then SIGUSR1 (kill now)
+// or `scancel` after grace_s, until they are gone (at most grace_s + 10 s).
 void SlurmExecutor::Impl::end_steps(const std::vector<LiveAttempt>& which, double grace_s) {
-  std::vector<std::string> ids;
-  for (const auto& a : which)
-    if (a.supervisor > 0)
-      ids.push_back(std::to_string(a.supervisor) + ":" + std::to_string(a.supervisor_started));
-  if (ids.empty()) return;
-  client->signal_steps(ids, SIGTERM);
+  std::vector<std::string> sruns, steps;
+  for (const auto& a : which) {
+    if (!a.job_step.empty())
+      steps.push_back(a.job_step);
+    else if (a.supervisor > 0)
+      sruns.push_back(std::to_string(a.supervisor) + ":" + std::to_string(a.supervisor_started));
+  }
+  if (sruns.empty() && steps.empty()) return;
+  auto listed = [&](std::vector<std::string>& left) {
+    auto now = client->job_steps();
+    if (!now) return;  // unknown: asked again
+    std::erase_if(left, [&](const std::string& id) {
+      return std::none_of(now->begin(), now->end(), [&](const StepInfo& s) { return s.id == id; });
+    });
+  };
+  client->signal_steps(sruns, SIGTERM);
+  if (auto r = client->cancel_steps(steps, true); !r) spdlog::warn("{}", r.error().message);
   double start = mono();
   bool killed = false;
   while (mono() - start < grace_s + 10) {
-    if (client->ended_steps(ids).size() == ids.size()) return;
+    if (!steps.empty()) listed(steps);
+    if (client->ended_steps(sruns).size() == sruns.size() && steps.empty()) return;
     if (!killed && mono() - start >= grace_s) {
       killed = true;
-      client->signal_steps(ids, SIGUSR1);
+      client->signal_steps(sruns, SIGUSR1);
+      if (auto r = client->cancel_steps(steps, false); !r) spdlog::warn("{}", r.error().message);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }

@@ -1,6 +1,9 @@
 // The Slurm executor's worker thread: every Slurm command (sbatch, squeue, sacct, scancel; srun
 // for job steps) runs here, never on the driver's loop, which only hands requests over and
 // takes the answers (slurm_executor_impl.hpp: the shared part of Impl, under its mutex).
+#include <signal.h>
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include "exec/slurm_executor_impl.hpp"
@@ -92,8 +95,11 @@ void SlurmExecutor::Impl::do_submit(Submit& s, Submitted& out) {
     }
   if (o.use_allocation) {
     std::string a = std::to_string(s.launch.attempt);
-    out.job = client->start_step(s.args, s.launch_file,
-                                 s.launch.trial_dir / ("slurm-step.a" + a + ".out"));
+    out.job =
+        client->start_step(s.args, s.command, s.launch.trial_dir / ("slurm-step.a" + a + ".out"));
+    // Tests: the crash window between srun's start and the .step file (a resume finds the step
+    // by its own files and Slurm's step list, not by this file).
+    if (out.job && kill_after_srun) ::kill(::getpid(), SIGKILL);
     if (out.job)  // for a resume: which srun runs the attempt, and where
       if (auto w = util::write_file_atomic(s.job_file,
                                            *out.job + " " + a + " " + this_host() + "\n", true);

@@ -2,8 +2,10 @@
 under a scratch dir and down again). Skipped (exit 77 from ctest's view) when Slurm is not
 installed or the runner is not root.
 
-TUNE_SLURM_SLOW=1 also runs the slow case (a job requeued by `scontrol requeue`, which Slurm
-holds for ~2 minutes, and 1-minute time limits, in one experiment to share the wait)."""
+TUNE_SLURM_SLOW=1 also runs the slow cases: 1-minute time limits and a job requeued by
+`scontrol requeue` in one experiment, and a job requeued while no driver runs. (Slurm holds a
+requeued job ~2 minutes in BeginTime; the tests let it start at once with `scontrol update
+StartTime=now` once the state they check has been reached.)"""
 import json
 import os
 import re
@@ -83,12 +85,14 @@ class SlurmTest(TuneTest):
         super().tearDown()
         self.assertEqual(left, [], "jobs were left in Slurm")
 
-    def experiment(self, name, trials, steps, sleep, extra="", slurm_opts="", partition="tune"):
+    def experiment(self, name, trials, steps, sleep, extra="", slurm_opts="", partition="tune",
+                   resources="{}"):
         xs = ", ".join(str(0.5 + i) for i in range(trials))
         self.write(name + ".yaml", f"""
             name: {name}
             trial:
               command: ["{PY}", "{TRIAL}"]
+              resources: {resources}
             param_space:
               x: {{grid_search: [{xs}]}}
               steps: {steps}
@@ -353,15 +357,153 @@ class SlurmTest(TuneTest):
             self.assertEqual({"%s.%s" % (r["job"], r["slurm_step"])
                               for r in self.results("slastep", t)}, {t["job_id"]})
 
-    def sbatch_driver(self, name, script=None):
-        """Submits `tune run NAME.yaml` (or `script`) as a batch job of 2 one-CPU tasks: (job id,
-        its output)."""
+    def wait_allocation(self, driver, timeout=120):
+        try:
+            self.wait_for(lambda: not slurm("squeue", "-h", "-j", driver, check=False).strip(),
+                          timeout=timeout, what="the driver's allocation to end")
+        finally:
+            slurm("scancel", driver, check=False)
+
+    def check_one_attempt_at_a_time(self, name, steps):
+        """Every trial complete, its second attempt after the first, never beside it."""
+        self.check_complete(name, steps)
+        for t in self.trials(name):
+            self.assertEqual(t["attempt"], 2, t["trial_name"])
+            self.assertEqual(t["failures"], 0, t["trial_name"])
+            overlap = os.path.join(self.exp_dir(name), t["trial_name"], "OVERLAP")
+            self.assertFalse(os.path.exists(overlap), "two attempts of %s ran at once: %s" % (
+                t["trial_name"], open(overlap).read() if os.path.exists(overlap) else ""))
+
+    def test_use_allocation_driver_killed_right_after_srun_starts(self):
+        # The driver dies between starting a step's srun and writing its .step file (a test
+        # hook: SIGKILL to itself there); the batch script then resumes it. The resume does not
+        # know the step from the .step file: it finds it by the step's own files and squeue
+        # --steps, and ends it before the trial's next attempt starts (never two at once).
+        self.experiment("slwin", 1, 20, 0.2, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        driver, out = self.sbatch_driver(
+            "slwin", "TUNE_TEST_KILL_AFTER_SRUN=1 '%s' run slwin.yaml; sleep 3; "
+            "exec '%s' run slwin.yaml --resume=auto" % (TUNE, TUNE))
+        self.wait_allocation(driver)
+        log = self.log("slwin")
+        self.check_one_attempt_at_a_time("slwin", 20)
+        # Its step had started (3 s is ample) and was ended by its id; had its srun still been
+        # waiting, the attempt would have been given up instead (its step then starts nothing).
+        if "its step had not started; given up" not in log:
+            self.assertIn("its step started, and no srun of this machine watches it", log)
+            self.assertIn("attempt 1 still runs on slurm but is not the trial's current attempt",
+                          log)
+
+    def test_use_allocation_resume_on_another_machine_ends_the_old_steps(self):
+        # A resume that cannot watch the first driver's sruns (they run on another machine: here
+        # the resume is told it runs on one, TUNE_TEST_SLURM_HOST) ends their steps by their ids
+        # before it restarts the trials.
+        self.experiment("slhost", 2, 25, 0.2, partition=None,
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        pidfile = os.path.join(self.dir, "driver.pid")
+        driver, out = self.sbatch_driver(
+            "slhost", "'%s' run slhost.yaml & echo $! > %s; wait; sleep 1; "
+            "TUNE_TEST_SLURM_HOST=elsewhere exec '%s' run slhost.yaml --resume=auto"
+            % (TUNE, pidfile, TUNE))
+        try:
+            self.wait_for(lambda: len(self.trials("slhost")) == 2 and all(
+                len(self.results("slhost", t)) >= 2 for t in self.trials("slhost")),
+                timeout=60, what="both trials reporting")
+            with open(pidfile) as f:
+                os.kill(int(f.read()), signal.SIGKILL)
+        finally:
+            self.wait_allocation(driver)
+        self.check_one_attempt_at_a_time("slhost", 25)
+        log = self.log("slhost")
+        self.assertEqual(log.count("its step started, and no srun of this machine watches it"), 2,
+                         log)
+
+    def test_gpus_go_to_jobs_and_steps(self):
+        # The cluster's node has 4 CPUs and 2 (fake) GPUs. Three trials of one GPU each: as
+        # sbatch jobs, and as steps of a driver's allocation of 2 GPUs, at most two run at once,
+        # each with a GPU of its own as Slurm sets it (CUDA_VISIBLE_DEVICES, SLURM_*_GPUS), and
+        # the third waits for one although tune started it (max_jobs 4) and a CPU is free.
+        def watch(listed, until):
+            """Sets of ids `listed()` showed running together, until `until()`."""
+            together = []
+            while not until():
+                now = listed()
+                self.assertLessEqual(len(now), 2, now)
+                if len(now) == 2:
+                    together.append(frozenset(now))
+                time.sleep(0.3)
+            return set(together)
+
+        def gpus(name, key):
+            """Each trial's GPU as Slurm set it, by its job (or JOB.STEP)."""
+            out = {}
+            for t in self.trials(name):
+                rows = self.results(name, t)
+                self.assertEqual({r["cuda"] for r in rows}, {r[key] for r in rows}, t["trial_name"])
+                self.assertEqual(len({r["cuda"] for r in rows}), 1, t["trial_name"])
+                self.assertIn(rows[0]["cuda"], ("0", "1"), t["trial_name"])
+                ran_in = {r["job"] + ("." + r["slurm_step"] if key == "step_gpus" else "")
+                          for r in rows}
+                self.assertEqual(len(ran_in), 1, t["trial_name"])
+                out[ran_in.pop()] = rows[0]["cuda"]
+            return out
+
+        self.experiment("slgpu", 3, 12, 0.5, slurm_opts=", cpus: 1", resources="{gpu: 1}")
+        p = self.start_tune("run", "slgpu.yaml")
+        waited = []
+
+        def running_jobs():
+            lines = slurm("squeue", "-h", "-o", "%i|%T|%r|%j").splitlines()
+            mine = [x.split("|") for x in lines if x.split("|")[3].startswith("tune-slgpu-")]
+            if sum(1 for x in mine if x[1] == "RUNNING") == 2:
+                waited.extend(x[2] for x in mine if x[1] == "PENDING")
+            return {x[0] for x in mine if x[1] == "RUNNING"}
+        together = watch(running_jobs, lambda: p.poll() is not None)
+        p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 0)
+        self.check_complete("slgpu", 12)
+        self.assertIn("Resources", waited)  # the third job waited for a GPU
+        by_job = gpus("slgpu", "job_gpus")
+        self.assertEqual(len(by_job), 3)
+        self.assertTrue(together)
+        for pair in together:
+            self.assertEqual(len({by_job[j] for j in pair}), 2, (pair, by_job))
+
+        # Steps of the driver's allocation (3 tasks, 2 GPUs).
+        self.experiment("slgpus", 3, 12, 0.5, partition=None, resources="{gpu: 1}",
+                        slurm_opts=", use_allocation: true, cpus: 1")
+        driver, out = self.sbatch_driver("slgpus", tasks=3, extra=["--gpus=2"])
+        try:
+            def running_steps():
+                q = slurm("squeue", "-h", "-s", "-j", driver, "-o", "%i|%j", check=False)
+                return {x.split("|")[0] for x in q.splitlines()
+                        if x.split("|", 1)[-1].startswith("tune-slgpus-")}
+            together = watch(running_steps, lambda: not slurm(
+                "squeue", "-h", "-j", driver, check=False).strip())
+        finally:
+            slurm("scancel", driver, check=False)
+        self.check_complete("slgpus", 12)
+        by_step = gpus("slgpus", "step_gpus")
+        self.assertEqual(len(by_step), 3)
+        self.assertTrue(together)
+        for pair in together:
+            self.assertEqual(len({by_step[s] for s in pair}), 2, (pair, by_step))
+        # tune had started all three steps' sruns before the first trial ended: the third step
+        # waited for a GPU in Slurm, not in tune.
+        log = self.log("slgpus")
+        third = [m.start() for m in re.finditer(r"slurm job step started", log)][2]
+        first_end = re.search(r"trial \S+ (terminated|TERMINATED)", log)
+        self.assertTrue(first_end and third < first_end.start(), log)
+
+    def sbatch_driver(self, name, script=None, tasks=2, extra=()):
+        """Submits `tune run NAME.yaml` (or `script`) as a batch job of 2 (`tasks`) one-CPU
+        tasks: (job id, its output)."""
         out = os.path.join(self.dir, name + "-driver.out")
         env = dict(self.env)
         env.pop("SLURM_JOB_ID", None)
         driver = subprocess.run(
-            ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=2",
-             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir,
+            ["sbatch", "--parsable", "--job-name=%s-driver" % name, "--ntasks=%d" % tasks,
+             "--cpus-per-task=1", "--output=" + out, "--chdir=" + self.dir, *extra,
              "--wrap", script or "exec '%s' run %s.yaml" % (TUNE, name)],
             env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
         return driver.split(";")[0], out
@@ -401,6 +543,14 @@ class SlurmTest(TuneTest):
         for t in self.trials("slfail"):
             self.assertEqual(t["failures"], 0)
 
+    def release(self, job):
+        """Lets a job Slurm requeued run again now: Slurm holds it in BeginTime for ~2 minutes
+        after a requeue, which is Slurm's policy, not part of what the tests check."""
+        self.wait_for(lambda: "BeginTime" in slurm("squeue", "-h", "-j", job, "-o", "%r",
+                                                   check=False), timeout=30,
+                      what="the requeued job held")
+        slurm("scontrol", "update", "JobId=" + job, "StartTime=now")
+
     @unittest.skipUnless(os.environ.get("TUNE_SLURM_SLOW"), "slow: set TUNE_SLURM_SLOW=1")
     def test_requeue_and_time_limit_count_no_failure(self):
         # Both trials have a 1-minute limit with SIGTERM 30 s before it, so each attempt runs
@@ -414,6 +564,11 @@ class SlurmTest(TuneTest):
         t0 = [t for t in self.trials("slslow") if t["trial_id"] == "00000"][0]
         job, _ = self.job_of("slslow", t0)
         slurm("scontrol", "requeue", job)
+        # Slurm holds a requeued job ~2 minutes (BeginTime); once tune has prepared the job's
+        # next run, the test lets it start at once rather than wait.
+        self.wait_for(lambda: "runs when Slurm restarts its requeued job " + job in
+                      self.log("slslow"), timeout=60, what="the rerun prepared")
+        self.release(job)
         out, err = p.communicate(timeout=600)
         self.assertEqual(p.returncode, 0, err)
         log = self.log("slslow")
@@ -434,7 +589,7 @@ class SlurmTest(TuneTest):
     @unittest.skipUnless(os.environ.get("TUNE_SLURM_SLOW"), "slow: set TUNE_SLURM_SLOW=1")
     def test_requeue_with_no_driver_runs_the_next_attempt_on_its_own(self):
         # The driver dies; then Slurm requeues the job (scontrol requeue: SIGTERM, on which the
-        # trial checkpoints, unseen by any driver). Its rerun (~2 minutes later: BeginTime)
+        # trial checkpoints, unseen by any driver). Its rerun (let out of BeginTime at once)
         # starts the next attempt by itself from the latest checkpoint in the trial dir; the
         # resumed driver adopts it: every iteration once, no failure.
         self.experiment("slnod", 1, 70, 0.5)
@@ -446,9 +601,10 @@ class SlurmTest(TuneTest):
         p.kill()
         p.communicate()
         slurm("scontrol", "requeue", job)
+        self.release(job)  # rather than wait ~2 minutes in BeginTime
         sdir = os.path.join(self.exp_dir("slnod"), ".tune", "slurm")
         note = os.path.join(sdir, "%s.job%s.claim1" % (t["trial_name"], job), "self")
-        self.wait_for(lambda: os.path.exists(note), timeout=240, what="Slurm's rerun of the job")
+        self.wait_for(lambda: os.path.exists(note), timeout=60, what="Slurm's rerun of the job")
         with open(note) as f:
             size, restored = f.read().split()
         self.assertRegex(restored, r"^checkpoint_\d{6}$")

@@ -2,249 +2,10 @@
 // number of trials, max_jobs, exits read from the supervisor's record, requeues and time limits
 // re-queued without a failure (twice without a checkpoint: one), stops, failing sbatch; and the
 // pieces it is made of (squeue parsing, sbatch options, the scripts Slurm runs).
-#include <signal.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <catch2/catch.hpp>
-#include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <memory>
-#include <mutex>
-#include <set>
-#include <thread>
-
-#include "exec/exit_record.hpp"
-#include "exec/slurm_executor.hpp"
-#include "util/atomic_file.hpp"
-#include "util/fs.hpp"
+#include "slurm_fake.hpp"
 
 using namespace tune;
 namespace fs = std::filesystem;
-
-namespace {
-
-// A Slurm whose jobs the test moves from state to state by hand.
-struct FakeSlurm final : exec::SlurmClient {
-  std::mutex m;
-  int next_id = 100;
-  std::vector<std::vector<std::string>> submitted;     // args of each sbatch
-  std::map<std::string, std::string> states;           // job id -> squeue state
-  std::map<std::string, std::string> names, comments;  // job id -> --job-name, --comment
-  std::vector<std::pair<std::vector<std::string>, bool>> cancels;
-  int queue_calls = 0;
-  std::string fail_submit;                     // non-empty: sbatch fails with this message
-  std::atomic<int> submit_ms{0}, queue_ms{0};  // how long sbatch and squeue take
-
-  Result<std::string> submit(const std::vector<std::string>& args, const fs::path&) override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(submit_ms.load()));
-    std::lock_guard lk(m);
-    if (!fail_submit.empty()) return fail(fail_submit);
-    submitted.push_back(args);
-    std::string id = std::to_string(next_id++);
-    states[id] = "PENDING";
-    for (const auto& a : args) {
-      if (a.starts_with("--job-name=")) names[id] = a.substr(11);
-      if (a.starts_with("--comment=")) comments[id] = a.substr(10);
-    }
-    return id;
-  }
-  Result<void> test_only(const std::vector<std::string>&) override { return {}; }
-  Result<std::vector<exec::JobInfo>> queue() override {
-    std::this_thread::sleep_for(std::chrono::milliseconds(queue_ms.load()));
-    std::lock_guard lk(m);
-    ++queue_calls;
-    std::string text;
-    for (auto& [id, st] : states)
-      text += id + "|" + st + "|None|" + (comments.count(id) ? comments[id] : "(null)") + "|" +
-              (names.count(id) ? names[id] : "someone-elses") + "\n";
-    return exec::parse_squeue(text);
-  }
-  bool has_accounting = false;
-  int acct_calls = 0;
-  std::map<std::string, std::string> acct_lines;  // job id -> its sacct line
-  Result<exec::Accounting> accounting(const std::vector<std::string>& ids) override {
-    std::lock_guard lk(m);
-    ++acct_calls;
-    if (!has_accounting) return exec::Accounting{false, {}};
-    std::string text;
-    for (auto& id : ids)
-      if (acct_lines.count(id)) text += acct_lines[id] + "\n";
-    return exec::Accounting{true, exec::parse_sacct(text)};
-  }
-  Result<void> cancel(const std::vector<std::string>& ids, bool term) override {
-    std::lock_guard lk(m);
-    cancels.emplace_back(ids, term);
-    return {};
-  }
-  // use_allocation: steps started (srun's args), those the test ended, signals sent.
-  std::vector<std::vector<std::string>> steps;
-  std::set<std::string> steps_done;
-  std::vector<std::pair<std::string, int>> step_signals;
-  Result<std::string> start_step(const std::vector<std::string>& args, const fs::path&,
-                                 const fs::path&) override {
-    std::lock_guard lk(m);
-    steps.push_back(args);
-    return std::to_string(9000 + steps.size() - 1);
-  }
-  std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override {
-    std::lock_guard lk(m);
-    std::vector<std::string> out;
-    for (auto& id : ids)
-      if (steps_done.count(id)) out.push_back(id);
-    return out;
-  }
-  void signal_steps(const std::vector<std::string>& ids, int sig) override {
-    std::lock_guard lk(m);
-    for (auto& id : ids) step_signals.emplace_back(id, sig);
-  }
-  bool signalled(const std::string& id, int sig) {
-    std::lock_guard lk(m);
-    return std::find(step_signals.begin(), step_signals.end(), std::pair{id, sig}) !=
-           step_signals.end();
-  }
-  void set(const std::string& id, const std::string& st) {
-    std::lock_guard lk(m);
-    states[id] = st;
-  }
-  // A job submitted by hand (not through the executor).
-  void add(const std::string& id, const std::string& st, const std::string& name,
-           const std::string& comment = "") {
-    std::lock_guard lk(m);
-    states[id] = st;
-    names[id] = name;
-    if (!comment.empty()) comments[id] = comment;
-  }
-  bool cancelled(const std::string& id) {
-    std::lock_guard lk(m);
-    for (auto& [ids, term] : cancels)
-      if (std::find(ids.begin(), ids.end(), id) != ids.end()) return true;
-    return false;
-  }
-  size_t submits() {
-    std::lock_guard lk(m);
-    return submitted.size();
-  }
-};
-
-// Hands the executor a client that forwards to a fake the test keeps (it outlives the executor).
-struct Forward final : exec::SlurmClient {
-  std::shared_ptr<FakeSlurm> f;
-  explicit Forward(std::shared_ptr<FakeSlurm> fake) : f(std::move(fake)) {}
-  Result<std::string> submit(const std::vector<std::string>& a, const fs::path& p) override {
-    return f->submit(a, p);
-  }
-  Result<void> test_only(const std::vector<std::string>& a) override { return f->test_only(a); }
-  Result<std::vector<exec::JobInfo>> queue() override { return f->queue(); }
-  Result<exec::Accounting> accounting(const std::vector<std::string>& ids) override {
-    return f->accounting(ids);
-  }
-  Result<void> cancel(const std::vector<std::string>& ids, bool term) override {
-    return f->cancel(ids, term);
-  }
-  Result<std::string> start_step(const std::vector<std::string>& a, const fs::path& l,
-                                 const fs::path& log) override {
-    return f->start_step(a, l, log);
-  }
-  std::vector<std::string> ended_steps(const std::vector<std::string>& ids) override {
-    return f->ended_steps(ids);
-  }
-  void signal_steps(const std::vector<std::string>& ids, int sig) override {
-    f->signal_steps(ids, sig);
-  }
-};
-
-struct Fixture {
-  fs::path dir = fs::temp_directory_path() / ("tune-slurm-" + std::to_string(::getpid()));
-  std::string key = std::string(32, 'c');
-  std::shared_ptr<FakeSlurm> owned;
-  FakeSlurm* fake = nullptr;
-  std::unique_ptr<exec::SlurmExecutor> ex;
-  std::vector<exec::Event> events;
-
-  explicit Fixture(int max_jobs = 100, bool use_allocation = false) {
-    fs::remove_all(dir);
-    fs::create_directories(dir / ".tune");
-    exec::SlurmOptions o;
-    o.max_jobs = max_jobs;
-    o.exp_name = "e";
-    o.exp_dir = dir;
-    o.supervisor = "/bin/true";
-    o.record_key = key;
-    o.poll_s = 0.05;
-    o.scan_s = 0.01;
-    o.record_wait_s = 0.1;
-    o.job.signal_grace_s = 30;
-    o.job.cpus = 2;
-    o.use_allocation = use_allocation;
-    owned = std::make_shared<FakeSlurm>();
-    fake = owned.get();
-    ex = std::make_unique<exec::SlurmExecutor>(o, std::make_unique<Forward>(owned));
-  }
-  ~Fixture() {
-    ex.reset();
-    fs::remove_all(dir);
-  }
-  exec::Launch launch(const std::string& id, int attempt = 1) {
-    exec::Launch l;
-    l.trial_id = id;
-    l.attempt = attempt;
-    l.trial_dir = dir / ("trial_" + id);
-    l.cwd = dir;
-    l.host = "slurm";
-    l.argv = {"true"};
-    return l;
-  }
-  // Runs the executor's loop until `pred` holds (or 5 s).
-  template <class P>
-  bool pump(P pred) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (std::chrono::steady_clock::now() < until) {
-      for (auto& e : ex->wait(0.01)) events.push_back(std::move(e));
-      if (pred()) return true;
-    }
-    return false;
-  }
-  // Runs the loop for `s` seconds.
-  void settle(double s) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(s);
-    while (std::chrono::steady_clock::now() < until)
-      for (auto& e : ex->wait(0.01)) events.push_back(std::move(e));
-  }
-  std::optional<exec::ExitInfo> exit_of(const std::string& id) {
-    for (auto& e : events)
-      if (auto* x = std::get_if<exec::ExitEvent>(&e); x && x->trial_id == id) return x->info;
-    return std::nullopt;
-  }
-  std::string output_of(const std::string& id) {
-    std::string out;
-    for (auto& e : events)
-      if (auto* o = std::get_if<exec::OutputEvent>(&e); o && o->trial_id == id) out += o->data;
-    return out;
-  }
-  // What the supervisor of `id`'s attempt writes when it ends: the nonce of this run of the job
-  // its .job file names (or `nonce` if given).
-  void record(const std::string& id, int attempt, const std::string& reason, int code = 0,
-              std::string nonce = "") {
-    std::string name = "trial_" + id;
-    if (nonce.empty()) {
-      auto job = exec::read_job_file(dir, name);
-      REQUIRE(job);
-      nonce = exec::slurm_attempt_nonce(key, name, job->first_attempt, job->job_id, attempt);
-    }
-    std::string text = R"({"attempt":)" + std::to_string(attempt) + R"(,"nonce":")" + nonce +
-                       R"(","exit_code":)" + std::to_string(code) + R"(,"reason":")" + reason +
-                       R"(","ended":1.0})";
-    REQUIRE(util::write_file_atomic(dir / exec::record_path(name), text, false));
-  }
-  std::string job_of(const std::string& id) {
-    auto f = exec::read_job_file(dir, "trial_" + id);
-    return f ? f->job_id : "";
-  }
-};
-
-}  // namespace
 
 TEST_CASE("squeue lines are parsed and junk is skipped", "[slurm]") {
   auto jobs = exec::parse_squeue(
@@ -538,6 +299,40 @@ TEST_CASE("a rerun whose checkpoint is not the one the trial restarts from is no
   REQUIRE(f.ex->start(l));
   REQUIRE(f.pump([&] { return f.fake->submits() == 1; }));  // a new job for the attempt
   CHECK(f.pump([&] { return f.fake->cancelled("100"); }));  // the rerun's job ended
+}
+
+TEST_CASE("a malformed self-rerun note is ignored with one warning naming it", "[slurm]") {
+  Fixture f;
+  std::string name = "trial_00053";
+  fs::path sdir = f.dir / exec::kSlurmDir;
+  fs::create_directories(sdir);
+  fs::create_directories(f.dir / ".tune" / "exit");
+  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
+  fs::path claim = exec::claim_dir(sdir, name, "100", 1);
+  fs::create_directories(claim);
+  for (const char* junk : {"5 ../../etc\n", "x checkpoint_000001\n", "nospace", ""}) {
+    REQUIRE(util::write_file_atomic(claim / "self", junk, false));
+    std::string problem;
+    CHECK_FALSE(exec::read_self_rerun(sdir, name, "100", 1, &problem));
+    CHECK(problem.find((claim / "self").string()) == 0);
+  }
+  std::string problem;
+  CHECK_FALSE(exec::read_self_rerun(sdir, name, "100", 2, &problem));  // none: no problem
+  CHECK(problem.empty());
+  REQUIRE(util::write_file_atomic(claim / "self", "5 ../../etc\n", false));
+  LogCapture log;
+  // Read at each attach (and each decision after): the attempt is re-attached as if there were
+  // no note, and the warning names the file once.
+  for (int i = 0; i < 2; ++i) {
+    auto found = f.ex->attach(f.launch("00053", 1));
+    REQUIRE(found);
+    CHECK(*found == exec::Attached::kRunning);
+  }
+  std::string text = log.text();
+  CHECK(text.find("malformed self-rerun note: " + (claim / "self").string()) != std::string::npos);
+  size_t first = text.find("malformed self-rerun note");
+  CHECK(text.find("malformed self-rerun note", first + 1) == std::string::npos);
 }
 
 TEST_CASE("a requeued job's stub runs the next attempt from the latest checkpoint on its own",
@@ -1001,111 +796,4 @@ TEST_CASE("a job gone from squeue is judged by sacct where the cluster has accou
     }
     CHECK(f.ex->accounting_calls() == 1);
   }
-}
-
-TEST_CASE("use_allocation: trials are job steps of the driver's allocation, never jobs",
-          "[slurm]") {
-  Fixture f(2, true);
-  REQUIRE(f.ex->check());  // no sbatch --test-only
-  for (const char* id : {"00030", "00031", "00032"}) REQUIRE(f.ex->start(f.launch(id)));
-  REQUIRE(f.pump([&] {
-    std::lock_guard lk(f.fake->m);
-    return f.fake->steps.size() == 2;
-  }));
-  f.settle(0.3);
-  {
-    std::lock_guard lk(f.fake->m);
-    CHECK(f.fake->steps.size() == 2);  // max_jobs steps at once
-    CHECK(f.fake->submitted.empty());  // no sbatch
-    CHECK(f.fake->queue_calls == 0);   // no squeue of jobs
-    auto& a = f.fake->steps[0];
-    for (const char* want :
-         {"--exclusive", "--ntasks=1", "--cpus-per-task=2", "--job-name=tune-e-trial_00030"})
-      CHECK(std::find(a.begin(), a.end(), std::string(want)) != a.end());
-  }
-  // Its supervisor's record (the attempt's own nonce: a step is never requeued) ends it.
-  f.record("00030", 1, "exited", 0, exec::attempt_nonce(f.key, "trial_00030", 1));
-  REQUIRE(f.pump([&] { return f.exit_of("00030").has_value(); }));
-  CHECK(f.exit_of("00030")->reason == exec::ExitReason::kExited);
-  REQUIRE(f.pump([&] {
-    std::lock_guard lk(f.fake->m);
-    return f.fake->steps.size() == 3;  // room for the third
-  }));
-  // Stopping: SIGTERM to the step's srun (passed on to the supervisor), SIGUSR1 to kill now;
-  // never scancel (the allocation is the driver's own).
-  REQUIRE(f.pump([&] { return f.ex->take_job_ids().empty(); }));
-  f.ex->stop("00031", false);
-  REQUIRE(f.pump([&] { return f.fake->signalled("9001", SIGTERM); }));
-  CHECK_FALSE(f.fake->signalled("9001", SIGUSR1));
-  f.ex->stop("00031", true);
-  REQUIRE(f.pump([&] { return f.fake->signalled("9001", SIGUSR1); }));
-  {
-    std::lock_guard lk(f.fake->m);
-    f.fake->steps_done.insert("9001");  // its srun ends; no record
-  }
-  REQUIRE(f.pump([&] { return f.exit_of("00031").has_value(); }));
-  CHECK(f.exit_of("00031")->reason == exec::ExitReason::kDriverStop);
-  // A step whose srun ends without a record (not stopped): the supervisor died.
-  {
-    std::lock_guard lk(f.fake->m);
-    f.fake->steps_done.insert("9002");
-  }
-  REQUIRE(f.pump([&] { return f.exit_of("00032").has_value(); }));
-  CHECK(f.exit_of("00032")->reason == exec::ExitReason::kSupervisorDied);
-  CHECK(f.fake->cancels.empty());
-  // A signal for an srun already reaped is never sent (its pid may be someone else's now).
-  f.ex->stop("00032", true);
-  f.settle(0.2);
-  CHECK_FALSE(f.fake->signalled("9002", SIGUSR1));
-  // A resume finds the steps whose srun still runs (they outlive a killed driver): 00030's
-  // (its srun has not ended here), not those whose srun ended.
-  auto live = f.ex->live_attempts();
-  REQUIRE(live.size() == 1);
-  CHECK(live[0].trial_name == "trial_00030");
-  CHECK(live[0].supervisor == 9000);
-}
-
-TEST_CASE("use_allocation: a resume re-attaches to a step whose srun still runs", "[slurm]") {
-  Fixture f(4, true);
-  fs::path sdir = f.dir / exec::kSlurmDir;
-  fs::create_directories(sdir);
-  fs::create_directories(f.dir / ".tune" / "exit");
-  char host[256] = {};
-  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
-  auto step_file = [&](const std::string& trial, const std::string& text) {
-    REQUIRE(util::write_file_atomic(sdir / (trial + ".step"), text, false));
-  };
-  // An earlier driver's step of attempt 2, on this machine, its srun still running; the step
-  // wrote its id.
-  step_file("trial_00040", "9100 2 " + std::string(host) + "\n");
-  REQUIRE(util::write_file_atomic(sdir / "trial_00040.a2.stepid", "77.4\n", false));
-  auto found = f.ex->attach(f.launch("00040", 2));
-  REQUIRE(found);
-  CHECK(*found == exec::Attached::kRunning);
-  auto ids = f.ex->take_job_ids();
-  REQUIRE(ids.size() == 1);
-  CHECK(ids[0] == std::pair<std::string, std::string>{"00040", "77.4"});  // for tune status
-  // Another attempt's step, one on another machine, one whose srun ended: not re-attached.
-  step_file("trial_00041", "9101 1 " + std::string(host) + "\n");
-  step_file("trial_00042", "9102 2 some-other-host\n");
-  step_file("trial_00043", "9103 2 " + std::string(host) + "\n");
-  step_file("trial_00044", "junk");
-  {
-    std::lock_guard lk(f.fake->m);
-    f.fake->steps_done.insert("9103");
-  }
-  for (const char* id : {"00041", "00042", "00043", "00044"}) {
-    auto gone = f.ex->attach(f.launch(id, 2));
-    REQUIRE(gone);
-    CHECK(*gone == exec::Attached::kGone);
-  }
-  // The re-attached step is watched and stopped through its srun as one this driver started.
-  f.ex->stop("00040", false);
-  REQUIRE(f.pump([&] { return f.fake->signalled("9100", SIGTERM); }));
-  f.record("00040", 2, "driver_stop", 0, exec::attempt_nonce(f.key, "trial_00040", 2));
-  REQUIRE(f.pump([&] { return f.exit_of("00040").has_value(); }));
-  CHECK(f.exit_of("00040")->reason == exec::ExitReason::kDriverStop);
-  CHECK(f.exit_of("00040")->attempt == 2);
-  CHECK(f.fake->submits() == 0);
-  CHECK(f.fake->steps.empty());  // nothing started again
 }
