@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/clock.hpp"
 #include "util/process.hpp"
 
 extern char** environ;
@@ -19,11 +20,7 @@ namespace tune::exec {
 
 namespace {
 
-double mono() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
+using util::mono;
 
 std::string trim(std::string_view s) {
   size_t a = s.find_first_not_of(" \t\r\n");

@@ -21,16 +21,13 @@
 
 #include "exec/exit_record.hpp"
 #include "exec/slurm_executor.hpp"
+#include "util/clock.hpp"
 
 namespace tune::exec {
 
 namespace slurm_detail {
 
-inline double mono() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
+using util::mono;
 
 // This machine's name (where a step's srun runs: only there can a resume watch it). The tests
 // make a resume look like one on another machine with TUNE_TEST_SLURM_HOST (read once).
