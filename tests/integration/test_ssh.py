@@ -431,6 +431,63 @@ class SshTest(TuneTest):
                          "weights.bin")
         self.assertEqual(os.path.getsize(f), 4 << 20)
 
+    def link_rx(self, i):
+        """Bytes the head has received over worker i's link (netns mode)."""
+        with open(os.path.join(self.hosts_dir, "w%d" % (i + 1), "veth")) as f:
+            veth = f.read().strip()
+        with open("/sys/class/net/%s/statistics/rx_bytes" % veth) as f:
+            return int(f.read())
+
+    def test_a_trial_that_checkpoints_faster_than_its_pulls_go_has_its_newest_copied(self):
+        # Over a link slowed to 8 Mbit/s a 1 MB checkpoint takes ~1 s to pull. The trial saves
+        # 6 checkpoints 0.1 s apart (keep 5), waits, saves 5 more (which push the first 6 out),
+        # waits, and ends. A sync that a checkpoint asks for copies only the newest one kept:
+        # checkpoint 1, then 6, then 7 and 11, and 8-10 at the end: ~7 MB cross the link.
+        # Copying every kept one the head lacked (2-6 together after 1, then 7, then 8-11)
+        # moved 11 MB.
+        self.write("burst.py", """
+            import os, tempfile, time, tune_trial
+            i = 0
+            for burst in (6, 5):
+                for _ in range(burst):
+                    i += 1
+                    d = tempfile.mkdtemp()
+                    with open(os.path.join(d, "weights.bin"), "wb") as f:
+                        f.write(os.urandom(1 << 20))
+                    tune_trial.report({"i": i}, checkpoint_dir=d)
+                    time.sleep(0.1)
+                time.sleep(5)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: burst
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'burst.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            checkpoint_config: {{num_to_keep: 5}}
+            sync_config: {{sync_period: 600}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to shape")
+        try:
+            before = self.link_rx(0)
+            self.tune("run", "exp.yaml", check=0, timeout=120)
+            moved = self.link_rx(0) - before
+        finally:
+            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
+        t = self.trials("burst")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        head = os.path.join(self.exp_dir("burst"), t["trial_name"])
+        names = sorted(n for n in os.listdir(head) if "checkpoint_" in n)
+        self.assertEqual(names, ["checkpoint_%06d" % i for i in range(7, 12)])
+        for n in names:
+            self.assertEqual(os.path.getsize(os.path.join(head, n, "weights.bin")), 1 << 20)
+        print("\n%.1f MB received for 5 MB kept" % (moved / 2**20), file=sys.stderr)
+        self.assertGreater(moved, 5 << 20)  # (the 5 kept crossed)
+        self.assertLess(moved, 9 << 20, "%.1f MB received for 5 MB kept" % (moved / 2**20))
+
     def test_step_mode_saves_on_a_slow_host_never_stall_the_loop(self):
         # A host slow to answer: there, `tune-supervisor --adopt` (which moves a step-mode save
         # into place) takes 1 s; the trial puts that slow wrapper in place on its host before
