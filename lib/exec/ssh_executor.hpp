@@ -105,6 +105,7 @@ class SshExecutor final : public Executor {
   struct Impl;  // (named by the implementation's helpers only)
 
  private:
+  void finish_deletions();
   std::unique_ptr<Impl> impl_;
 };
 

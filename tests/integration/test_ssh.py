@@ -488,6 +488,36 @@ class SshTest(TuneTest):
         self.assertGreater(moved, 5 << 20)  # (the 5 kept crossed)
         self.assertLess(moved, 9 << 20, "%.1f MB received for 5 MB kept" % (moved / 2**20))
 
+    def test_checkpoints_dropped_as_the_run_ends_are_deleted_on_the_worker_too(self):
+        # With the state written only every 60 s, retention's deletions all wait for the run's
+        # last state write, just before the driver exits. The worker then keeps exactly what
+        # the head keeps (they were dropped from the hosts' queues at exit: it kept all 6).
+        self.write("lastck.py", """
+            import os, tempfile, tune_trial
+            for i in range(1, 7):
+                d = tempfile.mkdtemp()
+                with open(os.path.join(d, "w"), "w") as f:
+                    f.write(str(i))
+                tune_trial.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: lastck
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'lastck.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            checkpoint_config: {{num_to_keep: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=120,
+                  env=dict(self.env, TUNE_GLOBAL_CHECKPOINT_S="60"))
+        for t in self.trials("lastck"):
+            self.assertEqual(t["status"], "TERMINATED")
+            head = os.path.join(self.exp_dir("lastck"), t["trial_name"])
+            worker = self.worker_dir(0, "lastck", t["trial_name"])
+            for where in (head, worker):
+                self.assertEqual(sorted(n for n in os.listdir(where) if n.startswith("checkpoint_")),
+                                 ["checkpoint_000006"], where)
+
     def test_step_mode_saves_on_a_slow_host_never_stall_the_loop(self):
         # A host slow to answer: there, `tune-supervisor --adopt` (which moves a step-mode save
         # into place) takes 1 s; the trial puts that slow wrapper in place on its host before
