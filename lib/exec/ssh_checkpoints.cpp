@@ -72,6 +72,7 @@ Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string
   }
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (*st != 0) return fail(util::printable(out, 300));
+  seed_checkpoint(r, path, dest);
   r.checkpoints.insert(dest);
   r.adopted_at[dest] = mono();
   return {};

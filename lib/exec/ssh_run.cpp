@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <utility>
+
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -105,6 +107,21 @@ void plan_sync(SyncContext& c, Run& r, bool full) {
         {},
         {}};
   std::vector<std::string> missing = checkpoints_to_copy(r, full);
+  // One the head has a copy of already (seed_checkpoint): only what differs crosses the link.
+  std::vector<std::string> seeded;
+  if (c.opts.syncer == "rsync")
+    std::erase_if(missing, [&](const std::string& n) {
+      bool seed = fs::is_directory(fs::symlink_status(r.head_dir / (".sync_" + n), ec));
+      if (seed) seeded.push_back(n);
+      return seed;
+    });
+  for (const auto& n : seeded) {
+    fs::path staging = r.head_dir / (".sync_" + n);
+    steps.push_back({rsync(r.dir + "/" + n + "/", staging.string() + "/", {"--delete", "-c"}),
+                     staging,
+                     r.head_dir / n,
+                     {}});
+  }
   if (c.opts.syncer == "rsync" && missing.size() > 1) {
     // One rsync for all of them (each costs an rsync start otherwise, ~0.2 s over ssh).
     fs::path staging = r.head_dir / kBatchStaging;
@@ -180,6 +197,9 @@ void finish_batch(SyncContext& c, Run& r, int status, double now) {
 }  // namespace
 
 bool poll_sync(SyncContext& c, Run& r, double now, bool may_start) {
+  if (!r.seeds_later.empty() && !(r.sync_pid > 0 && r.current && r.current->staging.empty()))
+    for (const auto& [moved, name] : std::exchange(r.seeds_later, {}))
+      if (r.checkpoints.count(name)) seed_checkpoint(r, moved, name);
   if (r.sync_pid > 0) {
     auto status = util::try_wait(r.sync_pid);
     if (!status && now - r.sync_started > c.opts.sync_timeout) {
@@ -250,9 +270,26 @@ bool poll_sync(SyncContext& c, Run& r, double now, bool may_start) {
   return false;
 }
 
+void seed_checkpoint(Run& r, const std::string& moved, const std::string& name) {
+  std::string rel = moved.starts_with(r.dir + "/") ? moved.substr(r.dir.size() + 1) : "";
+  while (!rel.empty() && rel.back() == '/') rel.pop_back();
+  // Only a dir of the trial dir's own (no symlink on the way), while no files step runs.
+  if (rel.empty() || rel[0] == '.' || rel.find('/') != std::string::npos) return;
+  if (r.sync_pid > 0 && r.current && r.current->staging.empty()) {  // it may be copying it
+    r.seeds_later.emplace_back(moved, name);
+    return;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(r.head_dir / rel, ec))) return;
+  (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + name);
+  fs::rename(r.head_dir / rel, r.head_dir / (".sync_" + name), ec);
+}
+
 void drop_checkpoint(SyncContext& c, Run& r, const std::string& name) {
   r.checkpoints.erase(name);
   r.adopted_at.erase(name);
+  if (!r.current || r.current->staging.filename() != ".sync_" + name)
+    (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + name);  // a seed, never copied
   // Does a copy step (queued or under way) still have something retention keeps?
   auto still_wanted = [&](Run::Step& s) {
     if (s.staging.empty()) return true;  // the files step

@@ -54,7 +54,10 @@ struct Run {
   bool sync_full = false;  // the trial ended: copy every checkpoint kept that the head lacks
   double due_at = 0;       // when one of them was asked for (syncs wait their turn by it)
   double next_sync = 0;
-  std::vector<std::string> rm_later;  // retention dropped them while a copy ran: deleted after
+  std::vector<std::string> rm_later;
+  // (dir on the host, checkpoint) moved there while a files step ran: seeded once it ends
+  std::vector<std::pair<std::string, std::string>>
+      seeds_later;  // retention dropped them while a copy ran: deleted after
   double sync_started = 0;
   double started_at = -1;  // when this driver started it (monotonic); -1 once output was read
 
@@ -98,6 +101,10 @@ bool poll_sync(SyncContext& c, Run& r, double now, bool may_start);
 // The checkpoints a sync copies, by name (full: all those kept that the head lacks; else only
 // the newest kept one, if the head lacks it).
 std::vector<std::string> checkpoints_to_copy(const Run& r, bool full);
+// The trial's dir `moved` (on the host) became checkpoint `name` there: a copy of it that an
+// earlier files step brought to the head becomes the start of that checkpoint's copy (kept
+// under its staging name; the copy then sends only what differs, checked by checksum).
+void seed_checkpoint(Run& r, const std::string& moved, const std::string& name);
 // Retention dropped checkpoint `name`: it is no longer copied, and a copy of it that is queued
 // or under way is dropped (a copy of several goes on for the others).
 void drop_checkpoint(SyncContext& c, Run& r, const std::string& name);

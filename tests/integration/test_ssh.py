@@ -488,6 +488,45 @@ class SshTest(TuneTest):
         self.assertGreater(moved, 5 << 20)  # (the 5 kept crossed)
         self.assertLess(moved, 9 << 20, "%.1f MB received for 5 MB kept" % (moved / 2**20))
 
+    def test_a_checkpoint_written_in_the_trial_dir_crosses_the_link_once(self):
+        # The trial writes its checkpoint in a dir of its own trial dir and reports it 2.5 s
+        # later: a periodic sync (every 1 s) has copied that dir to the head by then. Once the
+        # dir is the checkpoint, that copy is where the checkpoint's copy starts: its 2 MB
+        # cross the link once (twice before, and the head kept the stale dir for good).
+        self.write("indir.py", """
+            import os, tempfile, time, tune_trial
+            d = tempfile.mkdtemp(dir=os.environ["TUNE_TRIAL_DIR"])
+            with open(os.path.join(d, "weights.bin"), "wb") as f:
+                f.write(os.urandom(2 << 20))
+            time.sleep(2.5)
+            tune_trial.report({"i": 1}, checkpoint_dir=d)
+            time.sleep(1.5)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: indir
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'indir.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        if self.hosts["mode"] != "netns":
+            self.skipTest("loopback mode: no link to count bytes on")
+        before = self.link_rx(0)
+        self.tune("run", "exp.yaml", check=0, timeout=120)
+        moved = self.link_rx(0) - before
+        t = self.trials("indir")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        head = os.path.join(self.exp_dir("indir"), t["trial_name"])
+        worker = self.worker_dir(0, "indir", t["trial_name"])
+        with open(os.path.join(head, "checkpoint_000001", "weights.bin"), "rb") as a, \
+                open(os.path.join(worker, "checkpoint_000001", "weights.bin"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assertEqual(sorted(n for n in os.listdir(head) if os.path.isdir(os.path.join(head, n))),
+                         ["checkpoint_000001"])  # no stale copy, no staging left
+        print("\n%.1f MB received for a 2 MB checkpoint" % (moved / 2**20), file=sys.stderr)
+        self.assertLess(moved, 3 << 20, "%.1f MB received for a 2 MB checkpoint" % (moved / 2**20))
+
     def test_checkpoints_dropped_as_the_run_ends_are_deleted_on_the_worker_too(self):
         # With the state written only every 60 s, retention's deletions all wait for the run's
         # last state write, just before the driver exits. The worker then keeps exactly what

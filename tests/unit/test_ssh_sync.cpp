@@ -49,8 +49,8 @@ struct Sync {
     return s;
   }
   void start(Run::Step s) {
-    fs::create_directories(s.staging);
-    std::ofstream(s.staging / "weights.bin") << "partial";
+    if (!s.staging.empty()) fs::create_directories(s.staging);
+    if (!s.staging.empty()) std::ofstream(s.staging / "weights.bin") << "partial";
     r.sync_pid = *util::spawn_process(s.cmd, d.path / ".tune" / "sync.log");
     r.current = std::move(s);
   }
@@ -126,4 +126,47 @@ TEST_CASE("a queued copy of a dropped checkpoint never starts; the files step st
   REQUIRE(s.r.sync_steps.size() == 2);
   CHECK(s.r.sync_steps[0].batch == std::vector<std::string>{"checkpoint_000005"});
   CHECK(s.r.sync_steps[1].staging.empty());  // the files step
+}
+
+TEST_CASE("a dir of the trial dir that became a checkpoint seeds its copy on the head",
+          "[ssh_sync]") {
+  Sync s;
+  s.r.dir = "/srv/tune/exp/trial_00000";
+  auto on_head = [&](const std::string& rel) {
+    fs::create_directories(s.r.head_dir / rel);
+    std::ofstream(s.r.head_dir / rel / "weights.bin") << "w";
+  };
+  on_head("tmpabc");
+  exec::seed_checkpoint(s.r, s.r.dir + "/tmpabc", "checkpoint_000001");
+  CHECK_FALSE(fs::exists(s.r.head_dir / "tmpabc"));  // the stale copy is gone from the head
+  CHECK(fs::exists(s.r.head_dir / ".sync_checkpoint_000001" / "weights.bin"));
+
+  // Never a nested or hidden dir, one outside the trial dir, or one that is a symlink here.
+  on_head("a/b");
+  on_head(".hidden");
+  fs::create_directory_symlink(s.r.head_dir / "a", s.r.head_dir / "link");
+  exec::seed_checkpoint(s.r, s.r.dir + "/a/b", "checkpoint_000002");
+  exec::seed_checkpoint(s.r, s.r.dir + "/.hidden", "checkpoint_000003");
+  exec::seed_checkpoint(s.r, s.r.dir + "/link", "checkpoint_000004");
+  exec::seed_checkpoint(s.r, "/srv/tune/exp/trial_000001/tmpabc", "checkpoint_000005");
+  for (int i = 2; i <= 5; ++i)
+    CHECK_FALSE(fs::exists(s.r.head_dir / (".sync_checkpoint_00000" + std::to_string(i))));
+  CHECK(fs::exists(s.r.head_dir / "a" / "b"));
+
+  // While a files step runs (it may be writing that copy), it waits for the next poll after.
+  on_head("tmpdef");
+  Run::Step files;
+  files.cmd = {"sleep", "30"};
+  s.start(files);
+  exec::seed_checkpoint(s.r, s.r.dir + "/tmpdef", "checkpoint_000006");
+  CHECK(fs::exists(s.r.head_dir / "tmpdef"));
+  CHECK(s.r.seeds_later.size() == 1);
+}
+
+TEST_CASE("a seed of a checkpoint retention dropped leaves the head", "[ssh_sync]") {
+  Sync s;
+  s.r.checkpoints = {"checkpoint_000001"};
+  fs::create_directories(s.r.head_dir / ".sync_checkpoint_000001");
+  exec::drop_checkpoint(s.c, s.r, "checkpoint_000001");
+  CHECK_FALSE(fs::exists(s.r.head_dir / ".sync_checkpoint_000001"));
 }
