@@ -2,7 +2,8 @@
 """tune against its peers and against the physical limit (issue 6). Run on demand:
 
   scripts/setup.sh --bench && python3 bench/peers.py [--config bench/peers.json] [--json out.json]
-                                                     [--only NAME ...]
+                                                     [--only NAME ...] [--baseline-tune BIN]
+                                                     [--repeat N]
 
 Six workloads, parameters in bench/peers.json (scaled to a 2-core machine), each printed with a
 baseline measured in the same run and the ratio:
@@ -13,7 +14,9 @@ baseline measured in the same run and the ratio:
                one trial printing results flat out (`cat` of a file)
   state        10,000 trials x 100 results: state write, resume start-up, driver RSS
   checkpoints  16 trials writing a 10 MB checkpoint every 2 s, keep 2, on SSH worker hosts with
-               rsync: bytes moved vs bytes retained, sync latency, overhead vs `syncer: none`
+               rsync: bytes received over the workers' links and bytes of checkpoints published
+               vs bytes retained, sync latency, overhead vs `syncer: none`; --baseline-tune
+               runs another build (e.g. main's) interleaved with this one, --repeat N times
   optuna       Optuna 3.1 (Debian's python3-optuna) running the same subprocess objective,
                200 trials of a 50 ms process, n_jobs=2, vs tune at concurrency 2
 The SSH workload needs root (it makes worker hosts in network namespaces); without it, it is
