@@ -2,7 +2,8 @@
 """tune against its peers and against the physical limit (issue 6). Run on demand:
 
   scripts/setup.sh --bench && python3 bench/peers.py [--config bench/peers.json] [--json out.json]
-                                                     [--only NAME ...]
+                                                     [--only NAME ...] [--baseline-tune BIN]
+                                                     [--repeat N]
 
 Six workloads, parameters in bench/peers.json (scaled to a 2-core machine), each printed with a
 baseline measured in the same run and the ratio:
@@ -13,7 +14,9 @@ baseline measured in the same run and the ratio:
                one trial printing results flat out (`cat` of a file)
   state        10,000 trials x 100 results: state write, resume start-up, driver RSS
   checkpoints  16 trials writing a 10 MB checkpoint every 2 s, keep 2, on SSH worker hosts with
-               rsync: bytes moved vs bytes retained, sync latency, overhead vs `syncer: none`
+               rsync: bytes received over the workers' links and bytes of checkpoints published
+               vs bytes retained, sync latency, overhead vs `syncer: none`; --baseline-tune
+               runs another build (e.g. main's) interleaved with this one, --repeat N times
   optuna       Optuna 3.1 (Debian's python3-optuna) running the same subprocess objective,
                200 trials of a 50 ms process, n_jobs=2, vs tune at concurrency 2
 The SSH workload needs root (it makes worker hosts in network namespaces); without it, it is
@@ -132,7 +135,73 @@ while time.time() - start < float(cfg["duration"]):
 """
 
 
-def checkpoints(tmp, c):
+def wire_rx(hj):
+    """Bytes the head has received from the worker hosts so far (their veth links, netns mode;
+    None in loopback mode): everything that crossed the link, ssh framing included."""
+    if hj["mode"] != "netns":
+        return None
+    total = 0
+    for k in range(1, len(hj["hosts"]) + 1):
+        with open(os.path.join(hj["_dir"], "w%d" % k, "veth")) as f:
+            veth = f.read().strip()
+        with open("/sys/class/net/%s/statistics/rx_bytes" % veth) as f:
+            total += int(f.read())
+    return total
+
+
+def retained_on_head(exp_dir):
+    """Bytes of the checkpoint dirs the head holds at the end (what retention kept)."""
+    total = 0
+    for root, dirs, files in os.walk(exp_dir):
+        if "/checkpoint_" in root + "/":
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def checkpoints_run(tmp, c, hj, host_lines, trial, syncer, tune):
+    # (in a dir of its own: it is the trials' workdir, which sync_workdir copies to the hosts,
+    # and `tmp` also holds the workers' storage)
+    os.makedirs(os.path.join(tmp, "exp"), exist_ok=True)
+    yaml = os.path.join(tmp, "exp", "ckpt-%s.yaml" % syncer)
+    with open(yaml, "w") as f:
+        f.write(textwrap.dedent(f"""
+            name: ckpt-{syncer}
+            trial: {{command: ["{SYSTEM_PY}", "{trial}"]}}
+            param_space: {{mb: {c['checkpoint_mb']}, every: {c['every_s']}, duration: {c['duration_s']}}}
+            num_samples: {c['trials']}
+            checkpoint_config: {{num_to_keep: {c['keep']}}}
+            sync_config: {{syncer: {syncer}, sync_period: 10}}
+            hosts:
+            """).lstrip() + host_lines)
+    storage = tempfile.mkdtemp(dir=tmp)
+    rx0 = wire_rx(hj)
+    t0 = time.monotonic()
+    subprocess.run([tune, "run", yaml, "--quiet", "--storage-path", storage], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.monotonic() - t0
+    rx1 = wire_rx(hj)
+    exp_dir = os.path.join(storage, "ckpt-" + syncer)
+    with open(os.path.join(exp_dir, "tune.log")) as f:
+        t = bench.ssh_timings([l for l in f if "ssh timings:" in l][-1])
+    out = {"wall_s": wall, "published": t["published"], "bytes_moved": t["bytes_moved"],
+           "publish_ms": t["publish_ms"], "wire_rx": None if rx0 is None else rx1 - rx0,
+           "retained_on_head": retained_on_head(exp_dir)}
+    # The workers' storage as the head sees it (netns mode: a bind mount inside each worker's
+    # namespace of STATE_DIR/wK/root)
+    workers = [os.path.join(hj["_dir"], "w%d" % k, "root", "ckpt-" + syncer)
+               for k in range(1, len(hj["hosts"]) + 1)]
+    if syncer == "none":  # no copies: what the workers keep is what is retained
+        out["retained_on_head"] = sum(retained_on_head(w) for w in workers)
+    if os.environ.get("PEERS_KEEP_LOG"):  # (analysis: the driver's log of each run)
+        shutil.copy(os.path.join(exp_dir, "tune.log"), "%s-%s-%d.log" % (
+            os.environ["PEERS_KEEP_LOG"], syncer, int(time.time())))
+    shutil.rmtree(storage, ignore_errors=True)
+    for w in workers:  # so that the next run starts from nothing
+        shutil.rmtree(w, ignore_errors=True)
+    return out
+
+
+def checkpoints(tmp, c, baseline_tune=None):
     if os.geteuid() != 0:
         return {"skipped": "needs root for worker hosts in network namespaces"}
     hosts_dir = os.path.join(tmp, "hosts")
@@ -142,6 +211,7 @@ def checkpoints(tmp, c):
     try:
         with open(os.path.join(hosts_dir, "hosts.json")) as f:
             hj = json.load(f)
+        hj["_dir"] = hosts_dir
         trial = write(os.path.join(tmp, "ckpt_trial.py"), CKPT_TRIAL)
         per_host = -(-c["trials"] // c["workers"])
         host_lines = "".join(
@@ -149,37 +219,31 @@ def checkpoints(tmp, c):
             "storage_path: %s, cpus: %d}\n" % (h["host"], h["port"], hj["user"], hj["identity_file"],
                                                hj["known_hosts"], h["storage_path"], per_host)
             for h in hj["hosts"])
-        results = {}
-        for syncer in ("none", "rsync"):
-            # (in a dir of its own: it is the trials' workdir, which sync_workdir copies to the
-            # hosts, and `tmp` also holds the workers' storage)
-            os.makedirs(os.path.join(tmp, "exp"), exist_ok=True)
-            yaml = os.path.join(tmp, "exp", "ckpt-%s.yaml" % syncer)
-            with open(yaml, "w") as f:
-                f.write(textwrap.dedent(f"""
-                    name: ckpt-{syncer}
-                    trial: {{command: ["{SYSTEM_PY}", "{trial}"]}}
-                    param_space: {{mb: {c['checkpoint_mb']}, every: {c['every_s']}, duration: {c['duration_s']}}}
-                    num_samples: {c['trials']}
-                    checkpoint_config: {{num_to_keep: {c['keep']}}}
-                    sync_config: {{syncer: {syncer}, sync_period: 10}}
-                    hosts:
-                    """).lstrip() + host_lines)
-            storage = tempfile.mkdtemp(dir=tmp)
-            wall = run_tune(yaml, storage)
-            with open(os.path.join(storage, "ckpt-" + syncer, "tune.log")) as f:
-                t = bench.ssh_timings([l for l in f if "ssh timings:" in l][-1])
-            results[syncer] = {"wall_s": wall, "published": t["published"],
-                               "bytes_moved": t["bytes_moved"], "publish_ms": t["publish_ms"]}
-            shutil.rmtree(storage, ignore_errors=True)
+        # This build, and (--baseline-tune) another one, interleaved in the same run.
+        tunes = [("tune", TUNE)] + ([("baseline", baseline_tune)] if baseline_tune else [])
+        runs = {name: {"none": [], "rsync": []} for name, _ in tunes}
+        for _ in range(c.get("repeat", 1)):
+            for name, binary in tunes:
+                for syncer in ("none", "rsync"):
+                    r = checkpoints_run(tmp, c, hj, host_lines, trial, syncer, binary)
+                    print("  checkpoints %s %s: %s" % (name, syncer, json.dumps(r)), file=sys.stderr)
+                    runs[name][syncer].append(r)
         retained = c["trials"] * c["keep"] * (c["checkpoint_mb"] << 20)
-        r = results["rsync"]
-        return {"wall_rsync_s": r["wall_s"], "wall_none_s": results["none"]["wall_s"],
-                "overhead_pct": (r["wall_s"] / results["none"]["wall_s"] - 1) * 100,
-                "bytes_moved": r["bytes_moved"], "bytes_retained": retained,
-                "moved_over_retained": r["bytes_moved"] / retained,
-                "checkpoints_published": r["published"], "publish_latency_ms": r["publish_ms"],
-                "mode": hj["mode"]}
+        out = {"mode": hj["mode"], "bytes_retained": retained, "runs": runs}
+        for name, _ in tunes:
+            med = lambda syncer, key: statistics.median(r[key] for r in runs[name][syncer])
+            r = {"wall_rsync_s": med("rsync", "wall_s"), "wall_none_s": med("none", "wall_s"),
+                 "bytes_moved": med("rsync", "bytes_moved"),
+                 "checkpoints_published": med("rsync", "published"),
+                 "publish_latency_ms": med("rsync", "publish_ms"),
+                 "retained_on_head": med("rsync", "retained_on_head")}
+            r["overhead_pct"] = (r["wall_rsync_s"] / r["wall_none_s"] - 1) * 100
+            r["moved_over_retained"] = r["bytes_moved"] / retained
+            if hj["mode"] == "netns":
+                r["wire_rx"] = med("rsync", "wire_rx")
+                r["wire_over_retained"] = r["wire_rx"] / retained
+            out.update(r) if name == "tune" else out.update({"baseline": r})
+        return out
     finally:
         subprocess.run([script, "down", hosts_dir], stdout=subprocess.DEVNULL)
 
@@ -268,12 +332,21 @@ def report(res):
         if "skipped" in r:
             rows.append(("5 checkpoint-heavy over SSH", "skipped", r["skipped"], "", ""))
         else:
-            rows.append(("5 checkpoints over SSH: wall vs syncer none", "%.1f s" % r["wall_rsync_s"],
-                         "%.1f s" % r["wall_none_s"], "+%.1f%%" % r["overhead_pct"], ""))
-            rows.append(("5 bytes moved vs bytes retained", "%.0f MB" % (r["bytes_moved"] / 1e6),
-                         "%.0f MB" % (r["bytes_retained"] / 1e6), "%.2fx" % r["moved_over_retained"], ""))
-            rows.append(("5 checkpoint on the head after", "%.0f ms" % r["publish_latency_ms"],
-                         "median", "", ""))
+            for label, r5 in [("", r)] + ([("main: ", r["baseline"])] if "baseline" in r else []):
+                rows.append(("5 %scheckpoints over SSH: wall vs syncer none" % label,
+                             "%.1f s" % r5["wall_rsync_s"], "%.1f s" % r5["wall_none_s"],
+                             "%+.1f%%" % r5["overhead_pct"], "<= +10%"))
+                rows.append(("5 %scheckpoints published vs retained" % label,
+                             "%.0f MB" % (r5["bytes_moved"] / 1e6),
+                             "%.0f MB" % (r["bytes_retained"] / 1e6),
+                             "%.2fx" % r5["moved_over_retained"], "<= 1.5x"))
+                if "wire_rx" in r5:
+                    rows.append(("5 %sbytes received over the links" % label,
+                                 "%.0f MB" % (r5["wire_rx"] / 1e6),
+                                 "%.0f MB" % (r["bytes_retained"] / 1e6),
+                                 "%.2fx" % r5["wire_over_retained"], "<= 1.5x"))
+                rows.append(("5 %scheckpoint on the head after" % label,
+                             "%.0f ms" % r5["publish_latency_ms"], "median", "", ""))
     if "optuna" in res:
         r = res["optuna"]
         if "skipped" in r:
@@ -292,9 +365,14 @@ def main():
     ap.add_argument("--config", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "peers.json"))
     ap.add_argument("--json", default="bench-results.json")
     ap.add_argument("--only", nargs="*", choices=list(WORKLOADS))
+    ap.add_argument("--baseline-tune", help="checkpoints: also run this tune binary (e.g. one "
+                    "built from main), interleaved with this build's runs, for before/after figures")
+    ap.add_argument("--repeat", type=int, help="checkpoints: runs of each (median reported)")
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
+    if a.repeat:
+        cfg["checkpoints"]["repeat"] = a.repeat
     res = {"machine": os.uname().nodename, "cpus": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d")}
     t0 = time.monotonic()
@@ -304,7 +382,10 @@ def main():
         tmp = tempfile.mkdtemp(prefix="tune-peers-")
         try:
             t = time.monotonic()
-            res[name] = fn(tmp, cfg[name])
+            if name == "checkpoints":
+                res[name] = fn(tmp, cfg[name], a.baseline_tune)
+            else:
+                res[name] = fn(tmp, cfg[name])
             print("[%s done in %.0f s]" % (name, time.monotonic() - t), file=sys.stderr)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -264,6 +264,7 @@ void Controller::apply_retention(trial::Trial& t, bool can_run) {
   std::erase_if(t.checkpoints, [&](const trial::Checkpoint& c) {
     if (std::find(doomed.begin(), doomed.end(), c.seq) == doomed.end()) return false;
     pending_deletions_.push_back({trial_dir(t), c.dir_name(), remote_host(t)});
+    if (!remote_host(t).empty()) ex_.checkpoint_dropped(t.id, c.dir_name());
     return true;
   });
   mark_dirty();

@@ -208,6 +208,12 @@ class Executor {
   }
   // A checkpoint was registered (sync_on_checkpoint for remote hosts).
   virtual void checkpoint_registered(const std::string& trial_id) { (void)trial_id; }
+  // Retention dropped checkpoint `name` of the trial; it is deleted (remove_checkpoint) only
+  // once the state no longer names it, but from now on it is not worth copying: remote hosts
+  // drop a copy of it that is queued or under way.
+  virtual void checkpoint_dropped(const std::string& trial_id, const std::string& name) {
+    (void)trial_id, (void)name;
+  }
   // Slurm: (trial id, job id) for each attempt whose job id became known since the last call,
   // for the experiment state.
   [[nodiscard]] virtual std::vector<std::pair<std::string, std::string>> take_job_ids() {

@@ -72,6 +72,9 @@ class MultiExecutor final : public Executor {
     if (!there.empty() && ssh_) ssh_->end_attempts(there, grace_s);
   }
   void checkpoint_registered(const std::string& id) override { of(id).checkpoint_registered(id); }
+  void checkpoint_dropped(const std::string& id, const std::string& name) override {
+    of(id).checkpoint_dropped(id, name);
+  }
   std::vector<std::pair<std::string, std::string>> take_job_ids() override {
     return slurm_ ? slurm_->take_job_ids() : std::vector<std::pair<std::string, std::string>>{};
   }

@@ -72,6 +72,7 @@ Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string
   }
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (*st != 0) return fail(util::printable(out, 300));
+  seed_checkpoint(r, path, dest);
   r.checkpoints.insert(dest);
   r.adopted_at[dest] = mono();
   return {};
@@ -105,25 +106,51 @@ std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_i
   };
 }
 
+void ssh_impl::remove_on_host(Worker& w, const std::string& dir, const std::string& name) {
+  if (!w.up) return;
+  std::string out;
+  auto st = w.h.shell_run(q(w.h.supervisor) + " --rm " + q(dir) + " " + q(name), &out);
+  if (!st || *st != 0)
+    spdlog::warn("host {}: cannot delete {}/{}: {}", w.name, dir, name,
+                 st ? out : st.error().message);
+}
+
 void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
                                     const std::string& name) {
   Worker* w = impl_->worker(host);
   if (!w) return;
-  w->io->post([w, head_trial_dir, name] {
+  w->io->post([impl = impl_.get(), w, head_trial_dir, name] {
     std::string dir = w->h.info.exp_dir + "/" + head_trial_dir.filename().string();
-    for (auto& [id, r] : w->runs)
-      if (r.dir == dir) r.checkpoints.erase(name);
+    auto sync = impl->sync_context(*w);
+    Run* copying = nullptr;
+    for (auto& [id, r] : w->runs) {
+      if (r.dir != dir) continue;
+      drop_checkpoint(sync, r, name);
+      if (r.sync_pid > 0) copying = &r;
+    }
     // A sync may have published it on the head after the controller deleted the head's copy:
     // no longer retained, it goes again.
     std::error_code ec;
     if (fs::exists(head_trial_dir / name, ec))
       (void)util::remove_tree_nofollow(head_trial_dir, name);
-    if (!w->up) return;
-    std::string out;
-    auto st = w->h.shell_run(q(w->h.supervisor) + " --rm " + q(dir) + " " + q(name), &out);
-    if (!st || *st != 0)
-      spdlog::warn("host {}: cannot delete {}/{}: {}", w->name, dir, name,
-                   st ? out : st.error().message);
+    // While a copy of several checkpoints runs, it may still be reading this one: deleted
+    // once it is done, so that the others' copy does not fail and go again.
+    if (copying)
+      copying->rm_later.push_back(name);
+    else
+      remove_on_host(*w, dir, name);
+  });
+}
+
+void SshExecutor::checkpoint_dropped(const std::string& trial_id, const std::string& name) {
+  auto it = impl_->where.find(trial_id);
+  if (it == impl_->where.end()) return;
+  Worker* w = it->second;
+  w->io->post([impl = impl_.get(), w, trial_id, name] {
+    auto run = w->runs.find(trial_id);
+    if (run == w->runs.end()) return;
+    auto sync = impl->sync_context(*w);
+    drop_checkpoint(sync, run->second, name);
   });
 }
 
@@ -133,7 +160,8 @@ void SshExecutor::checkpoint_registered(const std::string& trial_id) {
   if (it == impl_->where.end()) return;
   Worker* w = it->second;
   w->io->post([w, trial_id] {
-    if (auto run = w->runs.find(trial_id); run != w->runs.end()) run->second.sync_due = true;
+    if (auto run = w->runs.find(trial_id); run != w->runs.end())
+      run->second.want_sync(false, mono());
   });
 }
 

@@ -8,7 +8,9 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <future>
+#include <utility>
 
 #include "exec/exit_record.hpp"
 #include "exec/ssh_worker.hpp"
@@ -66,6 +68,7 @@ SshExecutor::SshExecutor(SshOptions opts) : impl_(std::make_unique<Impl>()) {
 
 SshExecutor::~SshExecutor() {
   auto& impl = *impl_;
+  finish_deletions();
   for (auto& w : impl.workers) w->io.reset();  // joined: their state is ours now
   SshStats all;
   for (auto& w : impl.workers) {
@@ -81,6 +84,27 @@ SshExecutor::~SshExecutor() {
         all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
         all.sync_ms.size(), median_of(all.sync_ms), all.sync_poll_max_ms, all.publish_ms.size(),
         all.published_bytes, median_of(all.publish_ms));
+}
+
+// Deletions retention asked for last (after the run's final state write) are still queued on
+// the hosts' threads, which drop what is queued when they stop: each host's queue is run to
+// here first (a host that does not answer within kFinishDeletions is left as it is).
+void SshExecutor::finish_deletions() {
+  constexpr double kFinishDeletions = 10;
+  std::vector<std::future<void>> done;
+  for (auto& w : impl_->workers) {
+    if (!w->io) continue;
+    auto barrier = std::make_shared<std::promise<void>>();
+    done.push_back(barrier->get_future());
+    w->io->post([w = w.get(), barrier] {
+      for (auto& [id, r] : w->runs)
+        if (r.sync_pid <= 0)
+          for (const auto& name : std::exchange(r.rm_later, {})) remove_on_host(*w, r.dir, name);
+      barrier->set_value();
+    });
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kFinishDeletions);
+  for (auto& f : done) (void)f.wait_until(until);
 }
 
 std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& configs) {

@@ -97,6 +97,7 @@ class SshExecutor final : public Executor {
   Result<void> make_staging(const std::string& trial_id, const fs::path& head_trial_dir,
                             const std::string& name) override;
   void checkpoint_registered(const std::string& trial_id) override;
+  void checkpoint_dropped(const std::string& trial_id, const std::string& name) override;
 
   [[nodiscard]] bool owns(const std::string& trial_id) const;
   [[nodiscard]] bool busy() const;  // trials running or syncs pending
@@ -104,6 +105,7 @@ class SshExecutor final : public Executor {
   struct Impl;  // (named by the implementation's helpers only)
 
  private:
+  void finish_deletions();
   std::unique_ptr<Impl> impl_;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "exec/exit_record.hpp"
 #include "exec/ssh_worker.hpp"
@@ -128,8 +129,6 @@ bool SshExecutor::Impl::poll(Worker& w) {
   bool any_output = false;
   double t = mono();
   check_supervisors(w, t);
-  auto sync = sync_context(w);
-  std::vector<std::string> done;
   for (auto& [id, r] : w.runs) {
     bool read_some = false;
     if (!r.exited && w.up) {
@@ -160,22 +159,46 @@ bool SshExecutor::Impl::poll(Worker& w) {
       }
       if (r.exit && w.up && !read_some) {
         r.exited = true;
-        r.sync_due = true;  // the end-of-trial sync, before the exit is reported
+        r.want_sync(true, t);  // the end-of-trial sync, before the exit is reported
       }
     }
-    // Syncs advance whether or not the trial printed (a trial that prints at every poll once
-    // starved them: checkpoints reached the head ~9 s late with sync_period 1).
-    if (!w.up) continue;
-    double before = mono();
-    bool syncing = poll_sync(sync, r, t);
-    w.stats.sync_poll_max_ms = std::max(w.stats.sync_poll_max_ms, (mono() - before) * 1000);
-    if (r.exited && !syncing) {
+  }
+  // Syncs advance whether or not the trial printed (a trial that prints at every poll once
+  // starved them: checkpoints reached the head ~9 s late with sync_period 1).
+  if (w.up) poll_syncs(w, t);
+  return any_output;
+}
+
+// The host's syncs: those under way advance; those wanted start, longest waiting first, while
+// fewer than kSyncsAtOnce run (more at once only share the same CPUs and link, and a trial
+// whose turn comes later copies its newest checkpoint then, not every one it made meanwhile);
+// an ended attempt's exit is handed on once its last sync is done.
+void SshExecutor::Impl::poll_syncs(Worker& w, double t) {
+  auto sync = sync_context(w);
+  double before = mono();
+  int running = 0;
+  std::vector<std::pair<double, Run*>> waiting;
+  for (auto& [id, r] : w.runs) {
+    if (poll_sync(sync, r, t, false))
+      ++running;
+    else if (auto since = r.sync_wanted(t))
+      waiting.emplace_back(*since, &r);
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [since, r] : waiting)
+    if (running < kSyncsAtOnce && poll_sync(sync, *r, t, true)) ++running;
+  w.stats.sync_poll_max_ms = std::max(w.stats.sync_poll_max_ms, (mono() - before) * 1000);
+  std::vector<std::string> done;
+  for (auto& [id, r] : w.runs) {
+    if (r.sync_pid > 0) continue;
+    for (const auto& name : std::exchange(r.rm_later, {})) remove_on_host(w, r.dir, name);
+    if (r.exited && !r.sync_wanted(t)) {
       emit(ExitEvent{id, *r.exit});
       done.push_back(id);
     }
   }
   for (const auto& id : done) w.runs.erase(id);
-  return any_output;
 }
 
 void SshExecutor::Impl::tick(Worker& w) {

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <utility>
+
 #include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
@@ -50,11 +52,29 @@ std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,
   return cmd;
 }
 
+// The checkpoints a sync copies: those kept that the head lacks. A sync that a checkpoint
+// asked for copies only the newest kept one (a trial that checkpoints faster than its copies
+// go skips the ones in between; the next full sync, periodic or at the trial's end, copies any
+// of those retention still keeps).
+std::vector<std::string> checkpoints_to_copy(const Run& r, bool full) {
+  std::vector<std::string> missing;
+  std::error_code ec;
+  if (!full) {
+    if (!r.checkpoints.empty() && !fs::exists(r.head_dir / *r.checkpoints.rbegin(), ec))
+      missing.push_back(*r.checkpoints.rbegin());  // (names sort by number: zero-padded)
+    return missing;
+  }
+  for (const auto& c : r.checkpoints)
+    if (!fs::exists(r.head_dir / c, ec)) missing.push_back(c);  // complete ones never change
+  return missing;
+}
+
 namespace {
 
-// The rsync commands that bring one trial dir to the head: its files (not checkpoints, not
-// staging), then each retained checkpoint the head lacks, into a staging name first.
-void plan_sync(SyncContext& c, Run& r) {
+// The rsync commands that bring one trial dir to the head: the retained checkpoints it lacks
+// (checkpoints_to_copy), each into a staging name first, then its files (not checkpoints, not
+// staging). Checkpoints go first: they are what a lost host would cost.
+void plan_sync(SyncContext& c, Run& r, bool full) {
   if (c.opts.syncer == "none") return;
   SshHost& h = c.host;
   std::vector<Run::Step> steps;
@@ -74,18 +94,32 @@ void plan_sync(SyncContext& c, Run& r) {
                   &check_out);
   if (!check) check_out.clear();
   bool unchanged = check && check_out.find("unchanged") != std::string::npos;
+  std::optional<Run::Step> files;
   if (!unchanged)
-    steps.push_back(
-        {rsync(r.dir + "/", r.head_dir.string() + "/",
-               {"--exclude=checkpoint_*", "--exclude=stdin.fifo", "--exclude=.tune_sync_mark",
-                "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
-                "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
-         {},
-         {},
-         {}});
-  std::vector<std::string> missing;
-  for (const auto& c : r.checkpoints)
-    if (!fs::exists(r.head_dir / c, ec)) missing.push_back(c);  // complete ones never change
+    files = Run::Step{
+        rsync(r.dir + "/", r.head_dir.string() + "/",
+              {"--exclude=checkpoint_*", "--exclude=stdin.fifo", "--exclude=.tune_sync_mark",
+               "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
+               "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
+        {},
+        {},
+        {}};
+  std::vector<std::string> missing = checkpoints_to_copy(r, full);
+  // One the head has a copy of already (seed_checkpoint): only what differs crosses the link.
+  std::vector<std::string> seeded;
+  if (c.opts.syncer == "rsync")
+    std::erase_if(missing, [&](const std::string& n) {
+      bool seed = fs::is_directory(fs::symlink_status(r.head_dir / (".sync_" + n), ec));
+      if (seed) seeded.push_back(n);
+      return seed;
+    });
+  for (const auto& n : seeded) {
+    fs::path staging = r.head_dir / (".sync_" + n);
+    steps.push_back({rsync(r.dir + "/" + n + "/", staging.string() + "/", {"--delete", "-c"}),
+                     staging,
+                     r.head_dir / n,
+                     {}});
+  }
   if (c.opts.syncer == "rsync" && missing.size() > 1) {
     // One rsync for all of them (each costs an rsync start otherwise, ~0.2 s over ssh).
     fs::path staging = r.head_dir / kBatchStaging;
@@ -104,6 +138,7 @@ void plan_sync(SyncContext& c, Run& r) {
     steps.push_back(
         {rsync(r.dir + "/" + c + "/", staging.string() + "/", {}), staging, r.head_dir / c, {}});
   }
+  if (files) steps.push_back(std::move(*files));
   r.sync_steps = std::move(steps);
 }
 
@@ -159,7 +194,10 @@ void finish_batch(SyncContext& c, Run& r, int status, double now) {
 
 }  // namespace
 
-bool poll_sync(SyncContext& c, Run& r, double now) {
+bool poll_sync(SyncContext& c, Run& r, double now, bool may_start) {
+  if (!r.seeds_later.empty() && !(r.sync_pid > 0 && r.current && r.current->staging.empty()))
+    for (const auto& [moved, name] : std::exchange(r.seeds_later, {}))
+      if (r.checkpoints.count(name)) seed_checkpoint(r, moved, name);
   if (r.sync_pid > 0) {
     auto status = util::try_wait(r.sync_pid);
     if (!status && now - r.sync_started > c.opts.sync_timeout) {
@@ -217,16 +255,54 @@ bool poll_sync(SyncContext& c, Run& r, double now) {
     c.stats.sync_ms.push_back((now - r.sync_started) * 1000);
     r.next_sync = now + c.opts.sync_period;
   }
-  if (r.sync_due || (now >= r.next_sync && !r.exited)) {
-    r.sync_due = false;
+  if (may_start && r.sync_wanted(now)) {
+    bool full = r.sync_full || now >= r.next_sync;
+    r.sync_due = r.sync_full = false;
     r.next_sync = now + c.opts.sync_period;
     r.sync_started = now;
-    plan_sync(c, r);
+    plan_sync(c, r, full);
     start_next_step(c, r);
     if (r.sync_pid <= 0) c.stats.sync_ms.push_back((mono() - now) * 1000);
     return r.sync_pid > 0;
   }
   return false;
+}
+
+void seed_checkpoint(Run& r, const std::string& moved, const std::string& name) {
+  std::string rel = moved.starts_with(r.dir + "/") ? moved.substr(r.dir.size() + 1) : "";
+  while (!rel.empty() && rel.back() == '/') rel.pop_back();
+  // Only a dir of the trial dir's own (no symlink on the way), while no files step runs.
+  if (rel.empty() || rel[0] == '.' || rel.find('/') != std::string::npos) return;
+  if (r.sync_pid > 0 && r.current && r.current->staging.empty()) {  // it may be copying it
+    r.seeds_later.emplace_back(moved, name);
+    return;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(r.head_dir / rel, ec))) return;
+  (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + name);
+  fs::rename(r.head_dir / rel, r.head_dir / (".sync_" + name), ec);
+}
+
+void drop_checkpoint(SyncContext& c, Run& r, const std::string& name) {
+  r.checkpoints.erase(name);
+  r.adopted_at.erase(name);
+  if (!r.current || r.current->staging.filename() != ".sync_" + name)
+    (void)util::remove_tree_nofollow(r.head_dir, ".sync_" + name);  // a seed, never copied
+  // Does a copy step (queued or under way) still have something retention keeps?
+  auto still_wanted = [&](Run::Step& s) {
+    if (s.staging.empty()) return true;  // the files step
+    if (!s.batch.empty()) {
+      std::erase(s.batch, name);
+      return !s.batch.empty();
+    }
+    return s.final_path.filename() != name;
+  };
+  std::erase_if(r.sync_steps, [&](Run::Step& s) { return !still_wanted(s); });
+  if (r.sync_pid <= 0 || !r.current || still_wanted(*r.current)) return;
+  spdlog::debug("trial {}: copy of {} stopped: retention dropped it", trial_name(r), name);
+  drop_sync(r);
+  start_next_step(c, r);
+  if (r.sync_pid <= 0) r.next_sync = mono() + c.opts.sync_period;
 }
 
 void drop_sync(Run& r) {

@@ -50,10 +50,28 @@ struct Run {
   pid_t sync_pid = -1;
   std::optional<Step> current;
   std::vector<Step> sync_steps;
-  bool sync_due = false;
+  bool sync_due = false;   // a checkpoint was registered: copy the newest one kept
+  bool sync_full = false;  // the trial ended: copy every checkpoint kept that the head lacks
+  double due_at = 0;       // when one of them was asked for (syncs wait their turn by it)
   double next_sync = 0;
+  std::vector<std::string> rm_later;
+  // (dir on the host, checkpoint) moved there while a files step ran: seeded once it ends
+  std::vector<std::pair<std::string, std::string>>
+      seeds_later;  // retention dropped them while a copy ran: deleted after
   double sync_started = 0;
   double started_at = -1;  // when this driver started it (monotonic); -1 once output was read
+
+  // Asks for a sync (full: every checkpoint kept that the head lacks, else the newest).
+  void want_sync(bool full, double now) {
+    if (!sync_due && !sync_full) due_at = now;
+    (full ? sync_full : sync_due) = true;
+  }
+  // Wants a sync to start (asked for, or its period is up), since when.
+  [[nodiscard]] std::optional<double> sync_wanted(double now) const {
+    if (sync_due || sync_full) return due_at;
+    if (now >= next_sync && !exited) return next_sync;
+    return std::nullopt;
+  }
 };
 
 // What the log's "ssh timings" line reports (bench/bench.py reads it).
@@ -78,8 +96,18 @@ struct SyncContext {
 [[nodiscard]] std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,
                                                  const std::string& dst,
                                                  const std::vector<std::string>& extra);
-// Advances a trial's sync (starts one when due or asked for); true while one runs.
-bool poll_sync(SyncContext& c, Run& r, double now);
+// Advances a trial's sync, and starts one if it is wanted and `may_start`; true while one runs.
+bool poll_sync(SyncContext& c, Run& r, double now, bool may_start);
+// The checkpoints a sync copies, by name (full: all those kept that the head lacks; else only
+// the newest kept one, if the head lacks it).
+std::vector<std::string> checkpoints_to_copy(const Run& r, bool full);
+// The trial's dir `moved` (on the host) became checkpoint `name` there: a copy of it that an
+// earlier files step brought to the head becomes the start of that checkpoint's copy (kept
+// under its staging name; the copy then sends only what differs, checked by checksum).
+void seed_checkpoint(Run& r, const std::string& moved, const std::string& name);
+// Retention dropped checkpoint `name`: it is no longer copied, and a copy of it that is queued
+// or under way is dropped (a copy of several goes on for the others).
+void drop_checkpoint(SyncContext& c, Run& r, const std::string& name);
 // Stops a trial's sync, if one runs, and drops what it was copying.
 void drop_sync(Run& r);
 // Copies of checkpoints that a sync killed with an earlier driver left half done.

@@ -431,6 +431,131 @@ class SshTest(TuneTest):
                          "weights.bin")
         self.assertEqual(os.path.getsize(f), 4 << 20)
 
+    def link_rx(self, i):
+        """Bytes the head has received over worker i's link (netns mode)."""
+        with open(os.path.join(self.hosts_dir, "w%d" % (i + 1), "veth")) as f:
+            veth = f.read().strip()
+        with open("/sys/class/net/%s/statistics/rx_bytes" % veth) as f:
+            return int(f.read())
+
+    def test_a_trial_that_checkpoints_faster_than_its_pulls_go_has_its_newest_copied(self):
+        # Over a link slowed to 8 Mbit/s a 1 MB checkpoint takes ~1 s to pull. The trial saves
+        # 8 checkpoints of 1 MB 0.1 s apart (keep 7), waits, saves 7 small ones (256 KB) that
+        # push the first 8 out, waits, and ends. A sync that a checkpoint asks for copies only
+        # the newest one kept: checkpoints 1 and 8 (2 MB), then the small ones: ~4 MB cross the
+        # link. Copying every kept one the head lacked (2-8 together after 1) moved ~10 MB.
+        self.write("burst.py", """
+            import os, tempfile, time, tune_trial
+            i = 0
+            for burst, size in ((8, 1 << 20), (7, 1 << 18)):
+                for _ in range(burst):
+                    i += 1
+                    d = tempfile.mkdtemp()
+                    with open(os.path.join(d, "weights.bin"), "wb") as f:
+                        f.write(os.urandom(size))
+                    tune_trial.report({"i": i}, checkpoint_dir=d)
+                    time.sleep(0.1)
+                time.sleep(5)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: burst
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'burst.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            checkpoint_config: {{num_to_keep: 7}}
+            sync_config: {{sync_period: 600}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to shape")
+        try:
+            before = self.link_rx(0)
+            self.tune("run", "exp.yaml", check=0, timeout=180)
+            moved = self.link_rx(0) - before
+        finally:
+            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
+        t = self.trials("burst")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        head = os.path.join(self.exp_dir("burst"), t["trial_name"])
+        names = sorted(n for n in os.listdir(head) if "checkpoint_" in n)
+        self.assertEqual(names, ["checkpoint_%06d" % i for i in range(9, 16)])
+        for n in names:
+            self.assertEqual(os.path.getsize(os.path.join(head, n, "weights.bin")), 1 << 18)
+        print("\n%.1f MB received for 1.75 MB kept" % (moved / 2**20), file=sys.stderr)
+        self.assertGreater(moved, 7 << 18)  # (the 7 kept crossed)
+        self.assertLess(moved, 7 << 20, "%.1f MB received for 1.75 MB kept" % (moved / 2**20))
+
+    def test_a_checkpoint_written_in_the_trial_dir_crosses_the_link_once(self):
+        # The trial writes its checkpoint in a dir of its own trial dir and reports it 5 s
+        # later: a periodic sync (every 1 s) has copied that dir to the head by then. Once the
+        # dir is the checkpoint, that copy is where the checkpoint's copy starts: its 2 MB
+        # cross the link once (twice before, and the head kept the stale dir for good).
+        self.write("indir.py", """
+            import os, tempfile, time, tune_trial
+            d = tempfile.mkdtemp(dir=os.environ["TUNE_TRIAL_DIR"])
+            with open(os.path.join(d, "weights.bin"), "wb") as f:
+                f.write(os.urandom(2 << 20))
+            time.sleep(5)
+            tune_trial.report({"i": 1}, checkpoint_dir=d)
+            time.sleep(1.5)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: indir
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'indir.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        if self.hosts["mode"] != "netns":
+            self.skipTest("loopback mode: no link to count bytes on")
+        before = self.link_rx(0)
+        self.tune("run", "exp.yaml", check=0, timeout=120)
+        moved = self.link_rx(0) - before
+        t = self.trials("indir")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        head = os.path.join(self.exp_dir("indir"), t["trial_name"])
+        worker = self.worker_dir(0, "indir", t["trial_name"])
+        with open(os.path.join(head, "checkpoint_000001", "weights.bin"), "rb") as a, \
+                open(os.path.join(worker, "checkpoint_000001", "weights.bin"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assertEqual(sorted(n for n in os.listdir(head) if os.path.isdir(os.path.join(head, n))),
+                         ["checkpoint_000001"])  # no stale copy, no staging left
+        print("\n%.1f MB received for a 2 MB checkpoint" % (moved / 2**20), file=sys.stderr)
+        self.assertLess(moved, 3 << 20, "%.1f MB received for a 2 MB checkpoint" % (moved / 2**20))
+
+    def test_checkpoints_dropped_as_the_run_ends_are_deleted_on_the_worker_too(self):
+        # With the state written only every 60 s, retention's deletions all wait for the run's
+        # last state write, just before the driver exits. The worker then keeps exactly what
+        # the head keeps (they were dropped from the hosts' queues at exit: it kept all 6).
+        self.write("lastck.py", """
+            import os, tempfile, tune_trial
+            for i in range(1, 7):
+                d = tempfile.mkdtemp()
+                with open(os.path.join(d, "w"), "w") as f:
+                    f.write(str(i))
+                tune_trial.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: lastck
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'lastck.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            checkpoint_config: {{num_to_keep: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=120,
+                  env=dict(self.env, TUNE_GLOBAL_CHECKPOINT_S="60"))
+        for t in self.trials("lastck"):
+            self.assertEqual(t["status"], "TERMINATED")
+            head = os.path.join(self.exp_dir("lastck"), t["trial_name"])
+            worker = self.worker_dir(0, "lastck", t["trial_name"])
+            for where in (head, worker):
+                self.assertEqual(sorted(n for n in os.listdir(where) if n.startswith("checkpoint_")),
+                                 ["checkpoint_000006"], where)
+
     def test_step_mode_saves_on_a_slow_host_never_stall_the_loop(self):
         # A host slow to answer: there, `tune-supervisor --adopt` (which moves a step-mode save
         # into place) takes 1 s; the trial puts that slow wrapper in place on its host before
