@@ -488,16 +488,21 @@ class SshTest(TuneTest):
         self.assertLess(moved, 7 << 20, "%.1f MB received for 1.75 MB kept" % (moved / 2**20))
 
     def test_a_checkpoint_written_in_the_trial_dir_crosses_the_link_once(self):
-        # The trial writes its checkpoint in a dir of its own trial dir and reports it 5 s
-        # later: a periodic sync (every 1 s) has copied that dir to the head by then. Once the
-        # dir is the checkpoint, that copy is where the checkpoint's copy starts: its 2 MB
-        # cross the link once (twice before, and the head kept the stale dir for good).
+        # The trial writes its checkpoint in a dir of its own trial dir and reports it only
+        # once a periodic sync (every 1 s) has copied that dir to the head (the test then
+        # drops a "go" file on the worker). Once the dir is the checkpoint, that copy is where
+        # the checkpoint's copy starts: its 2 MB cross the link once (twice before, and the
+        # head kept the stale dir for good). Waiting for the copy, rather than a fixed time,
+        # keeps this true on a loaded machine.
         self.write("indir.py", """
             import os, tempfile, time, tune_trial
             d = tempfile.mkdtemp(dir=os.environ["TUNE_TRIAL_DIR"])
             with open(os.path.join(d, "weights.bin"), "wb") as f:
                 f.write(os.urandom(2 << 20))
-            time.sleep(5)
+            go = os.path.join(os.environ["TUNE_TRIAL_DIR"], "go")
+            deadline = time.time() + 120
+            while not os.path.exists(go) and time.time() < deadline:
+                time.sleep(0.05)
             tune_trial.report({"i": 1}, checkpoint_dir=d)
             time.sleep(1.5)
             """)
@@ -512,7 +517,26 @@ class SshTest(TuneTest):
         if self.hosts["mode"] != "netns":
             self.skipTest("loopback mode: no link to count bytes on")
         before = self.link_rx(0)
-        self.tune("run", "exp.yaml", check=0, timeout=120)
+        p = self.start_tune("run", "exp.yaml")
+
+        def head_copy():  # the periodic sync's complete copy of the trial's tmp dir
+            exp = self.exp_dir("indir")
+            for t in os.listdir(exp):
+                if not t.startswith("trial_"):
+                    continue
+                for d in os.listdir(os.path.join(exp, t)):
+                    w = os.path.join(exp, t, d, "weights.bin")
+                    if d.startswith("tmp") and os.path.getsize(w) == 2 << 20:
+                        return t
+            return None
+        try:
+            self.wait_for(head_copy, timeout=90, what="the head's copy of the trial's dir")
+            open(os.path.join(self.worker_dir(0, "indir", head_copy()), "go"), "w").close()
+            p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
         moved = self.link_rx(0) - before
         t = self.trials("indir")[0]
         self.assertEqual(t["status"], "TERMINATED")
