@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "util/fs.hpp"
 #include "util/json_ext.hpp"
 #include "util/strings.hpp"
 
@@ -49,6 +50,7 @@ void policy_marks(const state::ExperimentState& s, const std::filesystem::path& 
                   const std::map<std::string, std::string>& names,
                   std::map<std::string, std::vector<Mark>>& out) {
   if (s.pbt_policy_bytes == 0) return;
+  if (!util::is_regular_file_at(exp_dir / "pbt_policy.jsonl")) return;  // absent, or a FIFO
   std::ifstream in(exp_dir / "pbt_policy.jsonl", std::ios::binary);
   std::string line;
   uint64_t read = 0;

@@ -8,6 +8,7 @@
 
 #include "report/decisions.hpp"
 #include "state/state.hpp"
+#include "util/fs.hpp"
 #include "util/json_ext.hpp"
 
 namespace tune::report {
@@ -113,6 +114,7 @@ const trial::Checkpoint* best_checkpoint(const trial::Trial& t,
 
 size_t each_result(const fs::path& trial_dir, const std::function<void(json&&)>& fn) {
   size_t bad = 0;
+  if (!util::is_regular_file_at(trial_dir / "result.json")) return 0;  // absent, or a FIFO
   std::ifstream in(trial_dir / "result.json", std::ios::binary);
   std::string line;
   while (in && std::getline(in, line)) {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "report/row_scan.hpp"
+#include "util/fs.hpp"
 #include "util/json_ext.hpp"
 
 namespace tune::report {
@@ -102,6 +103,7 @@ bool is_run(const Series& s) {
 
 Series read_series(const std::filesystem::path& trial_dir, size_t max_keys) {
   Series s;
+  if (!util::is_regular_file_at(trial_dir / "result.json")) return s;  // absent, or a FIFO
   std::ifstream in(trial_dir / "result.json", std::ios::binary);
   std::string line;
   std::vector<RowField> fields;

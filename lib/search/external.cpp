@@ -14,6 +14,7 @@
 #include "search/line_child.hpp"
 #include "search/op_journal.hpp"
 #include "search/space_json.hpp"
+#include "util/json_ext.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
 
@@ -26,6 +27,35 @@ using namespace ext;
 double mono() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Deepest answer accepted: configs nest as param_space does, a few levels.
+constexpr size_t kMaxAnswerDepth = 256;
+
+// Why `line`, which parse_json_ext() did not take as an object, is not one.
+std::string not_an_object_why(std::string_view line) {
+  if (util::invalid_utf8_at(line) != std::string_view::npos) return "not valid UTF-8";
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : line) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  if (deepest > kMaxAnswerDepth)
+    return "it nests deeper than " + std::to_string(kMaxAnswerDepth) + " levels";
+  return "not a JSON object";
 }
 
 // A request for the worker thread.
@@ -340,9 +370,15 @@ Result<json> ExternalSearcher::ask(const std::string& what, const json& msg) {
   if (auto s = child_.send(compact(msg), opts_.timeout_s); !s) return said(s.error().message);
   auto line = child_.read_line(opts_.timeout_s, kMaxSearcherLine);
   if (!line) return said(line.error().message);
-  json j = json::parse(*line, nullptr, false);
+  // Depth-limited: an answer nested 100,000 deep must not exhaust the stack of whatever walks
+  // or prints it later.
+  json j = util::parse_json_ext(*line, kMaxAnswerDepth);
+  if (!j.is_discarded() && util::has_non_finite(j))
+    return fail("answered '", util::printable(*line, 120), "' to ", what,
+                ": it holds NaN or Infinity");
   if (j.is_discarded() || !j.is_object())
-    return fail("answered '", util::printable(*line, 120), "' to ", what, ": not a JSON object");
+    return fail("answered '", util::printable(*line, 120), "' to ", what, ": ",
+                not_an_object_why(*line));
   return j;
 }
 

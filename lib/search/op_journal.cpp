@@ -8,11 +8,17 @@
 #include <cstring>
 #include <fstream>
 
+#include "util/json_ext.hpp"
+
 namespace tune::search {
 
 using json = nlohmann::json;
 
 namespace {
+
+// Deepest op line read back: a trial's result (at most kMaxJsonDepth deep) inside an op.
+constexpr size_t kMaxOpDepth = util::kMaxJsonDepth + 8;
+
 std::string header(uint64_t base) {
   return json{{"op", "base"}, {"ops", base}}.dump() + "\n";
 }
@@ -45,7 +51,8 @@ Result<std::vector<json>> OpJournal::open(const std::filesystem::path& file) {
     uint64_t at = 0;
     for (size_t n = 0; in && std::getline(in, line); ++n) {
       bool whole = !in.eof();  // getline stopped at a newline
-      json j = whole ? json::parse(line, nullptr, false) : json(json::value_t::discarded);
+      // Depth-limited: the ops are printed again on replay, recursively.
+      json j = whole ? util::parse_json_ext(line, kMaxOpDepth) : json(json::value_t::discarded);
       bool is_header = n == 0 && j.is_object() && j.value("op", json()) == "base";
       if (j.is_discarded() || !j.is_object() || !j.contains("op") ||
           (is_header && !j.value("ops", json()).is_number_unsigned())) {

@@ -1,6 +1,7 @@
 #include "state/state.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -613,8 +614,13 @@ namespace {
 class LineReader {
  public:
   LineReader(const fs::path& p, size_t max_line) : max_line_(max_line) {
-    fd_ = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd_ < 0) err_ = std::strerror(errno);
+    // O_NONBLOCK: a FIFO planted in the experiment dir would block open() forever.
+    fd_ = ::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat st {};
+    if (fd_ < 0)
+      err_ = std::strerror(errno);
+    else if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+      err_ = "not a regular file";
   }
   ~LineReader() {
     if (fd_ >= 0) ::close(fd_);

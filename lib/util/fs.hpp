@@ -18,6 +18,10 @@ namespace fs = std::filesystem;
 [[nodiscard]] Result<std::string> read_file(const fs::path& path,
                                             uint64_t max_bytes = 256ull << 20);
 
+// True if `path` (through symlinks) is a regular file. Readers of files in an experiment dir
+// check this first: opening a FIFO planted there blocks forever, a device never ends.
+[[nodiscard]] bool is_regular_file_at(const fs::path& path) noexcept;
+
 // Expands a leading `~` or `~/` to $HOME.
 [[nodiscard]] fs::path expand_user(std::string_view path);
 

@@ -160,7 +160,7 @@ TEST_CASE("a misbehaving external searcher ends the run with one error; the run 
   for (auto [mode, expect] :
        {Case{"garbage", "answered 'this is not json' to suggest"},
         Case{"die", "it exited (exit code 3)"}, Case{"hang", "no answer within 1"},
-        Case{"huge", "longer than 1048576 bytes"},
+        Case{"huge", "longer than 1048576 bytes"}, Case{"deep", "nests deeper than 256 levels"},
         Case{"badconfig", "parameter 'x' = \"not a number\" is not a number"},
         Case{"stdout-noise", "answered 'debug: thinking'"}}) {
     CAPTURE(mode);

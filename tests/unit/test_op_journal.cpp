@@ -139,3 +139,23 @@ TEST_CASE("replay plan: the journal after the snapshot, then what even the journ
   CHECK(from == 14);
   CHECK(plan.empty());
 }
+
+// A line nested 100,000 deep (a hand or a disk error) ends the history like any bad line: read
+// back as it was, it crashed the driver's resume when the replay printed it.
+TEST_CASE("op journal: a line nested too deep ends the history", "[search]") {
+  ScratchDir d;
+  fs::path file = d.path / "ops.jsonl";
+  {
+    std::ofstream out(file);
+    out << op(0).dump() << "\n{\"op\":\"result\",\"result\":" << std::string(100000, '[')
+        << std::string(100000, ']') << "}\n"
+        << op(2).dump() << "\n";
+  }
+  search::OpJournal j;
+  auto ops = j.open(file);
+  REQUIRE(ops);
+  REQUIRE(ops->size() == 1);
+  CHECK((*ops)[0] == op(0));
+  CHECK(j.count() == 1);
+  for (const auto& o : *ops) CHECK(!o.dump().empty());  // what a resume's replay does
+}

@@ -1,12 +1,16 @@
 // The report's data layer: the fast result-row scanner (checked against the full JSON parser on
 // tricky lines and on every prefix of them), base64, the curves' binary columns, and the
 // scheduler's decisions read back from a state and pbt_policy.jsonl.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <bit>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <random>
 
@@ -391,4 +395,28 @@ TEST_CASE("loading a big state reports bytes parsed, then trials checked", "[sta
   REQUIRE_FALSE(calls[state::LoadStage::kCheck].empty());
   CHECK(calls[state::LoadStage::kCheck].back() == std::pair<size_t, size_t>{4000, 4000});
   CHECK(std::string(state::load_stage_label(state::LoadStage::kParse)) == "reading state");
+}
+
+// A FIFO planted as result.json (or given to read_file) must be refused, not block: opening one
+// with no writer blocks forever, which hung `tune report` and `tune export`.
+TEST_CASE("a FIFO in place of result.json does not block the report's readers", "[report]") {
+  testing::ScratchDir d;
+  fs::path fifo = d.path / "result.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto unblock = [&] {  // a writer lets a blocked open() return, so a failing test still ends
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  };
+  auto within = [&](auto fn) {
+    auto f = std::async(std::launch::async, fn);
+    bool done = f.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    while (f.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) unblock();
+    return done;
+  };
+  CHECK(within([&] { return report::read_series(d.path).bad_lines; }));
+  CHECK(within([&] { return util::read_file(fifo).has_value(); }));
+  auto r = util::read_file(fifo);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().message.find("not a regular file") != std::string::npos);
+  CHECK_FALSE(util::is_regular_file_at(fifo));
 }

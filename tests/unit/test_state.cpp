@@ -1,7 +1,12 @@
 // experiment_state.json: round trip, and every truncation is detected, never a crash.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cmath>
+
 #include <fstream>
+#include <future>
 #include <limits>
 
 #include "fake_executor.hpp"
@@ -10,6 +15,7 @@
 #include "util/fs.hpp"
 
 using namespace tune;
+namespace fs = std::filesystem;
 
 namespace {
 state::ExperimentState sample() {
@@ -333,4 +339,39 @@ TEST_CASE(
   REQUIRE(back->decisions.size() == 1);
   CHECK(back->decisions[0].iteration == 6);
   CHECK(back->decisions[0].exploit.is_null());
+}
+
+// A FIFO planted as the state file (or its journal) is refused at once: open() on a FIFO with no
+// writer blocked forever, hanging `tune status`, `tune ls` and `tune run --resume`.
+TEST_CASE("a FIFO in place of the state file or the journal is refused, not waited on", "[state]") {
+  // The error `fn` returns, within 5 s; a writer is offered to a blocked open() meanwhile so a
+  // failing test still ends.
+  auto error_within = [](const fs::path& fifo, auto fn) -> std::string {
+    auto f = std::async(std::launch::async, [&]() -> std::string {
+      auto r = fn();
+      return r ? "" : r.error().message;
+    });
+    bool done = f.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+    while (f.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    return done ? f.get() : "timed out";
+  };
+  for (const char* name : {state::kStateFile, ".tune/state.journal"}) {
+    CAPTURE(name);
+    testing::ScratchDir d;
+    REQUIRE(state::save(d.path, sample(), false));
+    fs::path p = d.path / name;
+    fs::create_directories(p.parent_path());
+    fs::remove(p);
+    REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+    std::string err = error_within(p, [&] { return state::load(d.path); });
+    CHECK(err.find("not a regular file") != std::string::npos);
+    CHECK(err.find(name) != std::string::npos);
+    if (name != std::string(state::kStateFile)) continue;
+    // What `tune ls` and `tune status` read first.
+    err = error_within(p, [&] { return state::read_summary(d.path); });
+    CHECK(err.find("not a regular file") != std::string::npos);
+  }
 }
