@@ -4,10 +4,9 @@
     python3 bench/ssh_scale.py [--tune BIN] [--hosts 100] [--slots 8] [--trials 2000]
                                [--results 5] [--baseline-tune OLD/tune]
 
-The hosts are one OpenSSH sshd (started here, as the current user, on a free port) listening on
-127.0.0.1 ... 127.0.0.HOSTS: each address is a host of its own to tune (its own connection,
-OpenSSH master, I/O thread, storage dir, known_hosts entry), while the machine runs a single
-sshd. What the hosts do not model: latency (loopback), and separate disks or CPUs (the trials of
+The hosts are 127.0.0.1 ... 127.0.0.HOSTS on one free port, served by OpenSSH sshd's started
+here (one per 16 addresses, sshd's limit): each address is a host of its own to tune (its own
+connection, OpenSSH master, I/O thread, storage dir, known_hosts entry). What the hosts do not model: latency (loopback), and separate disks or CPUs (the trials of
 all hosts share this machine's). Each trial prints RESULTS JSON lines and exits.
 
 Printed: wall time, the driver's own CPU time and peak RSS (as tune.log reports them), results per second at the head,
@@ -16,6 +15,7 @@ same experiment on the local host with the same total concurrency as the baselin
 run. Every trial must end TERMINATED with RESULTS rows; the script fails otherwise.
 """
 import argparse
+import glob
 import json
 import os
 import re
@@ -38,13 +38,18 @@ def free_port():
 
 
 def start_sshd(d, hosts):
+    """One port; sshd listens on at most 16 addresses, so one sshd per 16 hosts."""
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d + "/hostkey"], check=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d + "/userkey"], check=True)
     shutil.copy(d + "/userkey.pub", d + "/authorized_keys")
     port = free_port()
-    listen = "".join("ListenAddress 127.0.0.%d\n" % (k + 1) for k in range(hosts))
-    with open(d + "/sshd_config", "w") as f:
-        f.write(f"""Port {port}
+    os.makedirs("/run/sshd", exist_ok=True)
+    for n, first in enumerate(range(0, hosts, 16)):
+        listen = "".join("ListenAddress 127.0.0.%d\n" % (k + 1)
+                         for k in range(first, min(hosts, first + 16)))
+        conf = "%s/sshd_config.%d" % (d, n)
+        with open(conf, "w") as f:
+            f.write(f"""Port {port}
 {listen}HostKey {d}/hostkey
 AuthorizedKeysFile {d}/authorized_keys
 PasswordAuthentication no
@@ -52,18 +57,19 @@ KbdInteractiveAuthentication no
 PermitRootLogin prohibit-password
 StrictModes no
 UsePAM no
-PidFile {d}/sshd.pid
+PidFile {d}/sshd.{n}.pid
 Subsystem sftp internal-sftp
 MaxSessions 1000
 MaxStartups 1000
 """)
-    os.makedirs("/run/sshd", exist_ok=True)
-    subprocess.run(["/usr/sbin/sshd", "-f", d + "/sshd_config", "-E", d + "/sshd.log"], check=True)
-    for _ in range(100):
-        if os.path.exists(d + "/sshd.pid"):
-            return port
-        time.sleep(0.05)
-    sys.exit("sshd did not start (see %s/sshd.log)" % d)
+        subprocess.run(["/usr/sbin/sshd", "-f", conf, "-E", "%s/sshd.%d.log" % (d, n)], check=True)
+        for _ in range(100):
+            if os.path.exists("%s/sshd.%d.pid" % (d, n)):
+                break
+            time.sleep(0.05)
+        else:
+            sys.exit("sshd did not start (see %s/sshd.%d.log)" % (d, n))
+    return port
 
 
 def wait4(argv, env=None):
@@ -161,7 +167,7 @@ def main():
         local = run(a.tune, d, "local", "hosts:\n  - local: {cpus: %d}\n" % total, a.trials,
                     a.results, total)
         rows.append(("tune, local host, %d slots" % total, local))
-        print("%d trials x %d results; %d hosts x %d slots (one sshd on 127.0.0.1-%d)" % (
+        print("%d trials x %d results; %d hosts x %d slots (127.0.0.1-%d)" % (
             a.trials, a.results, a.hosts, a.slots, a.hosts))
         print("| run | wall s | driver CPU s | CPU % of wall | peak RSS MB | results/s | "
               "state writes (mean / longest ms) | longest loop stall ms |")
@@ -178,11 +184,12 @@ def main():
         print(json.dumps({"hosts": a.hosts, "slots": a.slots, "trials": a.trials,
                           "results": a.results, "rows": rows}))
     finally:
-        try:
-            with open(d + "/sshd.pid") as f:
-                os.kill(int(f.read()), 15)
-        except (OSError, ValueError):
-            pass
+        for pidfile in glob.glob(d + "/sshd.*.pid"):
+            try:
+                with open(pidfile) as f:
+                    os.kill(int(f.read()), 15)
+            except (OSError, ValueError):
+                pass
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
         else:

@@ -48,7 +48,16 @@ Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storag
     p.left_out.push_back(rel.generic_string() + " (" + why + ")");
   };
   leave_out(fs::absolute(storage, ec), "the storage path");
-  for (const auto& h : hosts) leave_out(h.storage_path, "host " + h.host + "'s storage path");
+  size_t named = 0, more = 0;  // a few hosts by name; with many, the log says how many more
+  for (const auto& h : hosts) {
+    size_t before = stores.size();
+    leave_out(h.storage_path, "host " + h.host + "'s storage path");
+    if (stores.size() > before && ++named > 3) {
+      p.left_out.pop_back();
+      ++more;
+    }
+  }
+  if (more) p.left_out.push_back("the storage paths of " + std::to_string(more) + " more hosts");
   std::vector<std::string> entries;
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec), end;
   if (ec) return fail("trial.workdir '", workdir.string(), "': ", ec.message());
