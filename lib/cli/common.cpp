@@ -9,6 +9,7 @@
 #include "spec/parse.hpp"
 #include "ui/live_table.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 #include "util/strings.hpp"
 
 #ifndef TUNE_SOURCE_HELPERS_DIR
@@ -87,7 +88,7 @@ std::string resume_command(const fs::path& exp_dir) {
   std::vector<std::string> sets;
   std::error_code ec;
   if (auto text = util::read_file(exp_dir / ".tune" / kStartedAsFile, 1u << 20)) {
-    auto j = nlohmann::json::parse(*text, nullptr, false);
+    auto j = util::parse_json_ext(*text);
     if (j.is_object() && j.contains("experiment_file") && j["experiment_file"].is_string() &&
         fs::is_regular_file(j["experiment_file"].get<std::string>(), ec))
       file = j["experiment_file"].get<std::string>();

@@ -14,6 +14,7 @@
 #include "ui/terminal.hpp"
 #include "ui/text.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 #include "util/strings.hpp"
 
 namespace tune::cli {
@@ -81,7 +82,7 @@ Ranking ranking_of(const fs::path& dir, const state::ExperimentState& s,
   std::optional<std::string> attr;
   std::string attr_order = "max";  // checkpoint_score_order's default
   if (auto text = util::read_file(dir / ".tune" / "spec.json", 64u << 20)) {
-    auto j = nlohmann::json::parse(*text, nullptr, false);
+    auto j = util::parse_json_ext(*text);
     if (j.is_object() && j.contains("checkpoint_config") && j["checkpoint_config"].is_object()) {
       const auto& c = j["checkpoint_config"];
       if (c.contains("checkpoint_score_attribute") && c["checkpoint_score_attribute"].is_string())

@@ -27,6 +27,7 @@
 #include "ui/terminal.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 #include "util/strings.hpp"
 
 extern char** environ;
@@ -203,7 +204,7 @@ int RunCommand::execute() {
   std::vector<std::string> changed;
   if (has_state) {
     if (auto text = util::read_file(spec_file, 64u << 20)) {
-      auto before = nlohmann::json::parse(*text, nullptr, false);
+      auto before = util::parse_json_ext(*text);
       if (before.is_discarded())
         throw Fatal(spec_file.string() +
                     ": not valid JSON (torn or corrupt); cannot check the experiment file");

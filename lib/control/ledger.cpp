@@ -11,6 +11,7 @@
 #include <set>
 
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 #include "util/process.hpp"
 
 namespace tune::control {
@@ -79,8 +80,8 @@ std::vector<LedgerEntry> live_entries(const std::string& text, const LedgerEntry
   while (start < text.size()) {
     size_t nl = text.find('\n', start);
     if (nl == std::string::npos) nl = text.size();
-    auto e = entry_from_json(
-        json::parse(std::string_view(text).substr(start, nl - start), nullptr, false));
+    auto e =
+        entry_from_json(util::parse_json_ext(std::string_view(text).substr(start, nl - start)));
     if (e && self && e->pid == self->pid && e->start_ticks == self->start_ticks) e.reset();
     if (e && !seen.contains(e->pid) && alive(*e)) {
       seen.insert(e->pid);

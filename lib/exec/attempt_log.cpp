@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 
 namespace tune::exec {
 
@@ -79,7 +80,7 @@ void AttemptLog::refresh() {
 }
 
 void AttemptLog::add(std::string_view line) {
-  auto j = nlohmann::json::parse(line, nullptr, false);
+  auto j = util::parse_json_ext(line);
   if (!j.is_object()) return;
   auto trial = j.find("trial");
   auto attempt = j.find("attempt");

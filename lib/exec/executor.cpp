@@ -7,6 +7,7 @@
 #include "checkpoint/adopt.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -37,7 +38,7 @@ std::optional<ExitReason> parse_exit_reason(std::string_view s) {
 }
 
 std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
+  auto j = util::parse_json_ext(text);
   if (!j.is_object()) return std::nullopt;
   auto field = [&](const char* key) -> const nlohmann::json* {
     auto it = j.find(key);

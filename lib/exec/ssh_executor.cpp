@@ -79,7 +79,7 @@ SshExecutor::~SshExecutor() {
     spdlog::info(
         "ssh timings: {} starts, median {:.2f} ms; first output read {:.2f} ms after the start "
         "(median); {} syncs, median {:.2f} ms; longest "
-        "sync bookkeeping in one loop turn {:.2f} ms; {} checkpoints published, {} bytes, "
+        "sync bookkeeping in one poll of a host {:.2f} ms; {} checkpoints published, {} bytes, "
         "median {:.2f} ms after registration",
         all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
         all.sync_ms.size(), median_of(all.sync_ms), all.sync_poll_max_ms, all.publish_ms.size(),

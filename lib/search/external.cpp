@@ -14,6 +14,7 @@
 #include "search/line_child.hpp"
 #include "search/op_journal.hpp"
 #include "search/space_json.hpp"
+#include "util/clock.hpp"
 #include "util/json_ext.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -24,10 +25,7 @@ namespace {
 
 using namespace ext;
 
-double mono() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
+using util::mono;
 
 // Deepest answer accepted: configs nest as param_space does, a few levels.
 constexpr size_t kMaxAnswerDepth = 256;

@@ -318,6 +318,23 @@ class UntrustedInputTest(TuneTest):
         with open(os.path.join(self.exp_dir("nan"), "experiment_state.json")) as f:
             self.assertIn('"loss":NaN', f.read())
 
+    def test_a_spec_json_nested_too_deep_is_named_as_corrupt_on_resume(self):
+        # .tune/spec.json (what a resume compares the experiment file with) nested 100,000
+        # deep: read depth-limited, it is refused as corrupt; it used to be taken for a changed
+        # 'scheduler', which sent the user looking in the wrong place.
+        self.write("exp.yaml", """
+            name: deep
+            trial: {command: ["true"]}
+            param_space: {x: 1}
+            """)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        with open(os.path.join(self.exp_dir("deep"), ".tune", "spec.json"), "w") as f:
+            f.write('{"scheduler": ' + "[" * 100000 + "]" * 100000 + "}")
+        p = self.tune("run", "exp.yaml", "--resume=auto", "--quiet")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("spec.json: not valid JSON", p.stderr)
+        self.assertNotIn("scheduler", p.stderr)
+
     def test_an_unexpected_exception_is_one_line_and_exit_1_not_an_abort(self):
         # A symlink loop under the storage path made `tune ls` die of an uncaught
         # std::filesystem error (abort, rc 134). Whatever `ls` makes of it, tune never aborts.
