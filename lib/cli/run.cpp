@@ -325,7 +325,7 @@ int RunCommand::execute() {
     if (exp.trial.sync_workdir) {  // too big to copy: a config error, before anything runs
       std::vector<sync::HostStorage> stores;
       for (const auto& h : ssh_hosts) stores.push_back({h.name, h.storage_path});
-      auto plan = sync::plan_workdir(exp.trial.workdir, dir.parent_path(), stores);
+      auto plan = sync::plan_workdir(exp.trial.workdir, dir.parent_path(), stores, exp.name);
       if (!plan) throw Fatal(plan.error().message);
       if (plan->bytes > sync::kWarnWorkdirBytes)
         spdlog::warn(

@@ -25,7 +25,8 @@ void mix(uint64_t& h, std::string_view s) {
 }  // namespace
 
 Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storage,
-                                 const std::vector<HostStorage>& hosts) {
+                                 const std::vector<HostStorage>& hosts,
+                                 const std::string& experiment) {
   WorkdirPlan p;
   p.workdir = workdir;
   std::error_code ec;
@@ -33,7 +34,8 @@ Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storag
   if (ec) return fail("trial.workdir '", workdir.string(), "': ", ec.message());
   // Storage paths inside the workdir are left out: the head's (results, not code), and a
   // host's where the host shares this filesystem (NFS, the same machine), which the copy
-  // would otherwise copy into itself, growing with every copy.
+  // would otherwise copy into itself, growing with every copy. A storage path that IS the
+  // workdir cannot be left out whole: its experiment dir (where the copy goes) is.
   std::vector<fs::path> stores;  // relative to the workdir
   auto leave_out = [&](const fs::path& path, const std::string& why) {
     if (!path.is_absolute()) return;  // (a host's "~/..." or relative path: not the head's)
@@ -41,6 +43,7 @@ Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storag
     fs::path store = fs::weakly_canonical(path, e);
     if (e) return;
     auto rel = store.lexically_relative(root);
+    if (rel == "." && !experiment.empty()) rel = experiment;
     if (rel.empty() || *rel.begin() == ".." || rel == ".") return;
     if (std::find(stores.begin(), stores.end(), rel) != stores.end()) return;
     stores.push_back(rel);

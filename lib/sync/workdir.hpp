@@ -37,9 +37,11 @@ struct HostStorage {
 };
 
 // Walks `workdir` (symlinks are copied as links, never followed); `storage` is the head's
-// storage path, `hosts` the SSH hosts' (left out too where they lie inside the workdir). An
-// error if it cannot be read or holds more than the limits above.
+// storage path, `hosts` the SSH hosts' (left out too where they lie inside the workdir; where
+// one is the workdir itself, its dir of `experiment` is). An error if it cannot be read or
+// holds more than the limits above.
 [[nodiscard]] Result<WorkdirPlan> plan_workdir(const fs::path& workdir, const fs::path& storage,
-                                               const std::vector<HostStorage>& hosts = {});
+                                               const std::vector<HostStorage>& hosts = {},
+                                               const std::string& experiment = "");
 
 }  // namespace tune::sync

@@ -206,5 +206,13 @@ TEST_CASE("workdir plan: SSH hosts' storage paths inside the workdir are left ou
   CHECK(p->excludes == std::vector<std::string>{"/results", "/hosts/w1"});
   CHECK(p->left_out == std::vector<std::string>{"hosts/w1 (host w1's storage path)",
                                                 "results (the storage path)"});
+  // A host whose storage path is the workdir itself: the copy would go to <workdir>/exp/.workdir,
+  // so that experiment's dir is left out (the rest of the workdir is the code).
+  std::filesystem::create_directories(d / "exp" / ".workdir");
+  std::ofstream(d / "exp" / ".workdir" / "a.py") << "x = 1\n";
+  auto same = sync::plan_workdir(d, d / "results", {{"w6", d}}, "exp");
+  REQUIRE(same);
+  CHECK(same->files == 2);  // src/a.py and hosts/w1/exp/.workdir/a.py (w1 is not a host here)
+  CHECK(std::find(same->excludes.begin(), same->excludes.end(), "/exp") != same->excludes.end());
   std::filesystem::remove_all(d);
 }
