@@ -130,7 +130,11 @@ class Controller : private sched::Population {
   trial::Trial& trial(const std::string& id) { return state_.trials[index_.at(id)]; }
   [[nodiscard]] fs::path trial_dir(const trial::Trial& t) const { return exp_.dir() / t.name; }
 
+  // Starts what is ready, for at most kLaunchSlice s a turn (launch_more_ says more is ready):
+  // hundreds of slots freed at once must not hold the loop while their processes start.
   void launch_ready();
+  static constexpr double kLaunchSlice = 0.05;
+  bool launch_more_ = false;
   // Journals and starts a trial's first attempt; false if it could not be journaled.
   bool start_first_attempt(trial::Trial& t, const Placement& p);
   // The pending trial to run next, among those whose retry back-off has passed: the lowest
@@ -181,6 +185,9 @@ class Controller : private sched::Population {
   static constexpr double kCatchUpLimit = 60;
   // A new trial with the searcher's config; nullptr if the searcher has none yet (or no more).
   trial::Trial* new_trial();
+  // The searcher said "wait": ends the run once it says so for search_alg.timeout_s with no
+  // trial running, pending or paused (nothing it could wait for would come).
+  void searcher_waits();
   // The searcher side of a loop turn: answers collected, a failure turned into a stop.
   void poll_searcher();
   // Slurm job ids the executor learned since the last call, into the trials (and so the state).
@@ -232,6 +239,8 @@ class Controller : private sched::Population {
                                                           const nlohmann::json& result) const;
   // A finished trial's metric for the searcher, oriented so that lower is better.
   [[nodiscard]] std::optional<double> value_of(const trial::Trial& t) const;
+  // Says once a run that a result lacked the scheduler's time_attr or metric (as a number).
+  void say_unobserved(const trial::Trial& t, const nlohmann::json& result);
   // Asks the scheduler about a result about to be recorded; notes the decision in `result`.
   void consult_scheduler(trial::Trial& t, Runtime& rt, nlohmann::json& result);
   // Function mode: carries out rt.decision at once (step mode: step_next does).
@@ -352,6 +361,7 @@ class Controller : private sched::Population {
   std::unique_ptr<sched::TrialScheduler> sched_;
   std::unique_ptr<search::Searcher> searcher_;
   std::optional<std::string> searcher_failed_;  // the error that ends the run (exit 1)
+  std::optional<double> idle_wait_since_;       // the searcher says "wait" while no trial runs
   std::vector<search::Completion> warm_;        // search_alg.restore_from's finished trials
   bool told_no_more_ = false;
   // Resume: decisions journalled after the last state write, by trial (resume_running).
@@ -396,6 +406,7 @@ class Controller : private sched::Population {
   bool state_dirty_ = true;
   bool last_write_failed_ = false;  // back off launches until a write succeeds
   bool sched_log_failed_ = false;   // the scheduler's log could not be appended to (said once)
+  bool said_unobserved_ = false;    // a result the scheduler could not see (said once a run)
   double next_state_write_ = 0;
   double next_write_error_ = 0;  // write errors are logged at most every 30 s
   double next_lease_ = 0;

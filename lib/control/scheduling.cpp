@@ -30,11 +30,33 @@ std::optional<double> Controller::value_of(const trial::Trial& t) const {
   return exp_.mode == spec::Order::kMax ? -v : v;  // searchers minimise
 }
 
+void Controller::say_unobserved(const trial::Trial& t, const json& result) {
+  if (said_unobserved_) return;
+  said_unobserved_ = true;
+  const auto& s = exp_.scheduler;
+  std::string missing;
+  for (const std::string* key : {&s.time_attr, &s.metric}) {
+    auto it = result.find(*key);
+    if (it != result.end() && it->is_number()) continue;
+    missing += (missing.empty() ? "'" : " and '") + *key + "'" +
+               (it == result.end() ? "" : " (not a number)");
+  }
+  // Ray's rule: such a result changes nothing. Silent, a misspelt key would turn the
+  // scheduler off for the whole run.
+  spdlog::warn(
+      "trial {}: a result without {} ({} needs time_attr '{}' and metric '{}' as numbers): "
+      "the scheduler skips such results (said once a run)",
+      t.name, missing, spec::scheduler_name(s.kind), s.time_attr, s.metric);
+}
+
 void Controller::consult_scheduler(trial::Trial& t, Runtime& rt, json& result) {
   rt.decision = sched::Decision::go();
   if (exp_.scheduler.kind == spec::SchedulerKind::kFifo || rt.stop_why != StopWhy::kNone) return;
   auto obs = observe(t, result);
-  if (!obs) return;
+  if (!obs) {
+    say_unobserved(t, result);
+    return;
+  }
   rt.decision = sched_->on_result(*obs);
   mark_dirty();
   if (rt.decision.action != sched::Action::kExploit && !rt.decision.donor.empty())

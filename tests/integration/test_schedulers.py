@@ -132,6 +132,30 @@ class SchedulerTest(TuneTest):
         kills = [rng.uniform(0.3, 2.5) for _ in range(3)]
         self.assertEqual(self.run_curve("med-killed", sched, kills), straight, "kills %s" % kills)
 
+    def test_a_time_attr_no_result_has_is_named_once(self):
+        # Ray's rule: a result without the time_attr changes nothing. Silent, a misspelt key
+        # turns the scheduler off for the whole run; the driver says so once.
+        self.write("four.sh", """
+            for i in 1 2 3 4; do echo '{"val": '$i'}'; done
+            """)
+        path = self.write("no-epoch.yaml", """
+            name: no-epoch
+            trial: {command: ["sh", "four.sh"]}
+            param_space: {q: {grid_search: [1, 2, 3]}}
+            metric: val
+            mode: max
+            scheduler: {type: asha, time_attr: epoch, max_t: 4}
+            """)
+        self.tune("run", path, "--quiet", check=0)
+        with open(os.path.join(self.exp_dir("no-epoch"), "tune.log")) as f:
+            log = f.read()
+        said = [l for l in log.splitlines() if "without 'epoch'" in l]
+        self.assertEqual(len(said), 1, log)
+        self.assertIn("asha needs time_attr 'epoch'", said[0])
+        self.assertEqual([t["status"] for t in self.trials("no-epoch")], ["TERMINATED"] * 3)
+        for t in self.trials("no-epoch"):
+            self.assertEqual(self.iterations("no-epoch", t), [1, 2, 3, 4])
+
 
 if __name__ == "__main__":
     unittest.main()
