@@ -6,6 +6,8 @@
 #include "control/controller.hpp"
 #include "search/space.hpp"
 #include "search/space_json.hpp"
+#include "util/clock.hpp"
+#include "util/strings.hpp"
 
 namespace tune::control {
 
@@ -19,7 +21,11 @@ trial::Trial* Controller::new_trial() {
     mark_dirty();
     return nullptr;
   }
-  if (cfg.kind == search::Suggestion::Kind::kWait) return nullptr;
+  if (cfg.kind == search::Suggestion::Kind::kWait) {
+    searcher_waits();
+    return nullptr;
+  }
+  idle_wait_since_.reset();
   trial::Trial t;
   t.index = state_.next_index++;
   char id[32];
@@ -31,6 +37,26 @@ trial::Trial* Controller::new_trial() {
   state_.trials.push_back(std::move(t));
   sched_->on_trial_add(state_.trials.back().id, state_.trials.back().index);
   return &state_.trials.back();
+}
+
+// A searcher that answers "wait" while no trial runs waits for results that cannot come: after
+// search_alg.timeout_s of that, the run ends as after a hang (exit 1, state saved, resumable).
+void Controller::searcher_waits() {
+  if (!running_.empty() || !pending_.empty() || !paused_.empty() || searcher_failed_) {
+    idle_wait_since_.reset();
+    return;
+  }
+  if (searcher_->busy() && !idle_wait_since_) return;  // no answer yet: a hang is its own error
+  double now = util::mono();  // real time, as the searcher's own timeouts (not the executor's)
+  if (!idle_wait_since_) idle_wait_since_ = now;
+  double limit = exp_.search_alg.external.timeout_s;
+  if (now - *idle_wait_since_ < limit) return;
+  searcher_failed_ = fmt::format(
+      "the searcher has given no config for {} s while no trial runs (it answers "
+      "{{\"wait\": true}}), and no result it could wait for will come (search_alg.timeout_s)",
+      util::format_double(limit));
+  stopping_ = true;
+  mark_dirty();
 }
 
 void Controller::start_searcher() {

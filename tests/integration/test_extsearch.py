@@ -120,6 +120,22 @@ class ExternalSearchTest(TuneTest):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(len(self.configs("dies")), 4)
 
+    def test_a_searcher_that_waits_while_nothing_runs_ends_the_run_and_resume_continues(self):
+        # Waiting for results while no trial runs: none can come. After search_alg.timeout_s the
+        # run ends as after a hang (exit 1, one line, state saved) instead of idling for ever.
+        marker = os.path.join(self.dir, "waited")
+        self.experiment("waits", f'{{type: external, timeout_s: 2, command: ["{SYSTEM_PY}", '
+                                 f'"{TOY}", "--misbehave", "wait-forever", "--after", "2", '
+                                 f'"--once", "{marker}"]}}', samples=4)
+        p = self.tune("run", "waits.yaml", check=1, timeout=120)
+        errors = [l for l in p.stderr.splitlines() if "error" in l]
+        self.assertEqual(len(errors), 1, p.stderr)
+        self.assertIn("has given no config for 2 s while no trial runs", errors[0])
+        self.assertEqual(len(self.trials("waits")), 2)
+        p = self.tune("run", "waits.yaml", "--resume=auto", timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(self.configs("waits")), 4)
+
     def test_validate_says_which_configs_are_known_in_advance(self):
         self.experiment("tpe", "{type: tpe, n_startup_trials: 3, points_to_evaluate: [{x: 0.5}]}")
         out = self.tune("validate", "tpe.yaml", check=0).stdout
