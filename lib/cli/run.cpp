@@ -186,6 +186,16 @@ int RunCommand::execute() {
     }
     has_state = true;
   }
+  // A copy made here that this run then refuses (a changed param_space, say) is removed, so
+  // that the same command, corrected, can make it again.
+  struct UndoCopy {
+    fs::path dir;
+    bool armed;
+    ~UndoCopy() {
+      std::error_code ec;
+      if (armed && std::uncaught_exceptions() > 0) fs::remove_all(dir, ec);
+    }
+  } undo_copy{dir, restore_from_ && created};
 
   // No local state but an upload_dir: the mirror may hold the experiment. A
   // fresh start would mirror over it (with --delete), so it is never done blindly.
@@ -243,6 +253,7 @@ int RunCommand::execute() {
     }
     resume = std::move(*s);
   }
+  undo_copy.armed = false;
   if (!exp.seed) {
     // No seed: draw one, and keep it in the state so a resume continues the same sequence.
     exp.seed = resume ? resume->seed

@@ -309,6 +309,12 @@ class RestoreFromTest(WaitingTrials):
         self.tune("stop", "exp", check=0)
         proc.communicate(timeout=60)
         open(self.flag, "w").close()
+        # A copy that this run refuses (its param_space differs) is not left behind: the
+        # corrected command makes it again.
+        p = self.tune("run", "exp.yaml", "--restore-from", self.exp_dir("exp"), "--name", "copy",
+                      "--set", "param_space.x.grid_search=[1, 3]", check=2)
+        self.assertIn("different 'param_space'", p.stderr)
+        self.assertFalse(os.path.exists(self.exp_dir("copy")))
         p = self.tune("run", "exp.yaml", "--restore-from", self.exp_dir("exp"), "--name", "copy",
                       "--quiet", check=0)
         for t in self.trials("copy"):
