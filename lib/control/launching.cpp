@@ -139,8 +139,14 @@ void Controller::launch_ready() {
   // write: their truncated results and restore point must be on disk before they run. They are
   // held by index: new_trial() below may grow state_.trials and move every Trial.
   std::vector<std::pair<size_t, Placement>> restarts;
+  double began = ex_.now();
+  launch_more_ = false;
   // Trials waiting for a retry (or a resume) go first, then new ones from the searcher.
   while (running_.size() + restarts.size() < limit) {
+    if (ex_.now() - began > kLaunchSlice) {  // the rest next turn, after this turn's events
+      launch_more_ = true;
+      break;
+    }
     std::optional<size_t> ready = next_pending(ex_.now());
     if (!ready && state_.next_index >= state_.total_trials) break;
     auto placement = pool_.acquire(exp_.trial.resources);

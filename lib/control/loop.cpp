@@ -18,10 +18,15 @@ using trial::Status;
 // lease, until nothing runs and nothing more is to start (or Ctrl-C twice, or the dir is lost).
 void Controller::run_loop() {
   double woke = ex_.now();
+  // Where a slow turn's time went (logged when a turn takes over a second): launching,
+  // handling events, the rest (result logs, lease, state write, mirror, report, table).
+  double t_launch = 0, t_events = 0;
+  size_t n_events = 0;
   while (true) {
     double now = ex_.now();
     check_deadlines(now);
     launch_ready();
+    t_launch = ex_.now() - now;
     pool_.sync_ledger();  // what ended this turn and was not started again
     bool more = !stopping_ && (state_.next_index < state_.total_trials || !pending_.empty());
     if (running_.empty() && !more && !stopping_ && !paused_.empty()) {
@@ -31,13 +36,20 @@ void Controller::run_loop() {
     if (running_.empty() && !more) break;
     if (interrupts_ >= 2 || lost_) break;
     double timeout = wait_timeout(now);
-    longest_stall_ = std::max(longest_stall_, ex_.now() - woke);
+    double turn = ex_.now() - woke;
+    if (turn > 1.0)
+      spdlog::info(
+          "slow loop turn: {:.2f} s (launching {:.2f} s, {} event(s) {:.2f} s, the rest {:.2f} s)",
+          turn, t_launch, n_events, t_events, turn - t_launch - t_events);
+    longest_stall_ = std::max(longest_stall_, turn);
     double slept_from = ex_.now(), wall_from = ex_.wall_time();
     auto events = ex_.wait(timeout);
     woke = ex_.now();
     longest_overrun_ = std::max(longest_overrun_, woke - slept_from - timeout);
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
+    n_events = events.size();
     for (auto& ev : events) dispatch_in_order(ev);
+    t_events = ex_.now() - woke;
     note_job_ids();
     poll_searcher();
     on_file_jobs_done();
@@ -103,7 +115,7 @@ int Controller::wind_down() {
 
 double Controller::wait_timeout(double now) const {
   // Sleep until something happens or the next timer is due.
-  double timeout = 1.0;
+  double timeout = launch_more_ ? 0.0 : 1.0;
   if (state_dirty_) timeout = std::min(timeout, std::max(0.0, next_state_write_ - now));
   for (const auto& [id, rt] : running_)
     if (rt.kill_deadline >= 0) timeout = std::min(timeout, std::max(0.0, rt.kill_deadline - now));
