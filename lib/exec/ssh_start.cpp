@@ -60,10 +60,6 @@ std::string supervisor_command(const SshOptions& opts, const SshHost& h, const L
 
 }  // namespace
 
-// rsync's exit status when some source files vanished during the transfer (and nothing else
-// went wrong).
-constexpr int kRsyncVanished = 24;
-
 // trial.sync_workdir: the workdir's copy on the host is current before a trial starts there.
 Result<void> SshExecutor::Impl::ensure_workdir(Worker& w) {
   if (!opts.workdir || w.workdir_ready) return {};
@@ -85,7 +81,7 @@ Result<void> SshExecutor::Impl::ensure_workdir(Worker& w) {
   double t0 = mono();
   // Bounded like every sync: a stalled link must not hold this host's thread for ever.
   auto rc = util::run_process(cmd, log, opts.sync_timeout);
-  if (rc && *rc == kRsyncVanished) {
+  if (rc && *rc == util::kRsyncVanished) {
     // Files deleted while rsync ran (an editor's temporary file, a log being rotated): the
     // copy holds everything else, which is what a copy taken a moment later would hold.
     spdlog::warn(

@@ -120,7 +120,7 @@ std::vector<std::string> upload_command(Kind kind, const fs::path& exp, const st
 // True if a failed mirror step only met files deleted while it ran (checkpoints pruned
 // meanwhile): the next mirror catches up, nothing to warn about.
 bool only_vanished(Kind kind, int status, const fs::path& log) {
-  if (kind == Kind::kFile) return status == 24;  // rsync: "some files vanished"
+  if (kind == Kind::kFile) return status == util::kRsyncVanished;
   if (kind != Kind::kS3 || status != 1) return false;
   auto text = util::read_file(log, 16u << 20);
   if (!text || text->empty()) return false;

@@ -55,6 +55,10 @@ void tie_helpers_to_this_thread();
 // rsync 3.1.3 or later, as in Debian 10 and later).
 inline constexpr const char* kRsyncExactTimes = "--modify-window=-1";
 
+// rsync's exit status when some source files vanished while it ran (and nothing else went
+// wrong): everything else was copied.
+inline constexpr int kRsyncVanished = 24;
+
 // Kills the process group of `pid` and reaps it.
 void kill_and_reap(pid_t pid);
 
