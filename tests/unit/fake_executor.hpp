@@ -56,6 +56,7 @@ class FakeExecutor final : public exec::Executor {
 
   Result<void> start(const exec::Launch& l) override {
     if (auto made = exec::prepare_trial_dir(l); !made) return made;
+    clock_ += start_cost;  // what starting a process costs the loop (default: nothing)
     launches.push_back(l);
     auto& slot = procs_[l.trial_id];
     slot.ctx = std::make_unique<FakeContext>(FakeContext{this, l});
@@ -106,6 +107,7 @@ class FakeExecutor final : public exec::Executor {
       }
     }
     ++waits;
+    launches_at_wait.push_back(launches.size());
     return std::exchange(queue_, {});
   }
   std::optional<int> pid(const std::string&) override { return 4242; }
@@ -140,6 +142,8 @@ class FakeExecutor final : public exec::Executor {
   std::map<std::string, std::vector<std::string>> stdin_log;
   int waits = 0;
   int lease_renewals = 0;
+  double start_cost = 0;                 // fake seconds each start() takes
+  std::vector<size_t> launches_at_wait;  // launches made before each wait()
 
  private:
   struct Slot {

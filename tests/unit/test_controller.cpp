@@ -493,6 +493,24 @@ TEST_CASE("concurrency is bounded by max_concurrent_trials and by cpus", "[contr
   }
 }
 
+TEST_CASE("hundreds of slots freed at once are filled a slice at a time, events read between",
+          "[controller]") {
+  // Each start costs the loop 10 ms: 300 starts in one turn would hold it 3 s, reading no
+  // output and no Ctrl-C meanwhile. At most 50 ms of starts a turn, and no sleep in between.
+  ScratchDir d;
+  auto e = make_exp(d, std::string(kBase) + kTrial + "num_samples: 150\n");
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Reporter>(2, 0); });
+  ex.start_cost = 0.01;
+  control::Controller c(e, ex, opts(1000));
+  REQUIRE(c.run() == kExitOk);
+  REQUIRE(c.state().trials.size() == 300);
+  for (const auto& t : c.state().trials) CHECK(t.status == trial::Status::kTerminated);
+  size_t before = 0, longest = 0;
+  for (size_t n : ex.launches_at_wait) longest = std::max(longest, n - before), before = n;
+  CHECK(longest <= 6);          // 50 ms / 10 ms, and the start that crossed the line
+  CHECK(ex.now() - 1000 < 10);  // 300 x 10 ms of starts, not a 1 s sleep after each of 60 slices
+}
+
 TEST_CASE("GPUs are assigned exclusively unless fractions are asked for", "[controller]") {
   ScratchDir d;
   struct Hold : FakeProcess {
