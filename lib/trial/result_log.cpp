@@ -1,6 +1,7 @@
 #include "trial/result_log.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -228,8 +229,10 @@ Result<void> ResultLog::flush_files() {
     csv_rewrite_ = false;
     csv_buf_.clear();
     last_csv_buf_ = std::string::npos;
-    last_csv_file_ = -1;  // (rare: the next mark_last_done() regenerates the file)
-    return rewrite_csv();
+    last_csv_file_ = -1;  // (rewrite_csv() sets it to its last row)
+    auto r = rewrite_csv();
+    if (!r) csv_rewrite_ = true;  // regenerated at the next flush
+    return r;
   }
   if (!csv_buf_.empty()) {
     off_t before = ::lseek(csv_fd_, 0, SEEK_END);
@@ -247,12 +250,25 @@ Result<void> ResultLog::rewrite_csv() {
   auto rows = read_results(dir_);
   if (!rows) return std::unexpected(rows.error());
   std::string out = csv_header(columns_);
-  for (const auto& row : *rows) csv_row(out, columns_, row);
-  if (auto r = util::write_file_atomic(dir_ / "progress.csv", out, false); !r) return r;
-  if (csv_fd_ >= 0) ::close(csv_fd_);
-  csv_fd_ = ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  if (csv_fd_ < 0)
-    return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
+  size_t last = std::string::npos;  // where the last row starts (mark_last_done rewrites it)
+  for (const auto& row : *rows) last = out.size(), csv_row(out, columns_, row);
+  // An empty progress.csv (a trial's first rows) holds nothing to keep safe: written in place,
+  // without the temporary file and rename, which cost an inode each on some filesystems.
+  struct stat st {};
+  if (csv_fd_ >= 0 && ::fstat(csv_fd_, &st) == 0 && st.st_size == 0) {
+    if (auto r = write_all(csv_fd_, out, dir_ / "progress.csv"); !r) {
+      if (::ftruncate(csv_fd_, 0) != 0) { /* regenerated at the next rewrite */
+      }
+      return r;
+    }
+  } else {
+    if (auto r = util::write_file_atomic(dir_ / "progress.csv", out, false); !r) return r;
+    if (csv_fd_ >= 0) ::close(csv_fd_);
+    csv_fd_ = ::open((dir_ / "progress.csv").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (csv_fd_ < 0)
+      return fail("cannot open '", (dir_ / "progress.csv").string(), "': ", std::strerror(errno));
+  }
+  if (last != std::string::npos) last_csv_file_ = static_cast<off_t>(last);
   return {};
 }
 

@@ -1,4 +1,6 @@
 // Line splitting with the length cap; result.json / progress.csv writing and truncation.
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -50,6 +52,28 @@ TEST_CASE("progress.csv widens its header when new keys appear, losing nothing",
   auto rows = trial::ResultLog::read_results(d.path);
   REQUIRE(rows);
   CHECK(rows->size() == 3);
+}
+
+TEST_CASE("a trial's first rows and its done row are written to progress.csv in place", "[trial]") {
+  // The first flush writes the header into the empty file, and marking the last row done
+  // rewrites that row only: no temporary file and rename (an inode each) per trial.
+  testing::ScratchDir d;
+  trial::ResultLog log;
+  REQUIRE(log.open(d.path));
+  auto inode = [&] {
+    struct stat st {};
+    return ::stat((d.path / "progress.csv").c_str(), &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  auto before = inode();
+  log.append(json{{"training_iteration", 1}, {"loss", 0.5}, {"done", false}});
+  log.append(json{{"training_iteration", 2}, {"loss", 0.4}, {"done", false}});
+  REQUIRE(log.flush());
+  CHECK(inode() == before);
+  REQUIRE(log.mark_last_done());
+  CHECK(inode() == before);
+  log.close();
+  CHECK(*util::read_file(d.path / "progress.csv") ==
+        "done,loss,training_iteration\nfalse,0.5,1\ntrue,0.4,2\n");
 }
 
 TEST_CASE("truncate_after keeps each iteration up to the checkpoint, a torn line is dropped",
