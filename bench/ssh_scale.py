@@ -7,7 +7,9 @@
 The hosts are 127.0.0.1 ... 127.0.0.HOSTS on one free port, served by OpenSSH sshd's started
 here (one per 16 addresses, sshd's limit): each address is a host of its own to tune (its own
 connection, OpenSSH master, I/O thread, storage dir, known_hosts entry). What the hosts do not model: latency (loopback), and separate disks or CPUs (the trials of
-all hosts share this machine's). Each trial prints RESULTS JSON lines and exits.
+all hosts share this machine's). Each trial prints RESULTS JSON lines and exits. Remote
+commands run with an empty HOME (sshd's SetEnv) unless --login-rc: bash sources ~/.bashrc for
+every command sshd runs, rsync's included, and a heavy one would be measured instead of tune.
 
 Printed: wall time, the driver's own CPU time and peak RSS (as tune.log reports them), results per second at the head,
 the state writes' mean and longest cost and the loop's longest stall (from tune.log), and the
@@ -37,7 +39,7 @@ def free_port():
     return port
 
 
-def start_sshd(d, hosts):
+def start_sshd(d, hosts, login_rc=False):
     """One port; sshd listens on at most 16 addresses, so one sshd per 16 hosts."""
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d + "/hostkey"], check=True)
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", d + "/userkey"], check=True)
@@ -58,6 +60,7 @@ PermitRootLogin prohibit-password
 StrictModes no
 UsePAM no
 PidFile {d}/sshd.{n}.pid
+{"" if login_rc else "SetEnv HOME=" + d + "/home"}
 Subsystem sftp internal-sftp
 MaxSessions 1000
 MaxStartups 1000
@@ -145,9 +148,14 @@ def main():
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--results", type=int, default=5)
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir")
+    ap.add_argument("--login-rc", action="store_true",
+                    help="remote commands start with this user's own ~/.bashrc (by default the "
+                         "hosts get an empty HOME: a heavy rc file, e.g. one running `pyenv init` "
+                         "or `conda init`, runs at every ssh command, every rsync included)")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="tune-ssh-scale-")
-    port = start_sshd(d, a.hosts)
+    os.makedirs(d + "/home")
+    port = start_sshd(d, a.hosts, a.login_rc)
     user = os.environ.get("USER") or subprocess.run(["id", "-un"], capture_output=True,
                                                      text=True).stdout.strip()
     try:
