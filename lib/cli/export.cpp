@@ -25,11 +25,16 @@ int ExportCommand::execute() {
   std::ios::sync_with_stdio(false);
   // A bar on stderr (a terminal's) while the trials are read; the table goes to stdout.
   ui::StagedProgress bar(ui::stderr_can_redraw());
-  auto r = report::export_experiment(dir, f, all_results_, std::cout, [&](size_t done, size_t n) {
-    bar.update("reading trials", done, n);
-  });
+  report::Skipped skipped;
+  auto r = report::export_experiment(
+      dir, f, all_results_, std::cout,
+      [&](size_t done, size_t n) { bar.update("reading trials", done, n); }, &skipped);
   bar.finish();
   if (!r) throw Fatal("export of '" + dir.string() + "': " + r.error().message, kExitUsage);
+  if (skipped.lines > 0)
+    std::cerr << "tune: warning: " << skipped.lines << " line(s) of result.json in "
+              << skipped.files << " trial(s) are not result rows (torn or corrupt) and are "
+              << "left out of the export, e.g. in " << skipped.first.string() << "\n";
   return kExitOk;
 }
 

@@ -28,7 +28,8 @@ std::string dump(const json& j) {
 }
 
 // One trial's row: status, best checkpoint, config/, last/ and best/ (by the metric).
-json trial_row(const trial::Trial& t, const fs::path& dir, const state::ExperimentState& s) {
+json trial_row(const trial::Trial& t, const fs::path& dir, const state::ExperimentState& s,
+               Skipped& skipped) {
   bool maximize = s.mode == "max";
   const trial::Checkpoint* ck = best_checkpoint(t, s.metric, maximize);
   json row = {{"trial_id", t.id},
@@ -41,7 +42,7 @@ json trial_row(const trial::Trial& t, const fs::path& dir, const state::Experime
   add_prefixed(row, "config/", t.config);
   json last, best;
   std::optional<double> best_v;
-  each_result(dir / t.name, [&](json&& r) {
+  size_t bad = each_result(dir / t.name, [&](json&& r) {
     if (s.metric) {
       auto it = r.find(*s.metric);
       if (it != r.end() && it->is_number() && !it->is_boolean()) {
@@ -54,6 +55,7 @@ json trial_row(const trial::Trial& t, const fs::path& dir, const state::Experime
     }
     last = std::move(r);
   });
+  skipped.add(bad, dir / t.name / "result.json");
   if (last.is_null() && !t.last_result.empty()) last = t.last_result;
   if (last.is_object()) add_prefixed(row, "last/", last);
   if (best.is_object()) add_prefixed(row, "best/", best);
@@ -104,11 +106,11 @@ class JsonOut {
 };
 
 void export_trials(const state::ExperimentState& s, const fs::path& dir, ExportFormat f,
-                   std::ostream& out, const Progress& progress) {
+                   std::ostream& out, const Progress& progress, Skipped& skipped) {
   std::vector<json> rows;
   std::set<std::string> keys;
   for (const auto& t : s.trials) {
-    rows.push_back(trial_row(t, dir, s));
+    rows.push_back(trial_row(t, dir, s, skipped));
     for (const auto& [k, v] : rows.back().items()) keys.insert(k);
     if (progress) progress(rows.size(), s.trials.size());
   }
@@ -126,7 +128,7 @@ void export_trials(const state::ExperimentState& s, const fs::path& dir, ExportF
 // Every result row; for CSV the files are read twice (the header first), so memory stays at
 // one row. `progress` counts trials read (twice each for CSV).
 void export_results(const state::ExperimentState& s, const fs::path& dir, ExportFormat f,
-                    std::ostream& out, const Progress& progress) {
+                    std::ostream& out, const Progress& progress, Skipped& skipped) {
   size_t n = s.trials.size(), total = f == ExportFormat::kCsv ? 2 * n : n, done = 0;
   auto step = [&] {
     if (progress) progress(++done, total);
@@ -134,7 +136,8 @@ void export_results(const state::ExperimentState& s, const fs::path& dir, Export
   if (f != ExportFormat::kCsv) {
     JsonOut j(out, f == ExportFormat::kJsonl);
     for (const auto& t : s.trials) {
-      each_result(dir / t.name, [&](json&& r) { j.row(result_row(t, r)); });
+      size_t bad = each_result(dir / t.name, [&](json&& r) { j.row(result_row(t, r)); });
+      skipped.add(bad, dir / t.name / "result.json");
       step();
     }
     j.end();
@@ -142,10 +145,11 @@ void export_results(const state::ExperimentState& s, const fs::path& dir, Export
   }
   std::set<std::string> keys;
   for (const auto& t : s.trials) {
-    each_result(dir / t.name, [&](json&& r) {
+    size_t bad = each_result(dir / t.name, [&](json&& r) {
       json row = result_row(t, r);
       for (const auto& [k, v] : row.items()) keys.insert(k);
     });
+    skipped.add(bad, dir / t.name / "result.json");  // (the second pass meets the same lines)
     step();
   }
   auto cols = column_order({keys.begin(), keys.end()}, kRowFirst, kRowGroups);
@@ -199,16 +203,18 @@ std::vector<std::string> column_order(const std::vector<std::string>& keys,
 }
 
 Result<void> export_experiment(const fs::path& exp_dir, ExportFormat format, bool all_results,
-                               std::ostream& out, const Progress& progress) {
+                               std::ostream& out, const Progress& progress, Skipped* skipped) {
+  Skipped here;
+  Skipped& skip = skipped ? *skipped : here;
   std::error_code ec;
   fs::path dir = fs::weakly_canonical(exp_dir, ec);
   if (ec) dir = fs::absolute(exp_dir);
   auto s = state::load(dir);
   if (!s) return std::unexpected(s.error());
   if (all_results)
-    export_results(*s, dir, format, out, progress);
+    export_results(*s, dir, format, out, progress, skip);
   else
-    export_trials(*s, dir, format, out, progress);
+    export_trials(*s, dir, format, out, progress, skip);
   out.flush();
   if (!out) return std::unexpected(Error{"cannot write the export (output closed or full)"});
   return {};

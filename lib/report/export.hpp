@@ -32,9 +32,22 @@ enum class ExportFormat { kCsv, kJson, kJsonl };
 // and counted so).
 using Progress = std::function<void(size_t done, size_t total)>;
 
+// Lines of result.json files that were not result rows (torn, truncated, not JSON): left out
+// of the export, and counted so that the caller can say so.
+struct Skipped {
+  size_t lines = 0, files = 0;
+  std::filesystem::path first;  // the first file that had one
+  void add(size_t bad, const std::filesystem::path& file) {
+    if (bad == 0) return;
+    if (files++ == 0) first = file;
+    lines += bad;
+  }
+};
+
 // Writes the experiment in `exp_dir` to `out`. Errors: the state cannot be read.
 [[nodiscard]] Result<void> export_experiment(const std::filesystem::path& exp_dir,
                                              ExportFormat format, bool all_results,
-                                             std::ostream& out, const Progress& progress = {});
+                                             std::ostream& out, const Progress& progress = {},
+                                             Skipped* skipped = nullptr);
 
 }  // namespace tune::report

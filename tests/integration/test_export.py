@@ -66,6 +66,22 @@ class ExportTest(TuneTest):
         lines = self.tune("export", "ex", "--all-results", "--format", "jsonl", check=0).stdout
         self.assertEqual(len(lines.splitlines()), 8)
 
+    def test_a_torn_result_line_is_left_out_and_said(self):
+        name = self.by_lr[0.2]["trial_name"]
+        path = os.path.join(self.exp_dir("ex"), name, "result.json")
+        with open(path, "a") as f:
+            f.write('{"loss": 0.5, "training_iter')  # a copy cut short
+        for args in (["--all-results"], ["--all-results", "--format", "jsonl"], []):
+            p = self.tune("export", "ex", *args, check=0)
+            said = [l for l in p.stderr.splitlines() if "warning" in l]
+            self.assertEqual(len(said), 1, p.stderr)
+            self.assertIn("1 line(s) of result.json in 1 trial(s)", said[0])
+            self.assertIn(path, said[0])
+        rows = list(csv.DictReader(io.StringIO(p.stdout)))
+        self.assertEqual(len(rows), 2)
+        lines = self.tune("export", "ex", "--all-results", "--format", "jsonl", check=0).stdout
+        self.assertEqual(len(lines.splitlines()), 8)
+
     def test_bad_format_and_missing_experiment_are_usage_errors(self):
         p = self.tune("export", "ex", "--format", "xml")
         self.assertEqual(p.returncode, 2)
