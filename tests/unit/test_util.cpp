@@ -1,5 +1,7 @@
 // util: shell splitting, suggestions, atomic files, safe deletion, name safety.
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +13,7 @@
 #include "trial/trial.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/process.hpp"
 #include "util/strings.hpp"
 
 using namespace tune;
@@ -215,4 +218,34 @@ TEST_CASE("workdir plan: SSH hosts' storage paths inside the workdir are left ou
   CHECK(same->files == 2);  // src/a.py and hosts/w1/exp/.workdir/a.py (w1 is not a host here)
   CHECK(std::find(same->excludes.begin(), same->excludes.end(), "/exp") != same->excludes.end());
   std::filesystem::remove_all(d);
+}
+
+TEST_CASE("spawned helpers: found on PATH, output in their log, signals as at a fresh start",
+          "[util][spawn]") {
+  testing::ScratchDir d;
+  // The driver blocks signals and ignores some; a helper must start with none of that.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  ::pthread_sigmask(SIG_BLOCK, &block, &old);
+  auto old_pipe = ::signal(SIGPIPE, SIG_IGN);
+  auto rc = util::run_process({"sh", "-c", "grep -E '^Sig(Blk|Ign)' /proc/$$/status; exit 7"},
+                              d.path / "log", 10);
+  ::signal(SIGPIPE, old_pipe);
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  REQUIRE(rc);
+  CHECK(*rc == 7);
+  auto log = util::read_file(d.path / "log");
+  REQUIRE(log);
+  CHECK(log->find("SigBlk:\t0000000000000000") != std::string::npos);
+  // (SIGPIPE ignored would be bit 13: 0x1000)
+  CHECK(log->find("SigIgn:\t0000000000000000") != std::string::npos);
+  // A program that is not there, and a log that cannot be made: one error each.
+  auto missing = util::spawn_process({"no-such-program-tune-test"}, d.path / "log2");
+  REQUIRE(!missing);
+  CHECK(missing.error().message ==
+        "cannot run 'no-such-program-tune-test': No such file or directory");
+  auto badlog = util::spawn_process({"true"}, d.path / "no" / "such" / "dir" / "log");
+  REQUIRE(!badlog);
+  CHECK(badlog.error().message == "cannot run 'true': No such file or directory");
 }
