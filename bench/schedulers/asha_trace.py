@@ -32,6 +32,7 @@ import datetime
 import heapq
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -255,6 +256,37 @@ def check_optuna(scratch, seeds, rfs):
     return 1 if bad else 0
 
 
+def check_tune(scratch, seeds, rf):
+    """Applies the ray rule to the results of run.py's tune asha run of each seed in the order
+    tune handled them (its tune.log: one checkpoint line per result, as replay_trial.py
+    checkpoints every epoch) and compares the epochs each trial got with tune's result.json."""
+    bad = 0
+    line = re.compile(r"trial trial_(\d+)_[^:]*: checkpoint checkpoint_\d+ at iteration (\d+)")
+    for seed in seeds:
+        name = f"asha-s{seed}" + (f"-rf{rf}" if rf != 3 else "")
+        exp = os.path.join(scratch, name, "storage", name)
+        trials = run.trials_of(exp)
+        value = {(t, r["training_iteration"]): r["val_acc"] for t, (_, rs) in trials.items()
+                 for r in rs}
+        with open(os.path.join(exp, "tune.log")) as f:
+            handled = [(m.group(1), int(m.group(2))) for m in line.finditer(f.read())]
+        rule, stopped_at = Rule("ray", rf), {}
+        for t, epoch in handled:
+            if (t, epoch) not in value:  # handled but not recorded: a mismatch
+                stopped_at[t] = -1
+            elif t not in stopped_at and not rule.decide(int(t), epoch, value[(t, epoch)]):
+                stopped_at[t] = epoch
+        differ = {t: (len(rs), stopped_at.get(t)) for t, (_, rs) in trials.items()
+                  if len(rs) != stopped_at.get(t)}
+        with open(os.path.join(scratch, name + ".epochs.jsonl")) as f:
+            ran = sum(1 for _ in f)
+        bad += bool(differ) or len(handled) != len(value)
+        print(f"seed {seed} rf {rf}: tune recorded {len(value)} trial-epochs (ran {ran}); "
+              f"the rule in tune's order: {sum(stopped_at.values())}"
+              + (f"  DIFFERENT (trial: tune, rule) {differ}" if differ else ""))
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scratch", default="/tmp/tune-bench-schedulers")
@@ -266,7 +298,11 @@ def main():
     ap.add_argument("--verbose", action="store_true", help="print every rung decision")
     ap.add_argument("--check-optuna", action="store_true",
                     help="compare the optuna replay with Optuna's own pruner (seq order)")
+    ap.add_argument("--check-tune", action="store_true",
+                    help="compare run.py's tune asha runs with the rule in tune's own order")
     a = ap.parse_args()
+    if a.check_tune:
+        return max(check_tune(a.scratch, a.seeds, rf) for rf in a.rf)
     if a.check_optuna:
         return check_optuna(a.scratch, a.seeds, a.rf)
     if not (a.summary or a.json):
