@@ -13,7 +13,9 @@ Rules (max_t 27, grace 1; rungs at rf^k below max_t: rf 3 -> 1, 3, 9; rf 4 -> 1,
            on only if the value is >= the k-th best of the rung's values *including its own*,
            k = max(1, n // rf).
 Orders: `seq` runs the trials one at a time in trial order (as the benchmark's Optuna study);
-`c2` simulates two at a time, each epoch lasting half the measured seconds (as the tune runs).
+`c2` simulates two at a time, each epoch lasting half the measured seconds (as the tune runs);
+`c2r` (--timings N) the same with every epoch's duration times a random lognormal factor
+(sigma 1), N timings a seed: which trial reports first is noise in real runs.
 The `ray seq` and `optuna seq` counts at rf 3 equal the tune asha and Optuna runs of the
 benchmark of 2026-11-24 on every seed (results-2026-11-24.json): the replay is the same decisions.
 
@@ -23,6 +25,9 @@ best - best (FIFO's best: the highest value of any of the seed's 60 curves), of 
 until FIFO's best, and how many seeds meet the goal: (a) within 0.002 of FIFO's best, (b) at
 most 1/5 of FIFO's 1,620 trial-epochs, (c) both; and seeds where asha is at least as good as
 Optuna on both counts. --json writes the per-seed figures.
+--check-optuna: the `optuna seq` replay against Optuna's own pruner (run.py's study).
+--check-tune: the `ray` rule applied in the order tune handled the results of run.py's asha
+runs (`run.py --methods asha [--rf 4]`, same scratch dir) against what tune recorded.
 
     /usr/bin/python3 bench/schedulers/asha_trace.py --scratch /tmp/tune-bench-schedulers --seeds 4 6
     /usr/bin/python3 bench/schedulers/asha_trace.py --summary --rf 3 4 --seeds $(seq 1 30)
@@ -85,17 +90,22 @@ class Rule:
         return go
 
 
-def simulate(kind, order, curves, concurrency, rf=3, scale=0.5):
+def simulate(kind, order, curves, concurrency, rf=3, scale=0.5, rng=None):
     """Runs the trials in `order` (keys of `curves`) through one rule; returns (values in the
-    order reported, {trial: epochs}, rule)."""
+    order reported, {trial: epochs}, rule). With `rng` (a numpy Generator), every epoch's
+    duration is also multiplied by a lognormal factor (sigma 1): a random timing."""
     rule = Rule(kind, rf)
+
+    def secs(k, epoch):
+        return curves[k][epoch][1] * scale * (rng.lognormal(0.0, 1.0) if rng else 1.0)
+
     done, values = {}, []
     now, queue, events = 0.0, list(enumerate(order)), []
 
     def start(at):
         if queue:
             i, k = queue.pop(0)
-            heapq.heappush(events, (at + curves[k][0][1] * scale, i, k, 1))
+            heapq.heappush(events, (at + secs(k, 0), i, k, 1))
 
     for _ in range(concurrency):
         start(now)
@@ -104,7 +114,7 @@ def simulate(kind, order, curves, concurrency, rf=3, scale=0.5):
         value = curves[k][epoch - 1][0]
         values.append(value)
         if rule.decide(i, epoch, value):
-            heapq.heappush(events, (now + curves[k][epoch][1] * scale, i, k, epoch + 1))
+            heapq.heappush(events, (now + secs(k, epoch), i, k, epoch + 1))
         else:
             done[i] = epoch
             start(now)
@@ -142,8 +152,9 @@ def figures(values, target):
     return r
 
 
-def per_seed(scratch, seeds, rfs, kinds=("ray", "optuna")):
-    """{seed: {"fifo_best": x, f"{kind} {order} rf{rf}": figures}}."""
+def per_seed(scratch, seeds, rfs, timings, kinds=("ray", "optuna")):
+    """{seed: {"fifo_best": x, f"{kind} {order} rf{rf}": figures,
+    f"{kind} c2r rf{rf}": [figures of `timings` random timings, two at a time]}}."""
     out = {}
     for seed in seeds:
         curves, order = load_seed(scratch, seed)
@@ -154,6 +165,11 @@ def per_seed(scratch, seeds, rfs, kinds=("ray", "optuna")):
                 for name, conc in ORDERS:
                     values, _, _ = simulate(kind, order, curves, conc, rf)
                     res[f"{kind} {name} rf{rf}"] = figures(values, target)
+                # The same `timings` random timings (generator seeds 0..) for every rule.
+                res[f"{kind} c2r rf{rf}"] = [
+                    figures(simulate(kind, order, curves, 2, rf,
+                                     rng=np.random.default_rng([seed, j]))[0], target)
+                    for j in range(timings)]
         out[seed] = res
     return out
 
@@ -213,6 +229,41 @@ def summary(res, rfs):
         cells = [f"{res[s][c]['gap']:.4f} / {res[s][c]['epochs']}{' *' if res[s][c]['both'] else ''}"
                  for c in cols]
         print(f"| {s} | {res[s]['fifo_best']:.4f} | " + " | ".join(cells) + " |")
+
+
+def summary_random(res, rfs):
+    """The random-timing tables: every seed's `timings` runs two at a time."""
+    seeds = sorted(res)
+    n = len(seeds)
+    t = len(res[seeds[0]][f"ray c2r rf{rfs[0]}"])
+    ep, gap = (lambda x: f"{x:.0f}"), (lambda x: f"{x:.4f}")
+    print(f"\nc2 with random timing: {n} seeds x {t} timings (each epoch's duration times a "
+          f"lognormal factor, sigma 1); median [q1, q3] over all {n * t} runs\n")
+    print(f"| rule | rf | trial-epochs | FIFO best − best | runs (a) within {GAP} "
+          f"| runs (b) ≤ {BUDGET} | runs (c) both | seeds where most runs meet both |")
+    print("|---|---|---|---|---|---|---|---|")
+    for rf in rfs:
+        for kind in ("ray", "optuna"):
+            per = [res[s][f"{kind} c2r rf{rf}"] for s in seeds]
+            rs = [r for runs in per for r in runs]
+            print(f"| {'asha' if kind == 'ray' else 'optuna_sha'} | {rf} "
+                  f"| {spread([r['epochs'] for r in rs], ep)} "
+                  f"| {spread([r['gap'] for r in rs], gap)} "
+                  + " ".join(f"| {sum(r[c] for r in rs) / len(rs):.0%}"
+                             for c in ("acc_ok", "budget_ok", "both"))
+                  + f" | {sum(2 * sum(r['both'] for r in runs) > len(runs) for runs in per)}/{n} |")
+    print("\nc2 with random timing, paired per seed (asha against Optuna at the same rf)\n")
+    print("| rf | asha meets both in at least as many runs | in more runs | in fewer runs "
+          "| asha's median trial-epochs ≤ Optuna's |")
+    print("|---|---|---|---|---|")
+    for rf in rfs:
+        both = [(sum(r["both"] for r in res[s][f"ray c2r rf{rf}"]),
+                 sum(r["both"] for r in res[s][f"optuna c2r rf{rf}"])) for s in seeds]
+        cheap = sum(np.median([r["epochs"] for r in res[s][f"ray c2r rf{rf}"]])
+                    <= np.median([r["epochs"] for r in res[s][f"optuna c2r rf{rf}"]])
+                    for s in seeds)
+        print(f"| {rf} | {sum(a >= o for a, o in both)}/{n} | {sum(a > o for a, o in both)}/{n} "
+              f"| {sum(a < o for a, o in both)}/{n} | {cheap}/{n} |")
 
 
 def details(scratch, seeds, rf, verbose):
@@ -287,6 +338,35 @@ def check_tune(scratch, seeds, rf):
     return 1 if bad else 0
 
 
+def write_json(a, res):
+    """The per-seed figures, one line per seed and rule; the random timings' figures as lists
+    (best, trial-epochs, until FIFO's best, one entry per timing)."""
+    head = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "seeds": a.seeds, "rf": a.rf, "timings": a.timings,
+            "goal": {"gap": GAP, "budget": BUDGET}, "rules": {"ray": "asha", "optuna":
+                                                              "optuna_sha"}}
+    keep = ("best", "epochs", "reach")
+
+    def short(x):  # accuracies are multiples of 1/540: 6 decimals tell them apart
+        return round(x, 6) if isinstance(x, float) else x
+
+    with open(a.json, "w") as f:
+        f.write(json.dumps(head)[:-1] + ', "per_seed": {\n')
+        for i, seed in enumerate(sorted(res)):
+            rows = [f' "fifo_best": {short(res[seed]["fifo_best"])}']
+            for k, v in res[seed].items():
+                if isinstance(v, list):
+                    v = {x: [short(r[x]) for r in v] for x in keep}
+                elif isinstance(v, dict):
+                    v = {x: short(v[x]) for x in keep}
+                else:
+                    continue
+                rows.append(f" {json.dumps(k)}: {json.dumps(v)}")
+            f.write(f'"{seed}": {{\n' + ",\n".join(rows) + "}"
+                    + (",\n" if i + 1 < len(res) else "\n"))
+        f.write("}}\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scratch", default="/tmp/tune-bench-schedulers")
@@ -294,6 +374,8 @@ def main():
     ap.add_argument("--rf", type=int, nargs="+", default=[3], choices=[3, 4],
                     help="reduction factor(s); rungs at 1, 3, 9 (3) or 1, 4, 16 (4)")
     ap.add_argument("--summary", action="store_true", help="print the markdown tables")
+    ap.add_argument("--timings", type=int, default=20, metavar="N",
+                    help="random timings per seed, rule and rf for the c2r tables (0: none)")
     ap.add_argument("--json", metavar="PATH", help="write the per-seed figures here")
     ap.add_argument("--verbose", action="store_true", help="print every rung decision")
     ap.add_argument("--check-optuna", action="store_true",
@@ -309,14 +391,13 @@ def main():
         for rf in a.rf:
             details(a.scratch, a.seeds, rf, a.verbose)
         return
-    res = per_seed(a.scratch, a.seeds, a.rf)
+    res = per_seed(a.scratch, a.seeds, a.rf, a.timings)
     if a.summary:
         summary(res, a.rf)
+        if a.timings:
+            summary_random(res, a.rf)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                       "seeds": a.seeds, "rf": a.rf, "goal": {"gap": GAP, "budget": BUDGET},
-                       "per_seed": res}, f, indent=1)
+        write_json(a, res)
 
 
 if __name__ == "__main__":
