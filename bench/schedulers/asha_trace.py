@@ -201,8 +201,8 @@ def summary(res, rfs):
                       f"| {spread([r['epochs'] for r in rs], ep)} "
                       f"| {spread([r['gap'] for r in rs], gap)} "
                       f"| {spread(reached, ep)} ({len(reached)}/{n}) "
-                      f"| {sum(r['acc_ok'] for r in rs)}/{n} | {sum(r['budget_ok'] for r in rs)}/{n} "
-                      f"| {sum(r['both'] for r in rs)}/{n} |")
+                      + "".join(f"| {sum(r[c] for r in rs)}/{n} "
+                                for c in ("acc_ok", "budget_ok", "both")) + "|")
         print(f"\n{name}, paired per seed (asha against Optuna at the same rf)\n")
         print("| rf | asha as accurate or more | asha ≤ Optuna's trial-epochs "
               "| both (asha at least as good on both counts) | both criteria: asha only "
@@ -218,6 +218,11 @@ def summary(res, rfs):
                      for x, y in ((True, False), (False, True), (True, True), (False, False))]
             print(f"| {rf} | {acc}/{n} | {cheap}/{n} | {both}/{n} | "
                   + " | ".join(f"{c}/{n}" for c in cells) + " |")
+    seed_table(res, rfs)
+
+
+def seed_table(res, rfs):
+    """Per seed, seq order: each rule's gap to FIFO's best and trial-epochs."""
     print("\nper seed, seq order: FIFO best; then per rule and rf: FIFO best − best / "
           "trial-epochs (* meets both)\n")
     cols = [f"{k} seq rf{rf}" for rf in rfs for k in ("ray", "optuna")]
@@ -225,9 +230,9 @@ def summary(res, rfs):
         c.replace("ray", "asha").replace("optuna", "optuna_sha").replace(" seq", "") for c in cols)
         + " |")
     print("|---" * (len(cols) + 2) + "|")
-    for s in seeds:
-        cells = [f"{res[s][c]['gap']:.4f} / {res[s][c]['epochs']}{' *' if res[s][c]['both'] else ''}"
-                 for c in cols]
+    for s in sorted(res):
+        cells = [f"{res[s][c]['gap']:.4f} / {res[s][c]['epochs']}"
+                 + (" *" if res[s][c]["both"] else "") for c in cols]
         print(f"| {s} | {res[s]['fifo_best']:.4f} | " + " | ".join(cells) + " |")
 
 
