@@ -49,6 +49,7 @@ namespace {
 struct ChildArgs {
   const char* path;  // the program, resolved on PATH by the parent
   char* const* argv;
+  char* const* sh_argv;  // sh, the program, its arguments: for a script without a #! line
   char* const* envp;
   const char* out;  // stdout and stderr (created, truncated)
   pid_t parent;
@@ -93,6 +94,8 @@ __attribute__((no_sanitize("address", "undefined"))) int spawn_child(void* p) {
   uint64_t none = 0;
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
   ::syscall(SYS_execve, a->path, a->argv, a->envp);
+  if (errno == ENOEXEC)  // a script without a #! line: run by sh, as execvp does
+    ::syscall(SYS_execve, "/bin/sh", a->sh_argv, a->envp);
   a->err = errno != 0 ? errno : ENOEXEC;
   ::syscall(SYS_exit, 127);
   return 127;
@@ -124,15 +127,23 @@ Result<pid_t> spawn(const std::vector<std::string>& args, const fs::path& log, b
   argv.push_back(nullptr);
   std::string out = log.empty() ? "/dev/null" : log.string();
   std::string path = resolve_program(args[0]);
+  std::string sh = "/bin/sh";
+  std::vector<char*> sh_argv = {sh.data(), path.data()};
+  sh_argv.insert(sh_argv.end(), argv.begin() + 1, argv.end());  // (with argv's final nullptr)
   const pid_t parent = ::getpid();
   // PR_SET_PDEATHSIG (a helper — rsync, an ssh master, an upload — must not outlive a driver
   // that is killed) fires when the *thread* that started it ends: tie the helper to the driver
   // only when that thread is the main one or lives as long as the driver's work (a host's I/O
   // thread: tie_helpers_to_this_thread). A detached process is never tied.
-  ChildArgs a{path.c_str(), argv.data(),
-              environ,      out.c_str(),
-              parent,       !detached && (::gettid() == parent || helpers_tied),
-              detached,     0};
+  ChildArgs a{path.c_str(),
+              argv.data(),
+              sh_argv.data(),
+              environ,
+              out.c_str(),
+              parent,
+              !detached && (::gettid() == parent || helpers_tied),
+              detached,
+              0};
   // clone(CLONE_VM | CLONE_VFORK), as posix_spawn does, rather than fork: a fork copies the
   // page tables of the whole driver (hundreds of MB with a hundred hosts' sessions) for each
   // rsync, and that copy was ~40% of the driver's CPU at 100 hosts. This thread waits until the

@@ -240,6 +240,13 @@ TEST_CASE("spawned helpers: found on PATH, output in their log, signals as at a 
   CHECK(log->find("SigBlk:\t0000000000000000") != std::string::npos);
   // (SIGPIPE ignored would be bit 13: 0x1000)
   CHECK(log->find("SigIgn:\t0000000000000000") != std::string::npos);
+  // A script without a #! line runs under sh, as execvp would run it.
+  std::ofstream(d.path / "plain") << "echo plain $1\n";
+  ::chmod((d.path / "plain").c_str(), 0755);
+  auto plain = util::run_process({(d.path / "plain").string(), "arg"}, d.path / "log3", 10);
+  REQUIRE(plain);
+  CHECK(*plain == 0);
+  CHECK(util::read_file(d.path / "log3").value_or("") == "plain arg\n");
   // A program that is not there, and a log that cannot be made: one error each.
   auto missing = util::spawn_process({"no-such-program-tune-test"}, d.path / "log2");
   REQUIRE(!missing);
