@@ -2,6 +2,7 @@
 is a network namespace with its own address and a private storage dir, so the head reaches a
 worker's files only through ssh/rsync. (Where namespaces cannot be made, the script falls back
 to sshd's on loopback ports and the tests say so.)"""
+import contextlib
 import json
 import re
 import os
@@ -404,21 +405,15 @@ class SshTest(TuneTest):
             sync_config: {{sync_period: 1, sync_timeout: 1}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
-        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
-                           text=True, timeout=60)
-        if p.returncode == 3:
-            self.skipTest("loopback mode: no link to shape")
-        log = os.path.join(self.exp_dir("synctimeout"), "tune.log")
-        def killed():
-            if not os.path.exists(log):
-                return False
-            with open(log) as f:
-                return "ran longer than sync_timeout (1 s): killed" in f.read()
-        try:
+        with self.slow_link():
+            log = os.path.join(self.exp_dir("synctimeout"), "tune.log")
+            def killed():
+                if not os.path.exists(log):
+                    return False
+                with open(log) as f:
+                    return "ran longer than sync_timeout (1 s): killed" in f.read()
             run = self.start_tune("run", "exp.yaml")
             self.wait_for(killed, timeout=60, what="a pull killed past sync_timeout")
-        finally:
-            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         out, err = run.communicate(timeout=120)
         self.assertEqual(run.returncode, 0, err)
         t = self.trials("synctimeout")[0]
@@ -430,6 +425,19 @@ class SshTest(TuneTest):
         f = os.path.join(self.exp_dir("synctimeout"), t["trial_name"], "checkpoint_000001",
                          "weights.bin")
         self.assertEqual(os.path.getsize(f), 4 << 20)
+
+    @contextlib.contextmanager
+    def slow_link(self):
+        """Worker 1's link shaped to 8 Mbit/s for the block (netns mode; skipped in loopback
+        mode, where there is no link), and back to 10 Gbit/s after it, whatever happens."""
+        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
+                           text=True, timeout=60)
+        if p.returncode == 3:
+            self.skipTest("loopback mode: no link to shape")
+        try:
+            yield
+        finally:
+            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
 
     def link_rx(self, i):
         """Bytes the head has received over worker i's link (netns mode)."""
@@ -466,16 +474,10 @@ class SshTest(TuneTest):
             sync_config: {{sync_period: 600}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
-        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
-                           text=True, timeout=60)
-        if p.returncode == 3:
-            self.skipTest("loopback mode: no link to shape")
-        try:
+        with self.slow_link():
             before = self.link_rx(0)
             self.tune("run", "exp.yaml", check=0, timeout=180)
             moved = self.link_rx(0) - before
-        finally:
-            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         t = self.trials("burst")[0]
         self.assertEqual(t["status"], "TERMINATED")
         head = os.path.join(self.exp_dir("burst"), t["trial_name"])
@@ -675,11 +677,7 @@ class SshTest(TuneTest):
             sync_config: {{sync_period: 60}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
-        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
-                           text=True, timeout=60)
-        if p.returncode == 3:
-            self.skipTest("loopback mode: no link to shape")
-        try:
+        with self.slow_link():
             run = self.start_tune("run", "exp.yaml")
             head = os.path.join(self.exp_dir("partial"), "trial_00000_x=1")
             # A sync of checkpoint_000001 is under way: its staging dir exists on the head.
@@ -697,8 +695,6 @@ class SshTest(TuneTest):
                 time.sleep(0.05)
             subprocess.run([SCRIPT, "start", self.hosts_dir, "1"], check=True, timeout=60)
             out, err = run.communicate(timeout=300)
-        finally:
-            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         self.assertEqual(seen_partial, [], "the head showed a partial checkpoint")
         self.assertEqual(run.returncode, 0, err)
         self.assertIn("connection lost", err)
@@ -732,12 +728,8 @@ class SshTest(TuneTest):
             checkpoint_config: {{num_to_keep: 1}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
-        p = subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "8mbit"], capture_output=True,
-                           text=True, timeout=60)
-        if p.returncode == 3:
-            self.skipTest("loopback mode: no link to shape")
-        head = os.path.join(self.exp_dir("killedsync"), "trial_00000_x=1")
-        try:
+        with self.slow_link():
+            head = os.path.join(self.exp_dir("killedsync"), "trial_00000_x=1")
             run = self.start_tune("run", "exp.yaml")
             self.wait_for(lambda: os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")),
                           timeout=60, what="a checkpoint being copied")
@@ -768,8 +760,6 @@ class SshTest(TuneTest):
             else:
                 self.assertEqual(best.stdout, "")
                 self.assertRegex(best.stderr, r"is on host \S+ and not on the head yet|no checkpoints")
-        finally:
-            subprocess.run([SCRIPT, "slow", self.hosts_dir, "1", "10gbit"], timeout=60)
         self.assertTrue(os.path.isdir(os.path.join(head, ".sync_checkpoint_000001")))
         self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
         self.assertEqual([d for d in os.listdir(head) if d.startswith(".sync_")], [])
