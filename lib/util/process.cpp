@@ -71,16 +71,26 @@ __attribute__((no_sanitize("address", "undefined"))) int spawn_child(void* p) {
     ::syscall(SYS_setsid);
   else
     ::syscall(SYS_setpgid, 0, 0);
-  long in = ::syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY, 0);
-  long o =
-      in < 0 ? -1 : ::syscall(SYS_openat, AT_FDCWD, a->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  // Opened close-on-exec: only their copies as 0, 1 and 2 reach the helper.
+  long in = ::syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC, 0);
+  long o = in < 0 ? -1
+                  : ::syscall(SYS_openat, AT_FDCWD, a->out,
+                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (in < 0 || o < 0) {
     a->err = errno != 0 ? errno : EIO;
     ::syscall(SYS_exit, 127);
   }
-  ::syscall(SYS_dup3, in, 0, 0);
-  ::syscall(SYS_dup3, o, 1, 0);
-  ::syscall(SYS_dup3, o, 2, 0);
+  // (dup3 refuses a descriptor onto itself: one that is already in place keeps it, open at exec)
+  if (in == 0)
+    ::syscall(SYS_fcntl, 0, F_SETFD, 0);
+  else
+    ::syscall(SYS_dup3, in, 0, 0);
+  for (int target : {1, 2}) {
+    if (o == target)
+      ::syscall(SYS_fcntl, target, F_SETFD, 0);
+    else
+      ::syscall(SYS_dup3, o, target, 0);
+  }
   // The kernel's sigaction, not libc's: the handlers the driver set go back to the defaults
   // (this child has its own copy of the table: no CLONE_SIGHAND), then the mask is cleared.
   struct {

@@ -231,6 +231,14 @@ TEST_CASE("spawned helpers: found on PATH, output in their log, signals as at a 
   auto old_pipe = ::signal(SIGPIPE, SIG_IGN);
   // (cat reads its own status: no shell between, whose own masking while it forks would show)
   auto rc = util::run_process({"cat", "/proc/self/status"}, d.path / "log", 10);
+  // The log reaches a helper as its stdout and stderr only, not as a third descriptor.
+  auto fds = util::run_process({"ls", "-l", "/proc/self/fd"}, d.path / "fds", 10);
+  REQUIRE(fds);
+  std::string listing = util::read_file(d.path / "fds").value_or("");
+  size_t links = 0;
+  for (size_t at = 0; (at = listing.find((d.path / "fds").string(), at)) != std::string::npos; ++at)
+    ++links;
+  CHECK(links == 2);
   auto seven = util::run_process({"sh", "-c", "exit 7"}, d.path / "log7", 10);
   ::signal(SIGPIPE, old_pipe);
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
