@@ -16,11 +16,11 @@
 #include <set>
 #include <thread>
 
-#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "exec/exit_record.hpp"
 #include "exec/slurm_executor.hpp"
+#include "log_capture.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 #include "util/strings.hpp"
@@ -271,22 +271,6 @@ struct Fixture {
   }
 };
 
-// The warnings and errors logged while it lives.
-struct LogCapture {
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink =
-      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100);
-  std::shared_ptr<spdlog::logger> old = spdlog::default_logger();
-  LogCapture() {
-    auto l = std::make_shared<spdlog::logger>("capture", sink);
-    l->set_level(spdlog::level::warn);
-    spdlog::set_default_logger(l);
-  }
-  ~LogCapture() { spdlog::set_default_logger(old); }
-  std::string text() const {
-    std::string s;
-    for (const auto& line : sink->last_formatted()) s += line;
-    return s;
-  }
-};
+using testing::LogCapture;
 
 }  // namespace

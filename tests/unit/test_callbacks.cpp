@@ -2,7 +2,6 @@
 // gives them to commands (real /bin/sh commands: batching, order, failures, time limit, a full
 // queue), and the callbacks: key's parsing.
 #include <signal.h>
-#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
 #include <catch2/catch.hpp>
@@ -15,6 +14,7 @@
 #include "control/controller.hpp"
 #include "controller_fixtures.hpp"
 #include "fake_executor.hpp"
+#include "log_capture.hpp"
 #include "spec/parse.hpp"
 #include "util/fs.hpp"
 
@@ -46,23 +46,7 @@ struct Recorder final : control::RunObserver {
   }
 };
 
-// The log lines said while it lives (warnings and errors).
-struct LogCapture {
-  std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink =
-      std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(100);
-  std::shared_ptr<spdlog::logger> old = spdlog::default_logger();
-  LogCapture() {
-    auto l = std::make_shared<spdlog::logger>("capture", sink);
-    l->set_level(spdlog::level::warn);
-    spdlog::set_default_logger(l);
-  }
-  ~LogCapture() { spdlog::set_default_logger(old); }
-  std::string text() const {
-    std::string s;
-    for (const auto& line : sink->last_formatted()) s += line;
-    return s;
-  }
-};
+using testing::LogCapture;
 
 std::string yaml_with(const std::string& callbacks) {
   return "name: cb\ntrial: {command: [train]}\nparam_space: {lr: 0.1}\ncallbacks:\n" + callbacks;
