@@ -213,6 +213,22 @@ struct Fixture {
     ex.reset();
     fs::remove_all(dir);
   }
+  // Attempt 1 of `name` ran in job 100, which Slurm requeued while no driver ran: the job is
+  // `state` in squeue, and its stub's note of the run it started (`self`: "<bytes>
+  // <checkpoint>") is in the job's claim dir, which is returned.
+  fs::path rerun_job_100(const std::string& name, const std::string& self,
+                         const std::string& state = "RUNNING") {
+    fs::path sdir = dir / exec::kSlurmDir;
+    fs::create_directories(sdir);
+    fs::create_directories(dir / ".tune" / "exit");
+    REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
+    fake->add("100", state, "tune-e-" + name, exec::job_mark(key, name, 1));
+    fs::path claim = exec::claim_dir(sdir, name, "100", 1);
+    fs::create_directories(claim);
+    REQUIRE(util::write_file_atomic(claim / "self", self, false));
+    return claim;
+  }
+
   exec::Launch launch(const std::string& id, int attempt = 1) {
     exec::Launch l;
     l.trial_id = id;

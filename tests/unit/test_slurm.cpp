@@ -214,17 +214,11 @@ TEST_CASE("a job Slurm requeues runs the trial's next attempt", "[slurm]") {
 TEST_CASE("a job Slurm reran with no driver runs the next attempt; a resume adopts it", "[slurm]") {
   Fixture f;
   std::string name = "trial_00050";
-  fs::path sdir = f.dir / exec::kSlurmDir, tdir = f.dir / name;
-  fs::create_directories(sdir);
+  fs::path tdir = f.dir / name;
   fs::create_directories(tdir);
-  fs::create_directories(f.dir / ".tune" / "exit");
   // Attempt 1 ran in job 100; Slurm requeued it while no driver ran and its stub started the
   // next attempt on its own (run 1), from checkpoint_000001, after 5 bytes of attempt 1's output.
-  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
-  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
-  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
-  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self",
-                                  "5 checkpoint_000001\n", false));
+  f.rerun_job_100(name, "5 checkpoint_000001\n");
   REQUIRE(util::write_file_atomic(tdir / "stdout.log", "AAAA\n=== attempt 2 ===\nBBB\n", false));
   auto found = f.ex->attach(f.launch("00050", 1));
   REQUIRE(found);
@@ -257,14 +251,9 @@ TEST_CASE("a rerun Slurm started with no driver and that ended meanwhile is fini
           "[slurm]") {
   Fixture f;
   std::string name = "trial_00052";
-  fs::path sdir = f.dir / exec::kSlurmDir, tdir = f.dir / name;
-  fs::create_directories(sdir);
+  fs::path tdir = f.dir / name;
   fs::create_directories(tdir);
-  fs::create_directories(f.dir / ".tune" / "exit");
-  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
-  f.fake->add("100", "COMPLETED", "tune-e-" + name, exec::job_mark(f.key, name, 1));
-  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
-  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self", "3 -\n", false));
+  f.rerun_job_100(name, "3 -\n", "COMPLETED");
   REQUIRE(util::write_file_atomic(tdir / "stdout.log", "AA\n=== attempt 2 ===\nBB\n", false));
   f.record("00052", 2, "exited", 0, exec::slurm_attempt_nonce(f.key, name, 1, "100", 2));
   REQUIRE(f.ex->attach(f.launch("00052", 1)));
@@ -284,13 +273,7 @@ TEST_CASE("a rerun whose checkpoint is not the one the trial restarts from is no
           "[slurm]") {
   Fixture f;
   std::string name = "trial_00051";
-  fs::path sdir = f.dir / exec::kSlurmDir;
-  fs::create_directories(sdir);
-  fs::create_directories(f.dir / ".tune" / "exit");
-  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
-  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
-  fs::create_directories(exec::claim_dir(sdir, name, "100", 1));
-  REQUIRE(util::write_file_atomic(exec::claim_dir(sdir, name, "100", 1) / "self", "0 -\n", false));
+  f.rerun_job_100(name, "0 -\n");
   REQUIRE(f.ex->attach(f.launch("00051", 1)));
   REQUIRE(f.pump([&] { return f.exit_of("00051").has_value(); }));
   CHECK(f.exit_of("00051")->restart_from == std::optional<std::string>(""));  // from scratch
@@ -305,12 +288,7 @@ TEST_CASE("a malformed self-rerun note is ignored with one warning naming it", "
   Fixture f;
   std::string name = "trial_00053";
   fs::path sdir = f.dir / exec::kSlurmDir;
-  fs::create_directories(sdir);
-  fs::create_directories(f.dir / ".tune" / "exit");
-  REQUIRE(util::write_file_atomic(sdir / (name + ".job"), "100 1 1\n", false));
-  f.fake->add("100", "RUNNING", "tune-e-" + name, exec::job_mark(f.key, name, 1));
-  fs::path claim = exec::claim_dir(sdir, name, "100", 1);
-  fs::create_directories(claim);
+  fs::path claim = f.rerun_job_100(name, "");
   for (const char* junk : {"5 ../../etc\n", "x checkpoint_000001\n", "nospace", ""}) {
     REQUIRE(util::write_file_atomic(claim / "self", junk, false));
     std::string problem;
