@@ -50,10 +50,17 @@ bool supervisor_alive(int pid, uint64_t ticks) {
   if (fields[0] == "Z" || fields[0] == "X") return false;  // ended, not reaped yet
   if (fields[3] != std::to_string(pid)) return false;      // a supervisor leads its session
   if (fields[19] != std::to_string(ticks)) return false;   // the pid was reused
-  // and it is a tune-agent process (a line naming the user's editor is not believed)
+  // and it is a tune-agent process (a line naming the user's editor is not believed): by its
+  // executable where that can be read, else by its name. A supervisor is not dumpable (its
+  // nonce), and the kernel lets only root read such a process's exe link, even to its own
+  // user; its name (in stat, readable to all) is the agent's, which it forked from.
   std::error_code ec;
   auto exe = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).filename().string();
-  return !ec && exe.starts_with("tune-agent");
+  if (!ec) return exe.starts_with("tune-agent");
+  if (ec != std::errc::permission_denied && ec != std::errc::operation_not_permitted) return false;
+  auto open = text->find('(');
+  return open != std::string::npos &&
+         std::string_view(*text).substr(open + 1, close - open - 1) == "tune-agent";
 }
 
 void AttemptLog::refresh() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs `python3 ARGS...` (the integration tests) as an unprivileged user, so that the SSH tests
-# also run without root: test-hosts.sh then starts sshd's on 127.0.0.1 ports as that user
-# ("loopback" mode). As root: as the user tune-test (made if missing), with the system's
+# Runs `python3 ARGS...` (the integration tests) as an unprivileged user, as users run tune:
+# the local suites, and the SSH tests without root (test-hosts.sh then starts sshd's on
+# 127.0.0.1 ports as that user, "loopback" mode). As root: as the user tune-test (made if missing), with the system's
 # /usr/bin/python3 (root's own Python may live where that user cannot read). As anyone else:
 # as that user. Exits 77 (ctest: skipped, with the reason) if root cannot make the user.
 set -euo pipefail
