@@ -160,8 +160,10 @@ kill)
   w="$D/w${3:?K}"
   master=$(cat "$w/sshd.pid" 2>/dev/null || true)
   # The per-connection sshd's too, so that every session drops: in loopback mode they are the
-  # listener's children (its grandchildren are the sessions' shells, whose trials live on).
-  conns=$(descendants "$master")
+  # listener's children. Only sshd's, as when sshd dies: the sessions' own processes (shells,
+  # tune-agent and the supervisors it started) see their channel close and go their ways.
+  conns=$(for pid in $(descendants "$master"); do
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] && echo "$pid"; done || true)
   [ -n "$master" ] && kill -9 "$master" 2>/dev/null || true
   for pid in $conns $(cat "$w/conns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   rm -f "$w/sshd.pid" "$w/conns"

@@ -5,6 +5,7 @@
 // the next driver finds them again in the attempt log (lib/agent/attempt_log.hpp).
 //
 //   tune-agent serve ATTEMPT_LOG     (holds an flock on ATTEMPT_LOG.agent-lock while it runs)
+//   tune-agent remote SUPERVISOR     (on an SSH worker host: remote.hpp)
 //
 // Requests, one JSON object per line on stdin:
 //   {"op":"launch","id","dir","attempt","lease","orphan_timeout","grace","cwd","fifo",
@@ -35,16 +36,23 @@
 #include <vector>
 
 #include "agent/supervise.hpp"
+#include "remote.hpp"
 
-namespace {
-
-using nlohmann::json;
+namespace tune::agent_app {
 
 void emit(const std::string& line) {
   std::string out = line + "\n";
   while (::write(1, out.data(), out.size()) < 0 && errno == EINTR) {
   }
 }
+
+}  // namespace tune::agent_app
+
+namespace {
+
+using nlohmann::json;
+
+using tune::agent_app::emit;
 
 void emit_error(const std::string& message) {
   emit(json{{"event", "error"}, {"message", message}}.dump());
@@ -76,9 +84,6 @@ class Agent {
 
   // Reaps the supervisors that ended and says so.
   void reap() {
-    signalfd_siginfo si;
-    while (::read(sig_fd_, &si, sizeof si) == sizeof si) {
-    }
     for (;;) {
       int status = 0;
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -177,14 +182,76 @@ class Agent {
 
 }  // namespace
 
+namespace {
+
+// Reads requests on stdin until EOF (the driver is gone: supervisors go on without this agent),
+// reaping supervisors as SIGCHLD arrives on `sig_fd`.
+template <class Handler>
+int serve(Handler& handler, int sig_fd) {
+  std::string buf;
+  char chunk[65536];
+  for (;;) {
+    pollfd fds[2] = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return 1;
+    }
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo si;
+      while (::read(sig_fd, &si, sizeof si) == sizeof si) {
+      }
+      handler.reap();
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t n = ::read(0, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      buf.append(chunk, static_cast<size_t>(n));
+      for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+        handler.handle(buf.substr(0, nl));
+        buf.erase(0, nl + 1);
+      }
+      if (buf.size() > (64u << 20)) {
+        emit_error("request line longer than 64 MiB: dropped");
+        buf.clear();
+      }
+    }
+  }
+  return 0;
+}
+
+// SIGCHLD as a file descriptor (blocked, so that it is only read there).
+int child_signals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  return ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 3 || std::strcmp(argv[1], "serve") != 0) {
-    std::fprintf(stderr, "usage: tune-agent serve ATTEMPT_LOG (requests on stdin)\n");
+  bool local = argc == 3 && std::strcmp(argv[1], "serve") == 0;
+  bool remote = argc == 3 && std::strcmp(argv[1], "remote") == 0;
+  if (!local && !remote) {
+    std::fprintf(stderr,
+                 "usage: tune-agent serve ATTEMPT_LOG | tune-agent remote SUPERVISOR "
+                 "(requests on stdin)\n");
     return 2;
   }
   // Requests carry attempt nonces: keep this process's memory unreadable to trials.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   ::signal(SIGPIPE, SIG_IGN);  // a driver that is gone: writes fail, nothing else
+  if (remote) {
+    // On an SSH worker host: no attempt log (the supervisors it starts record their exits and
+    // are found by their command lines), so nothing to wait for.
+    int sig_fd = child_signals();
+    ::fcntl(0, F_SETFD, FD_CLOEXEC);
+    tune::agent_app::RemoteLauncher launcher(argv[2]);
+    emit(nlohmann::json{{"event", "ready"}, {"agent", ::getpid()}}.dump());
+    return serve(launcher, sig_fd);
+  }
   int log_fd = ::open(argv[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
   if (log_fd < 0) {
     std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", argv[2], std::strerror(errno));
@@ -200,36 +267,8 @@ int main(int argc, char** argv) {
                  std::strerror(errno));
     return 1;
   }
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGCHLD);
-  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
-  int sig_fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  int sig_fd = child_signals();
   ::fcntl(0, F_SETFD, FD_CLOEXEC);
   Agent agent(log_fd, sig_fd, lock_fd);
-  std::string buf;
-  char chunk[65536];
-  for (;;) {
-    pollfd fds[2] = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return 1;
-    }
-    if (fds[1].revents & POLLIN) agent.reap();
-    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      ssize_t n = ::read(0, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;  // the driver is gone: supervisors go on without this agent
-      buf.append(chunk, static_cast<size_t>(n));
-      for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
-        agent.handle(buf.substr(0, nl));
-        buf.erase(0, nl + 1);
-      }
-      if (buf.size() > (64u << 20)) {
-        emit_error("request line longer than 64 MiB: dropped");
-        buf.clear();
-      }
-    }
-  }
-  return 0;
+  return serve(agent, sig_fd);
 }

@@ -322,6 +322,9 @@ int RunCommand::execute() {
     if (!supervisor) throw Fatal(supervisor.error());
     exec::SshOptions so;
     so.supervisor = *supervisor;
+    auto agent = exec::find_agent();
+    if (!agent) throw Fatal(agent.error());
+    so.agent = *agent;
     so.python_helper = fs::path(python_helpers_dir()) / "tune_trial.py";
     so.exp_name = exp.name;
     so.head_exp_dir = dir;

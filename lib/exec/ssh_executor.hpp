@@ -34,6 +34,7 @@ struct SshHostConfig {
 
 struct SshOptions {
   fs::path supervisor;     // the static tune-supervisor binary to place on hosts
+  fs::path agent;          // the static tune-agent binary placed beside it (launches there)
   fs::path python_helper;  // tune_trial.py, placed beside it
   std::string exp_name;
   fs::path head_exp_dir;

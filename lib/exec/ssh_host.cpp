@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "util/cksum.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -38,6 +39,12 @@ std::string SshHost::err() const {
 }
 
 void SshHost::close() {
+  if (agent) {
+    ssh_channel_close(agent);  // EOF: the agent ends; the supervisors it started go on
+    ssh_channel_free(agent);
+  }
+  agent = nullptr;
+  agent_buf.clear();
   if (shell) {
     ssh_channel_close(shell);
     ssh_channel_free(shell);
@@ -109,6 +116,73 @@ Result<void> SshHost::open_shell() {
       ssh_channel_request_exec(shell, "exec /bin/sh") != SSH_OK)
     return fail("cannot open a shell channel: ", err());
   return {};
+}
+
+Result<void> SshHost::open_agent() {
+  if (agent) {
+    ssh_channel_close(agent);
+    ssh_channel_free(agent);
+  }
+  agent_buf.clear();
+  agent = ssh_channel_new(session);
+  std::string cmd = "exec " + q(agent_bin) + " remote " + q(supervisor);
+  if (!agent || ssh_channel_open_session(agent) != SSH_OK ||
+      ssh_channel_request_exec(agent, cmd.c_str()) != SSH_OK) {
+    std::string e = err();
+    if (agent) ssh_channel_free(agent);
+    agent = nullptr;
+    return fail("cannot start tune-agent: ", e);
+  }
+  // Its first line says it is ready (or it fails at once, saying why on stderr).
+  for (int waited = 0; waited < 15000; waited += 500) {
+    auto lines = agent_events(500);
+    if (!lines) {
+      char tmp[512];
+      int n = ssh_channel_read_timeout(agent, tmp, sizeof tmp, 1, 200);
+      std::string why = n > 0 ? util::printable(std::string(tmp, static_cast<size_t>(n)), 300)
+                              : lines.error().message;
+      return fail("tune-agent ", agent_bin, " did not start: ", why);
+    }
+    for (const auto& l : *lines)
+      if (l.find("\"event\":\"ready\"") != std::string::npos) return {};
+  }
+  return fail("tune-agent ", agent_bin, " did not answer within 15 s");
+}
+
+Result<void> SshHost::agent_send(const std::string& line) {
+  if (!agent) return fail(cfg.name, ": no tune-agent");
+  std::string out = line + "\n";
+  if (ssh_channel_write(agent, out.data(), static_cast<uint32_t>(out.size())) !=
+      static_cast<int>(out.size()))
+    return fail(cfg.name, ": cannot reach tune-agent: ", err());
+  return {};
+}
+
+Result<std::vector<std::string>> SshHost::agent_events(int timeout_ms) {
+  if (!agent) return fail(cfg.name, ": no tune-agent");
+  char tmp[16384];
+  bool closed = false;
+  for (bool first = true;; first = false) {
+    // Waits (up to timeout_ms) only while nothing came; then takes what else is here.
+    int n = first && timeout_ms > 0
+                ? ssh_channel_read_timeout(agent, tmp, sizeof tmp, 0, timeout_ms)
+                : ssh_channel_read_nonblocking(agent, tmp, sizeof tmp, 0);
+    if (n > 0) {
+      agent_buf.append(tmp, static_cast<size_t>(n));
+      if (agent_buf.size() > (64u << 20)) agent_buf.clear();  // not the agent's lines
+      continue;
+    }
+    closed = n < 0 || ssh_channel_is_eof(agent) || !ssh_channel_is_open(agent);
+    break;
+  }
+  std::vector<std::string> lines;
+  size_t start = 0;
+  for (size_t nl; (nl = agent_buf.find('\n', start)) != std::string::npos; start = nl + 1)
+    lines.push_back(agent_buf.substr(start, nl - start));
+  agent_buf.erase(0, start);
+  // (the last lines of an agent that ended are handed out first)
+  if (closed && lines.empty()) return fail(cfg.name, ": tune-agent's channel closed: ", err());
+  return lines;
 }
 
 // Runs a command in the kept shell; returns its exit status and output (stdout only).
@@ -361,35 +435,49 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
   info.exp_dir = root + "/" + opts.exp_name;
   std::string bin = root + "/" + kBinDir;
   info.helpers_dir = bin + "/python";
+  supervisor = bin + "/tune-supervisor";
+  agent_bin = bin + "/tune-agent";
+  struct Placed {
+    const fs::path& local;
+    std::string remote;
+    int mode;
+  };
+  const Placed placed[] = {{opts.supervisor, supervisor, 0755},
+                           {opts.agent, agent_bin, 0755},
+                           {opts.python_helper, info.helpers_dir + "/tune_trial.py", 0644}};
+  // One command: the dirs, the host's CPUs and GPUs, and the cksum of each helper it has (so
+  // that one it has already is not copied again, nor read back over the link to compare).
+  std::string cmd = "mkdir -p -- " + q(info.exp_dir + "/.tune") + " " + q(info.helpers_dir) +
+                    " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; for f in";
+  for (const auto& p : placed) cmd += " " + q(p.remote);
+  cmd += "; do { cksum < \"$f\"; } 2>/dev/null || echo none; done; true";
   std::string out;
-  auto st = run("mkdir -p -- " + q(info.exp_dir + "/.tune") + " " + q(info.helpers_dir) +
-                    " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; true",
-                &out);
+  auto st = run(cmd, &out);
   if (!st || *st != 0)
     return fail("cannot create ", info.exp_dir, ": ", st ? out : st.error().message);
-  int nproc = std::atoi(out.c_str());
-  auto nl = out.find('\n');
-  int ngpu = nl == std::string::npos ? 0 : std::atoi(out.c_str() + nl + 1);
+  std::vector<std::string> lines;
+  for (size_t start = 0, nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1)
+    lines.push_back(out.substr(start, nl - start));
+  int nproc = lines.size() > 0 ? std::atoi(lines[0].c_str()) : 0;
+  int ngpu = lines.size() > 1 ? std::atoi(lines[1].c_str()) : 0;
   info.cpus = cfg.cpus.value_or(nproc > 0 ? nproc : 1);
   info.gpus = cfg.gpus.value_or(ngpu);
-  // The supervisor and the Python helper, unless the host has them already.
-  supervisor = bin + "/tune-supervisor";
-  for (auto [local, remote, mode] :
-       {std::tuple{opts.supervisor, supervisor, 0755},
-        std::tuple{opts.python_helper, info.helpers_dir + "/tune_trial.py", 0644}}) {
+  // The supervisor, the agent and the Python helper, unless the host has them already.
+  for (size_t i = 0; i < std::size(placed); ++i) {
+    const auto& [local, remote, mode] = placed[i];
     if (local.empty()) continue;
     auto content = util::read_file(local, 64u << 20);
     if (!content) return fail(content.error().message);
-    if (size_of(remote) == content->size()) {
-      auto there = read(remote, 0, content->size());
-      if (there && *there == *content) continue;
-    }
+    std::string sum =
+        std::to_string(util::posix_cksum(*content)) + " " + std::to_string(content->size());
+    if (lines.size() > 2 + i && lines[2 + i] == sum) continue;
     if (auto w = write(remote, *content, mode); !w) return w;
     sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));
   }
   lease = info.exp_dir + "/.tune/lease";
   shell_buf.clear();
   if (auto sh = open_shell(); !sh) return sh;
+  if (auto a = open_agent(); !a) return a;
   // rsync goes through an OpenSSH master connection that the driver owns.
   if (opts.syncer == "rsync") {
     // Under the experiment's .tune dir (one driver at a time holds it), unless that path is

@@ -29,7 +29,12 @@ struct SshHost {
   ssh_channel shell = nullptr;
   std::string shell_buf;
   uint64_t shell_seq = 0;
+  // The host's tune-agent (`tune-agent remote`) on a channel of its own: each launch is one
+  // request line, each answer an event line (apps/tune-agent/remote.hpp).
+  ssh_channel agent = nullptr;
+  std::string agent_buf;
   std::string supervisor;  // remote path
+  std::string agent_bin;   // remote path
   std::string lease;       // remote path
   pid_t master = -1;       // ssh -M (for rsync)
   std::string control_path;
@@ -51,6 +56,13 @@ struct SshHost {
 
   // Runs a command in the kept shell; returns its exit status and output (stdout and stderr).
   [[nodiscard]] Result<int> shell_run(const std::string& cmd, std::string* out = nullptr);
+  // Sends one request line to the host's agent.
+  [[nodiscard]] Result<void> agent_send(const std::string& line);
+  // The agent's event lines that arrive within `timeout_ms` (0: those already here). Fails when
+  // the agent's channel is gone (the agent ended, or the connection).
+  [[nodiscard]] Result<std::vector<std::string>> agent_events(int timeout_ms);
+  // (Re)starts the host's agent; waits for it to say it is ready.
+  [[nodiscard]] Result<void> open_agent();
   // Runs a command on a new exec channel (through the user's shell on the host).
   [[nodiscard]] Result<int> run(const std::string& cmd, std::string* out = nullptr);
   // Bytes free for this user on the filesystem holding `path` (statvfs over SFTP), if known.

@@ -88,6 +88,44 @@ void end_orphaned(Worker& w, Run& r) {
 
 }  // namespace
 
+// The host's agent said a supervisor ended: its exit record is read now (or, without one, the
+// attempt ends as supervisor_died) instead of at the next liveness check.
+void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
+  if (e.kind == AgentEvent::Kind::kError)
+    return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
+  if (e.kind != AgentEvent::Kind::kGone || e.supervisor < 0) return;
+  auto it = w.runs.find(e.id);
+  if (it == w.runs.end()) return;
+  Run& r = it->second;
+  if (r.attempt != e.attempt || r.sup_pid != e.supervisor || r.exit || r.exited) return;
+  read_exit(r);
+  if (!r.exit) end_orphaned(w, r);
+}
+
+void SshExecutor::Impl::read_agent(Worker& w) {
+  auto lines = w.h.agent_events(0);
+  if (!lines) {
+    check(w);
+    if (!w.up) return;
+    // Only the agent ended (killed?): the supervisors it started run on, watched by the
+    // liveness checks; a new agent takes the launches.
+    spdlog::warn("host {}: {}; starting a new one", w.name, lines.error().message);
+    restart_agent(w);
+    return;
+  }
+  for (const auto& line : *lines)
+    if (auto e = parse_agent_event(line)) w.agent_events.push_back(std::move(*e));
+  for (const auto& e : std::exchange(w.agent_events, {})) on_agent_event(w, e);
+}
+
+void SshExecutor::Impl::restart_agent(Worker& w) {
+  if (auto a = w.h.open_agent(); !a) {
+    // Treated as a host that is down: reconnected with backoff, lost after host_timeout_s.
+    spdlog::warn("host {}: {}", w.name, a.error().message);
+    mark_down(w, mono());
+  }
+}
+
 // Every kSupervisorCheck seconds: are the supervisors of the host's running attempts alive?
 // One that is gone without an exit record (killed, or it could not write the record, e.g. on
 // a full disk) ends its attempt as supervisor_died, instead of a wait forever.
@@ -128,6 +166,7 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
 bool SshExecutor::Impl::poll(Worker& w) {
   bool any_output = false;
   double t = mono();
+  if (w.up) read_agent(w);
   check_supervisors(w, t);
   for (auto& [id, r] : w.runs) {
     bool read_some = false;

@@ -31,18 +31,27 @@ std::optional<std::string> SshExecutor::Impl::supervisor_processes(SshHost& h) {
   return out;
 }
 
+std::optional<int> SshExecutor::Impl::find_supervisor(SshHost& h, const std::string& dir,
+                                                      int attempt) {
+  auto procs = supervisor_processes(h);
+  if (!procs) return std::nullopt;
+  // By its command line: "<supervisor> <trial dir> <attempt> ..."
+  std::string needle = h.supervisor + " " + dir + " " + std::to_string(attempt) + " ";
+  int pid = -1;
+  for (const auto& line : lines_of(*procs))
+    if (line.find(needle) != std::string::npos) pid = std::atoi(line.c_str());
+  return pid;
+}
+
 Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
   if (!w.up) return Attached::kGone;  // restarts (from the head's latest checkpoint)
   Run r = new_run(l, w);
-  // Its supervisor, by command line (as locally): "<supervisor> <trial dir> <attempt> ..."
-  auto procs = supervisor_processes(w.h);
-  if (!procs) {
+  auto pid = find_supervisor(w.h, r.dir, l.attempt);
+  if (!pid) {
     check(w);
     return Attached::kGone;
   }
-  std::string needle = w.h.supervisor + " " + r.dir + " " + std::to_string(l.attempt) + " ";
-  for (const auto& line : lines_of(*procs))
-    if (line.find(needle) != std::string::npos) r.sup_pid = std::atoi(line.c_str());
+  r.sup_pid = *pid;
   Attached found = Attached::kRunning;
   remove_sync_leftovers(r.head_dir);
   if (r.sup_pid > 0) r.who.supervisor = r.sup_pid;

@@ -1,6 +1,6 @@
 // Starting an attempt on its SSH host, on the host's I/O thread: the workdir's copy made
 // current, params.json, earlier attempts' logs and a restore point placed there, then the
-// tune-supervisor started in the background through the host's kept shell.
+// tune-supervisor started by the host's agent (one request line on its channel).
 #include <spdlog/spdlog.h>
 
 #include "exec/exit_record.hpp"
@@ -36,26 +36,69 @@ void remap_to_copy(const std::string& from, const std::string& to, std::string& 
   for (auto& a : argv) remap(a);
 }
 
-// params.json, then the supervisor in the background; each word quoted for the host's shell.
-// The attempt's output starts where stdout.log ends now on the host (the head's copy may lag,
-// or be missing while the host has one from an earlier run): it prints that first, then the
-// supervisor's pid.
-std::string supervisor_command(const SshOptions& opts, const SshHost& h, const Launch& l,
-                               const Run& r, const std::string& cwd,
-                               const std::vector<std::string>& argv) {
-  std::string cmd = "mkdir -p -- " + q(r.dir) + " && rm -f -- " + q(r.record) +
-                    " && { stat -c %s -- " + q(r.dir + "/stdout.log") +
-                    " 2>/dev/null || echo 0; } && ( env";
-  for (const auto& [k, v] : l.env) cmd += " " + q(k + "=" + v);
-  cmd += " " + q(h.supervisor) + " " + q(r.dir) + " " + std::to_string(l.attempt) + " " +
-         q(h.lease) + " " + util::format_double(opts.orphan_timeout_s) + " " +
-         util::format_double(opts.grace_s) + " " + q(cwd) + " " + (l.stdin_fifo ? "fifo" : "null") +
-         " " + q(r.record) + " --";
-  for (const auto& a : argv) cmd += " " + q(a);
-  // (a subshell: the supervisor is orphaned to init at once, never a child of the kept shell;
-  // the nonce reaches its stdin through a here-document, never a command line)
-  cmd += " <<'TUNE_NONCE' >/dev/null 2>&1 & echo $! )\n" + r.who.nonce + "\nTUNE_NONCE";
-  return cmd;
+// The supervisor's arguments (apps/tune-supervisor): it runs the attempt in the trial dir there.
+std::vector<std::string> supervisor_args(const SshOptions& opts, const SshHost& h, const Launch& l,
+                                         const Run& r, const std::string& cwd,
+                                         const std::vector<std::string>& argv) {
+  std::vector<std::string> args = {r.dir,
+                                   std::to_string(l.attempt),
+                                   h.lease,
+                                   util::format_double(opts.orphan_timeout_s),
+                                   util::format_double(opts.grace_s),
+                                   cwd,
+                                   l.stdin_fifo ? "fifo" : "null",
+                                   r.record,
+                                   "--"};
+  args.insert(args.end(), argv.begin(), argv.end());
+  return args;
+}
+
+// Starts the attempt through the host's agent and waits (on the host's thread) for its answer:
+// the supervisor's pid and where the output starts, or why it did not start. Other events that
+// come meanwhile are kept for the poll.
+struct Started {
+  int supervisor = -1;
+  uint64_t offset = 0;
+  std::string error;         // set: not started
+  bool unreachable = false;  // and the host (or its agent) did not answer
+};
+
+Started launch_through_agent(Worker& w, const std::string& request, const std::string& id,
+                             int attempt) {
+  Started s;
+  if (auto sent = w.h.agent_send(request); !sent) {
+    s.error = sent.error().message;
+    s.unreachable = true;
+    return s;
+  }
+  double deadline = mono() + 15;
+  while (mono() < deadline) {
+    auto lines = w.h.agent_events(200);
+    if (!lines) {
+      s.error = lines.error().message;
+      s.unreachable = true;
+      return s;
+    }
+    for (const auto& line : *lines) {
+      auto e = parse_agent_event(line);
+      if (!e) continue;
+      bool mine = e->id == id && e->attempt == attempt;
+      if (mine && e->kind == AgentEvent::Kind::kLaunched) {
+        s.supervisor = e->supervisor;
+        s.offset = e->offset;
+      } else if (mine && e->kind == AgentEvent::Kind::kGone && e->supervisor < 0) {
+        s.error = e->error;
+      } else if (e->kind == AgentEvent::Kind::kError) {
+        spdlog::warn("host {}: tune-agent: {}", w.name, e->error);
+      } else {
+        w.agent_events.push_back(std::move(*e));
+      }
+    }
+    if (s.supervisor > 0 || !s.error.empty()) return s;
+  }
+  s.error = "tune-agent on " + w.name + " did not answer a launch within 15 s";
+  s.unreachable = true;
+  return s;
 }
 
 }  // namespace
@@ -199,23 +242,30 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     }
     remap_to_copy(opts.workdir->workdir.string(), w.h.info.exp_dir + "/" + kWorkdirCopy, cwd, argv);
   }
-  std::string cmd = supervisor_command(opts, w.h, l, r, cwd, argv);
   if (auto u = place_files(*this, w, l, r)) return unstarted(*u);
-  std::string out;
+  std::string request = agent_launch_request(l.trial_id, l.attempt, r.dir, r.record, r.who.nonce,
+                                             supervisor_args(opts, w.h, l, r, cwd, argv), l.env);
   double t0 = mono();
-  auto st = w.h.shell_run(cmd, &out);
+  Started started = launch_through_agent(w, request, l.trial_id, l.attempt);
   w.stats.start_ms.push_back((mono() - t0) * 1000);
   r.started_at = t0;
-  if (!st) return unstarted({true, st.error().message});
-  if (*st != 0)
-    return unstarted(
-        {false, w.name + ": cannot start the supervisor: " + util::printable(out, 300)});
-  r.offset = std::strtoull(out.c_str(), nullptr, 10);
-  auto nl = out.find('\n');
-  r.sup_pid = nl == std::string::npos ? -1 : std::atoi(out.c_str() + nl + 1);
-  if (r.sup_pid <= 0)
-    return unstarted(
-        {false, w.name + ": the supervisor did not start: " + util::printable(out, 300)});
+  if (started.unreachable) {
+    // The agent (or the link) is gone: the host is checked, and the attempt goes elsewhere or
+    // waits for it.
+    check(w);
+    if (w.up) {
+      // Only the agent ended. It may have started the supervisor before it did: that one
+      // must not run beside the attempt that replaces it.
+      if (auto pid = find_supervisor(w.h, r.dir, l.attempt); pid && *pid > 0)
+        (void)w.h.shell_run("pkill -KILL -s " + std::to_string(*pid) + " 2>/dev/null; true");
+      restart_agent(w);
+    }
+    return unstarted({true, started.error});
+  }
+  if (!started.error.empty())
+    return unstarted({false, w.name + ": cannot start the supervisor: " + started.error});
+  r.offset = started.offset;
+  r.sup_pid = started.supervisor;
   r.who.supervisor = r.sup_pid;
   // Where its output starts: the controller reads the attempt's lines from there.
   OutputEvent where(l.trial_id, "");

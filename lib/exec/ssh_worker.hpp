@@ -24,6 +24,7 @@
 
 #include "exec/io_thread.hpp"
 #include "exec/poll_schedule.hpp"
+#include "exec/ssh_agent.hpp"
 #include "exec/ssh_executor.hpp"
 #include "exec/ssh_host.hpp"
 #include "exec/ssh_run.hpp"
@@ -68,6 +69,7 @@ struct Worker {
   std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
   bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
   PollSchedule polls;           // when it is polled next (fast after a start or a command)
+  std::vector<AgentEvent> agent_events;  // the agent's, read while a launch waited: for the poll
   SshStats stats;
   std::atomic<bool> lease_queued{false};
   std::unique_ptr<IoThread> io;  // last: stopped (joined) before the rest goes
@@ -123,6 +125,11 @@ struct SshExecutor::Impl {
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.
   static void expect_output(Worker& w);
 
+  // ssh_poll.cpp: what the host's agent said (supervisors gone); restarts an agent that ended
+  void read_agent(Worker& w);
+  void on_agent_event(Worker& w, const AgentEvent& e);
+  void restart_agent(Worker& w);  // a host whose agent cannot start is marked down
+
   // ssh_start.cpp
   Result<void> ensure_workdir(Worker& w);
   void push_logs(Worker& w, const Run& r);
@@ -132,6 +139,9 @@ struct SshExecutor::Impl {
   // ssh_resume.cpp
   // The host's tune-supervisor processes as "PID ARGS..." lines; nullopt if it can't be asked.
   static std::optional<std::string> supervisor_processes(SshHost& h);
+  // The pid of the supervisor running attempt `attempt` in `dir` there (-1: none); nullopt if
+  // the host could not be asked.
+  static std::optional<int> find_supervisor(SshHost& h, const std::string& dir, int attempt);
   Attached attach_on_host(Worker& w, const Launch& l);
 };
 

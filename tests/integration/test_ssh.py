@@ -876,6 +876,46 @@ class SshTest(TuneTest):
                          "the first attempt's trial still runs beside the retry")
 
 
+    def test_a_killed_remote_agent_leaves_its_trials_running_and_a_new_one_launches(self):
+        # kill -9 of the host's tune-agent while two trials run there and two wait: the running
+        # ones go on under their supervisors (same attempt, every iteration once), the driver
+        # starts a new agent, and the waiting ones are launched through it.
+        self.write("slow.py", """
+            import os, time, tune_trial
+            for i in range(1, 11):
+                tune_trial.report({"i": i, "proc": os.getpid()})
+                time.sleep(0.3)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: agkill
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'slow.py')}"]
+            param_space: {{x: {{grid_search: [1, 2, 3, 4]}}}}
+            hosts:
+            """) + self.host_lines((0,), cpus=2) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        def supervisors():
+            return subprocess.run(["pgrep", "-f", "tune-supervisor .*agkill"], capture_output=True,
+                                  text=True).stdout.split()
+        self.wait_for(lambda: len(supervisors()) == 2 and sum(
+            t.get("iteration", 0) > 0 for t in self.trials("agkill")) == 2,
+            timeout=60, what="two trials reporting on the worker")
+        with open("/proc/%s/stat" % supervisors()[0]) as f:
+            agent = int(f.read().rsplit(")", 1)[1].split()[1])  # its parent: the agent
+        with open("/proc/%d/cmdline" % agent, "rb") as f:
+            self.assertIn(b"tune-agent\0remote", f.read())
+        os.kill(agent, 9)
+        out, err = run.communicate(timeout=120)
+        self.assertEqual(run.returncode, 0, err)
+        with open(os.path.join(self.exp_dir("agkill"), "tune.log")) as f:
+            log = f.read()
+        for t in self.trials("agkill"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1), log)
+            rows = self.results("agkill", t)
+            self.assertEqual([r["i"] for r in rows], list(range(1, 11)))
+            self.assertEqual(len({r["proc"] for r in rows}), 1, "one process did all the work")
+        self.assertIn("starting a new one", log)
+
     def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
         # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial
         # prints 12 MB. The driver must not wait forever for an exit record that cannot be

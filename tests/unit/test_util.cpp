@@ -10,6 +10,7 @@
 #include "exec/executor.hpp"
 #include "fake_executor.hpp"
 #include "sync/workdir.hpp"
+#include "util/cksum.hpp"
 #include "trial/trial.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
@@ -266,4 +267,26 @@ TEST_CASE("spawned helpers: found on PATH, output in their log, signals as at a 
   auto badlog = util::spawn_process({"true"}, d.path / "no" / "such" / "dir" / "log");
   REQUIRE(!badlog);
   CHECK(badlog.error().message == "cannot run 'true': No such file or directory");
+}
+
+TEST_CASE("posix_cksum is what cksum prints", "[util][cksum]") {
+  CHECK(util::posix_cksum("") == 4294967295u);
+  CHECK(util::posix_cksum("hello\n") == 3015617425u);
+  CHECK(util::posix_cksum(std::string(1000000, 'a')) == 3401932319u);
+  // and on bytes of every value, against the system's own cksum
+  std::string data;
+  for (int i = 0; i < 70000; ++i) data += static_cast<char>((i * 7919) % 256);
+  char tmpl[] = "/tmp/tune-cksum-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size()));
+  ::close(fd);
+  std::string out;
+  if (FILE* p = ::popen(("cksum " + std::string(tmpl)).c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  ::unlink(tmpl);
+  CHECK(out.substr(0, out.find(' ')) == std::to_string(util::posix_cksum(data)));
 }

@@ -1,0 +1,59 @@
+#include "exec/ssh_agent.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace tune::exec {
+
+using nlohmann::json;
+
+std::optional<AgentEvent> parse_agent_event(std::string_view line) {
+  auto j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  auto kind = j.find("event");
+  if (kind == j.end() || !kind->is_string()) return std::nullopt;
+  AgentEvent e;
+  const std::string& k = kind->get_ref<const std::string&>();
+  if (k == "ready")
+    e.kind = AgentEvent::Kind::kReady;
+  else if (k == "launched")
+    e.kind = AgentEvent::Kind::kLaunched;
+  else if (k == "gone")
+    e.kind = AgentEvent::Kind::kGone;
+  else if (k == "error")
+    e.kind = AgentEvent::Kind::kError;
+  else
+    return std::nullopt;
+  auto str = [&](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [&](const char* key, int64_t dflt) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : dflt;
+  };
+  e.id = str("id");
+  e.error = e.kind == AgentEvent::Kind::kError ? str("message") : str("error");
+  int64_t attempt = num("attempt", 0), sup = num("supervisor", -1), status = num("status", 0);
+  int64_t offset = num("offset", 0);
+  if (attempt < 0 || attempt > INT32_MAX || sup > INT32_MAX || sup < -1 || offset < 0 ||
+      status < -1 || status > 255 + 128)
+    return std::nullopt;
+  e.attempt = static_cast<int>(attempt);
+  e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;
+  e.offset = static_cast<uint64_t>(offset);
+  e.status = static_cast<int>(status);
+  return e;
+}
+
+std::string agent_launch_request(const std::string& id, int attempt, const std::string& dir,
+                                 const std::string& record, const std::string& nonce,
+                                 const std::vector<std::string>& args,
+                                 const std::map<std::string, std::string>& env) {
+  json envs = json::array();
+  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
+  return json{{"op", "launch"},   {"id", id},       {"attempt", attempt}, {"dir", dir},
+              {"record", record}, {"nonce", nonce}, {"argv", args},       {"env", envs}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace tune::exec

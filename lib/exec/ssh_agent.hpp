@@ -1,0 +1,37 @@
+// The driver's side of `tune-agent remote` on an SSH host (apps/tune-agent/remote.hpp): launch
+// requests as lines, and the agent's event lines read back. JSON stays in this one file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tune::exec {
+
+struct AgentEvent {
+  enum class Kind { kReady, kLaunched, kGone, kError };
+  Kind kind = Kind::kError;
+  std::string id;
+  int attempt = 0;
+  int supervisor = -1;  // -1: none (a launch that failed before its supervisor ran)
+  uint64_t offset = 0;  // launched: where the attempt's output starts in stdout.log
+  int status = 0;       // gone: the supervisor's exit status (128 + signal if killed)
+  std::string error;    // gone without a supervisor, or an error event: why
+};
+
+// One event line; nullopt for a line that is not one.
+[[nodiscard]] std::optional<AgentEvent> parse_agent_event(std::string_view line);
+
+// The request that starts attempt `attempt` of trial `id`: the supervisor with `args`, the
+// trial's added environment, the nonce given to it on stdin; `dir` is made and `record` removed
+// first.
+[[nodiscard]] std::string agent_launch_request(const std::string& id, int attempt,
+                                               const std::string& dir, const std::string& record,
+                                               const std::string& nonce,
+                                               const std::vector<std::string>& args,
+                                               const std::map<std::string, std::string>& env);
+
+}  // namespace tune::exec

@@ -1,0 +1,210 @@
+// `tune-agent remote` (what runs on an SSH worker host) on real processes, over pipes instead of
+// an SSH channel, with the driver's side of its protocol (exec/ssh_agent.hpp).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "exec/ssh_agent.hpp"
+
+namespace fs = std::filesystem;
+using namespace tune;
+using Kind = exec::AgentEvent::Kind;
+
+namespace {
+
+struct Scratch {
+  fs::path dir;
+  Scratch() {
+    char tmpl[] = "/tmp/tune-remote-agent-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    std::ofstream(dir / "lease") << "";
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+// tune-agent remote SUPERVISOR, its stdin and stdout as pipes.
+struct Agent {
+  pid_t pid = -1;
+  int to = -1, from = -1;
+  std::string buf;
+  explicit Agent(const std::string& supervisor) {
+    int in[2], out[2];
+    REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    pid = ::fork();
+    if (pid == 0) {
+      ::dup2(in[0], 0);
+      ::dup2(out[1], 1);
+      ::execl(TUNE_TEST_AGENT, TUNE_TEST_AGENT, "remote", supervisor.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(in[0]);
+    ::close(out[1]);
+    to = in[1];
+    from = out[0];
+  }
+  ~Agent() {
+    if (to >= 0) ::close(to);
+    ::close(from);
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  void send(const std::string& line) {
+    std::string l = line + "\n";
+    REQUIRE(::write(to, l.data(), l.size()) == static_cast<ssize_t>(l.size()));
+  }
+  // The next event line (within 10 s).
+  std::optional<exec::AgentEvent> next() {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      if (auto nl = buf.find('\n'); nl != std::string::npos) {
+        std::string line = buf.substr(0, nl);
+        buf.erase(0, nl + 1);
+        return exec::parse_agent_event(line);
+      }
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                      until - std::chrono::steady_clock::now())
+                                      .count());
+      pollfd p{from, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, left) <= 0) return std::nullopt;
+      char chunk[4096];
+      ssize_t n = ::read(from, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buf.append(chunk, static_cast<size_t>(n));
+    }
+  }
+};
+
+std::vector<std::string> supervisor_args(const Scratch& s, const std::string& trial,
+                                         const std::vector<std::string>& command) {
+  std::vector<std::string> args = {(s.dir / trial).string(),
+                                   "1",
+                                   (s.dir / "lease").string(),
+                                   "600",
+                                   "1",
+                                   s.dir.string(),
+                                   "null",
+                                   (s.dir / (trial + ".exit.json")).string(),
+                                   "--"};
+  args.insert(args.end(), command.begin(), command.end());
+  return args;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST_CASE("tune-agent remote starts a supervisor per request and says when it ends",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(TUNE_TEST_SUPERVISOR);
+  auto ready = agent.next();
+  REQUIRE(ready);
+  CHECK(ready->kind == Kind::kReady);
+  // An earlier attempt's output is there: the new one's starts after it; its old exit record
+  // is removed before the start.
+  fs::create_directories(s.dir / "trial_a");
+  std::ofstream(s.dir / "trial_a" / "stdout.log") << "12345\n";
+  std::ofstream(s.dir / "trial_a.exit.json") << "stale";
+  agent.send(exec::agent_launch_request(
+      "a", 1, (s.dir / "trial_a").string(), (s.dir / "trial_a.exit.json").string(), "abcd",
+      supervisor_args(s, "trial_a", {"/bin/sh", "-c", "echo \"$GREETING\""}),
+      {{"GREETING", "hello there"}}));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  CHECK(launched->kind == Kind::kLaunched);
+  CHECK(launched->id == "a");
+  CHECK(launched->attempt == 1);
+  CHECK(launched->offset == 6);
+  CHECK(launched->supervisor > 0);
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->id == "a");
+  CHECK(gone->supervisor == launched->supervisor);
+  CHECK(gone->status == 0);
+  CHECK(read(s.dir / "trial_a" / "stdout.log") == "12345\n=== attempt 1 ===\nhello there\n");
+  // The record is the supervisor's, with the nonce given on its stdin.
+  std::string record = read(s.dir / "trial_a.exit.json");
+  CHECK(record.find("\"nonce\":\"abcd\"") != std::string::npos);
+  CHECK(record.find("\"supervisor\":" + std::to_string(launched->supervisor)) !=
+        std::string::npos);
+}
+
+TEST_CASE("tune-agent remote: a supervisor killed is said gone; bad requests are named",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(TUNE_TEST_SUPERVISOR);
+  REQUIRE(agent.next());
+  agent.send(exec::agent_launch_request("b", 2, (s.dir / "trial_b").string(),
+                                        (s.dir / "trial_b.exit.json").string(), "ef",
+                                        supervisor_args(s, "trial_b", {"sleep", "30"}), {}));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  ::kill(launched->supervisor, SIGKILL);
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->status == 128 + SIGKILL);
+  CHECK_FALSE(fs::exists(s.dir / "trial_b.exit.json"));
+  ::kill(-launched->supervisor, SIGKILL);  // its trial's session (the trial's own group)
+  agent.send("not json");
+  auto error = agent.next();
+  REQUIRE(error);
+  CHECK(error->kind == Kind::kError);
+  CHECK(error->error.find("not a request") != std::string::npos);
+  agent.send(R"({"op":"launch","id":"c"})");
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("bad launch request") != std::string::npos);
+  agent.send(exec::agent_launch_request("d", 1, "relative/dir", "/nonexistent/r", "ef", {}, {}));
+  gone = agent.next();
+  REQUIRE(gone);
+  CHECK((gone->kind == Kind::kGone && gone->supervisor == -1));
+  CHECK(gone->error.find("not an absolute trial dir") != std::string::npos);
+}
+
+TEST_CASE("tune-agent remote: a supervisor that cannot run is said gone with the reason",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent((s.dir / "no-such-supervisor").string());
+  REQUIRE(agent.next());
+  agent.send(exec::agent_launch_request("e", 1, (s.dir / "trial_e").string(),
+                                        (s.dir / "trial_e.exit.json").string(), "ef",
+                                        supervisor_args(s, "trial_e", {"true"}), {}));
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->supervisor == -1);
+  CHECK(gone->error.find("No such file") != std::string::npos);
+}
+
+TEST_CASE("agent event lines that are not the agent's are refused", "[remote_agent]") {
+  CHECK_FALSE(exec::parse_agent_event("hello"));
+  CHECK_FALSE(exec::parse_agent_event("[1,2]"));
+  CHECK_FALSE(exec::parse_agent_event(R"({"event":"dance"})"));
+  CHECK_FALSE(exec::parse_agent_event(R"({"event":"gone","supervisor":99999999999})"));
+  CHECK_FALSE(exec::parse_agent_event(R"({"event":"launched","offset":-5})"));
+  auto e = exec::parse_agent_event(R"({"event":"gone","id":7,"attempt":"x","supervisor":null})");
+  REQUIRE(e);  // wrong types read as absent
+  CHECK(e->id.empty());
+  CHECK(e->attempt == 0);
+  CHECK(e->supervisor == -1);
+}
