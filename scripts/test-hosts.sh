@@ -51,6 +51,13 @@ descendants() {  # PID: its children, theirs, ... (none for an empty PID)
   for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
 }
 
+sshd_descendants() {  # PID: those of its descendants that are sshd's (sessions, not their processes)
+  local pid
+  for pid in $(descendants "${1:-}"); do
+    case "$(cat "/proc/$pid/comm" 2>/dev/null)" in sshd | sshd-session) echo "$pid" ;; esac
+  done
+}
+
 case "$cmd" in
 up)
   n=${3:?N}
@@ -162,14 +169,13 @@ kill)
   # The per-connection sshd's too, so that every session drops: in loopback mode they are the
   # listener's children. Only sshd's, as when sshd dies: the sessions' own processes (shells,
   # tune-agent and the supervisors it started) see their channel close and go their ways.
-  conns=$(for pid in $(descendants "$master"); do
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] && echo "$pid"; done || true)
+  conns=$(sshd_descendants "$master")
   [ -n "$master" ] && kill -9 "$master" 2>/dev/null || true
   for pid in $conns $(cat "$w/conns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
   rm -f "$w/sshd.pid" "$w/conns"
   if [ -f "$w/netns" ]; then
     for pid in $(ip netns pids "$(cat "$w/netns")"); do
-      [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = sshd ] && kill -9 "$pid" 2>/dev/null || true
+      case "$(cat "/proc/$pid/comm" 2>/dev/null)" in sshd | sshd-session) kill -9 "$pid" 2>/dev/null || true ;; esac
     done
   fi
   ;;
@@ -197,7 +203,7 @@ unfill)
 rekey)
   k=${3:?K}; w="$D/w$k"
   # (loopback mode: the sessions outlive their listener; `kill` ends them later)
-  descendants "$(cat "$w/sshd.pid" 2>/dev/null)" >>"$w/conns"
+  sshd_descendants "$(cat "$w/sshd.pid" 2>/dev/null)" >>"$w/conns"
   kill "$(cat "$w/sshd.pid")" 2>/dev/null || true
   rm -f "$w/sshd.pid" "$w/hostkey" "$w/hostkey.pub"
   sleep 0.2

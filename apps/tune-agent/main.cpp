@@ -36,32 +36,15 @@
 #include <vector>
 
 #include "agent/supervise.hpp"
+#include "events.hpp"
 #include "remote.hpp"
-
-namespace tune::agent_app {
-
-void emit(const std::string& line) {
-  std::string out = line + "\n";
-  while (::write(1, out.data(), out.size()) < 0 && errno == EINTR) {
-  }
-}
-
-}  // namespace tune::agent_app
 
 namespace {
 
 using nlohmann::json;
-
+using tune::agent_app::Child;
 using tune::agent_app::emit;
-
-void emit_error(const std::string& message) {
-  emit(json{{"event", "error"}, {"message", message}}.dump());
-}
-
-struct Child {
-  std::string id;
-  int attempt = 0;
-};
+using tune::agent_app::emit_error;
 
 class Agent {
  public:
@@ -83,22 +66,7 @@ class Agent {
   }
 
   // Reaps the supervisors that ended and says so.
-  void reap() {
-    for (;;) {
-      int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) break;
-      auto it = children_.find(pid);
-      if (it == children_.end()) continue;
-      emit(json{{"event", "gone"},
-                {"id", it->second.id},
-                {"attempt", it->second.attempt},
-                {"supervisor", pid},
-                {"status", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)}}
-               .dump());
-      children_.erase(it);
-    }
-  }
+  void reap() { tune::agent_app::reap_children(children_); }
 
  private:
   void launch(const json& req) {
@@ -140,8 +108,7 @@ class Agent {
                 {"attempt", attempt},
                 {"supervisor", nullptr},
                 {"status", -1},
-                {"error", std::string("fork failed: ") + std::strerror(errno)}}
-               .dump());
+                {"error", std::string("fork failed: ") + std::strerror(errno)}});
       return;
     }
     children_[pid] = Child{agent_attempt_.id, attempt};
@@ -249,7 +216,7 @@ int main(int argc, char** argv) {
     int sig_fd = child_signals();
     ::fcntl(0, F_SETFD, FD_CLOEXEC);
     tune::agent_app::RemoteLauncher launcher(argv[2]);
-    emit(nlohmann::json{{"event", "ready"}, {"agent", ::getpid()}}.dump());
+    emit(nlohmann::json{{"event", "ready"}, {"agent", ::getpid()}});
     return serve(launcher, sig_fd);
   }
   int log_fd = ::open(argv[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);

@@ -1,6 +1,9 @@
 #include "remote.hpp"
 
+#include "events.hpp"
+
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,16 +23,12 @@ using nlohmann::json;
 
 namespace {
 
-void emit_error(const std::string& message) {
-  emit(json{{"event", "error"}, {"message", message}}.dump());
-}
-
 // mkdir -p: 0 or the errno of the first part that could not be made.
 int make_dirs(const std::string& dir) {
   for (size_t at = 1; at <= dir.size(); ++at) {
     if (at < dir.size() && dir[at] != '/') continue;
     std::string part = dir.substr(0, at);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return errno;
+    if (::mkdir(part.c_str(), 0777) != 0 && errno != EEXIST) return errno;  // (the umask's)
   }
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return errno;
@@ -82,15 +81,22 @@ void RemoteLauncher::handle(const std::string& line) {
     emit_error(std::string("bad launch request: ") + e.what());
     return;
   }
-  auto gone = [&](const std::string& why) {
+  // Not started; `transient`: the supervisor could not be started now (fork, exec), as
+  // opposed to a trial dir that cannot be made.
+  auto gone = [&](const std::string& why, bool transient = false) {
     emit(json{{"event", "gone"},
               {"id", id},
               {"attempt", attempt},
               {"supervisor", nullptr},
               {"status", -1},
-              {"error", why}}
-             .dump());
+              {"transient", transient},
+              {"error", why}});
   };
+  // A driver that is gone (its channel closed) wants nothing started: a request it sent before
+  // it went must not start a supervisor that nobody watches.
+  pollfd in_fd{0, POLLIN, 0};
+  if (::poll(&in_fd, 1, 0) > 0 && (in_fd.revents & (POLLHUP | POLLERR)))
+    return gone("the driver is gone: not started", true);
   if (dir.empty() || dir[0] != '/') return gone("not an absolute trial dir: " + dir);
   if (int e = make_dirs(dir)) return gone("cannot make " + dir + ": " + std::strerror(e));
   if (::unlink(record.c_str()) != 0 && errno != ENOENT)
@@ -105,10 +111,10 @@ void RemoteLauncher::handle(const std::string& line) {
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
   int in[2], failed[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return gone(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(in, O_CLOEXEC) != 0) return gone(std::string("pipe: ") + std::strerror(errno), true);
   if (::pipe2(failed, O_CLOEXEC) != 0) {
     ::close(in[0]), ::close(in[1]);
-    return gone(std::string("pipe: ") + std::strerror(errno));
+    return gone(std::string("pipe: ") + std::strerror(errno), true);
   }
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -119,6 +125,7 @@ void RemoteLauncher::handle(const std::string& line) {
     ::dup2(in[0], 0);
     ::dup2(null_fd, 1);
     ::dup2(null_fd, 2);
+    if (null_fd > 2) ::close(null_fd);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -133,7 +140,7 @@ void RemoteLauncher::handle(const std::string& line) {
   if (pid < 0) {
     int e = errno;
     ::close(in[1]), ::close(failed[0]);
-    return gone(std::string("fork failed: ") + std::strerror(e));
+    return gone(std::string("fork failed: ") + std::strerror(e), true);
   }
   write_all(in[1], nonce + "\n");
   ::close(in[1]);
@@ -145,32 +152,18 @@ void RemoteLauncher::handle(const std::string& line) {
   if (n == static_cast<ssize_t>(sizeof e)) {
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    return gone("cannot run " + supervisor_ + ": " + std::strerror(e));
+    return gone("cannot run " + supervisor_ + ": " + std::strerror(e), true);
   }
   children_[pid] = Child{id, attempt};
   emit(json{{"event", "launched"},
             {"id", id},
             {"attempt", attempt},
             {"supervisor", pid},
-            {"offset", offset}}
-           .dump());
+            {"offset", offset}});
 }
 
 void RemoteLauncher::reap() {
-  for (;;) {
-    int status = 0;
-    pid_t pid = ::waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) break;
-    auto it = children_.find(pid);
-    if (it == children_.end()) continue;
-    emit(json{{"event", "gone"},
-              {"id", it->second.id},
-              {"attempt", it->second.attempt},
-              {"supervisor", pid},
-              {"status", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)}}
-             .dump());
-    children_.erase(it);
-  }
+  reap_children(children_);
 }
 
 }  // namespace tune::agent_app

@@ -15,14 +15,15 @@
 //                                 N: stdout.log's size before the start (where output begins)
 //   {"event":"gone","id","attempt","supervisor":PID,"status":S}   it ended (S: exit status,
 //                                 or 128 + signal); with "error" and supervisor null when it
-//                                 could not be started
+//                                 could not be started ("transient": true when it may start
+//                                 if asked again: fork or exec failed, or the driver is gone)
 //   {"event":"error","message"}                           a request that could not be read
 #pragma once
 
-#include <sys/types.h>
-
 #include <string>
 #include <unordered_map>
+
+#include "events.hpp"
 
 namespace tune::agent_app {
 
@@ -35,15 +36,8 @@ class RemoteLauncher {
   void reap();
 
  private:
-  struct Child {
-    std::string id;
-    int attempt = 0;
-  };
   std::string supervisor_;
   std::unordered_map<pid_t, Child> children_;
 };
-
-// The agent's event line (one write, so lines never interleave).
-void emit(const std::string& line);
 
 }  // namespace tune::agent_app

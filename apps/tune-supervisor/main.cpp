@@ -105,6 +105,12 @@ int main(int argc, char** argv) {
   tune::agent::Attempt a;
   auto nonce = attempt_nonce(read_stdin(), argv[2]);
   if (!nonce) return 2;
+  if (nonce->empty()) {
+    // (whoever started it went before giving it one, e.g. an agent killed mid-launch: nobody
+    // would believe its exit record, so nobody waits for this attempt)
+    std::fprintf(stderr, "tune-supervisor: no attempt nonce on stdin: not run\n");
+    return 2;
+  }
   a.nonce = std::move(*nonce);
   a.dir = argv[1];
   a.attempt = argv[2];

@@ -32,6 +32,7 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
     return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : dflt;
   };
   e.id = str("id");
+  if (auto t = j.find("transient"); t != j.end() && t->is_boolean()) e.transient = t->get<bool>();
   e.error = e.kind == AgentEvent::Kind::kError ? str("message") : str("error");
   int64_t attempt = num("attempt", 0), sup = num("supervisor", -1), status = num("status", 0);
   int64_t offset = num("offset", 0);

@@ -20,6 +20,7 @@ struct AgentEvent {
   uint64_t offset = 0;  // launched: where the attempt's output starts in stdout.log
   int status = 0;       // gone: the supervisor's exit status (128 + signal if killed)
   std::string error;    // gone without a supervisor, or an error event: why
+  bool transient = false;  // gone without a supervisor: it may start if asked again
 };
 
 // One event line; nullopt for a line that is not one.

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "util/cksum.hpp"
+#include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
 #include "util/strings.hpp"
@@ -124,6 +125,8 @@ Result<void> SshHost::open_agent() {
     ssh_channel_free(agent);
   }
   agent_buf.clear();
+  agent_err.clear();
+  agent_pid = -1;
   agent = ssh_channel_new(session);
   std::string cmd = "exec " + q(agent_bin) + " remote " + q(supervisor);
   if (!agent || ssh_channel_open_session(agent) != SSH_OK ||
@@ -133,20 +136,22 @@ Result<void> SshHost::open_agent() {
     agent = nullptr;
     return fail("cannot start tune-agent: ", e);
   }
-  // Its first line says it is ready (or it fails at once, saying why on stderr).
-  for (int waited = 0; waited < 15000; waited += 500) {
+  // Its first line says it is ready, with its pid (or it fails at once, saying why on stderr).
+  auto why = [&](const std::string& what) {
+    std::string said = util::printable(agent_err, 300);
+    return what + (said.empty() ? "" : ": " + said);
+  };
+  for (double deadline = util::mono() + 15; util::mono() < deadline;) {
     auto lines = agent_events(500);
-    if (!lines) {
-      char tmp[512];
-      int n = ssh_channel_read_timeout(agent, tmp, sizeof tmp, 1, 200);
-      std::string why = n > 0 ? util::printable(std::string(tmp, static_cast<size_t>(n)), 300)
-                              : lines.error().message;
-      return fail("tune-agent ", agent_bin, " did not start: ", why);
-    }
+    if (!lines) return fail(why("tune-agent " + agent_bin + " did not start"));
     for (const auto& l : *lines)
-      if (l.find("\"event\":\"ready\"") != std::string::npos) return {};
+      if (l.find("\"event\":\"ready\"") != std::string::npos) {
+        if (auto at = l.find("\"agent\":"); at != std::string::npos)
+          agent_pid = std::atoi(l.c_str() + at + 8);
+        return {};
+      }
   }
-  return fail("tune-agent ", agent_bin, " did not answer within 15 s");
+  return fail(why("tune-agent " + agent_bin + " did not answer within 15 s"));
 }
 
 Result<void> SshHost::agent_send(const std::string& line) {
@@ -162,26 +167,37 @@ Result<std::vector<std::string>> SshHost::agent_events(int timeout_ms) {
   if (!agent) return fail(cfg.name, ": no tune-agent");
   char tmp[16384];
   bool closed = false;
-  for (bool first = true;; first = false) {
-    // Waits (up to timeout_ms) only while nothing came; then takes what else is here.
+  size_t taken = 0;
+  for (bool first = true; taken < (1u << 20); first = false) {
+    // Waits (up to timeout_ms) only while nothing came; then takes what else is here, up to
+    // 1 MB a call (a host that floods the channel does not hold the host's thread).
     int n = first && timeout_ms > 0
                 ? ssh_channel_read_timeout(agent, tmp, sizeof tmp, 0, timeout_ms)
                 : ssh_channel_read_nonblocking(agent, tmp, sizeof tmp, 0);
     if (n > 0) {
       agent_buf.append(tmp, static_cast<size_t>(n));
+      taken += static_cast<size_t>(n);
       if (agent_buf.size() > (64u << 20)) agent_buf.clear();  // not the agent's lines
       continue;
     }
-    closed = n < 0 || ssh_channel_is_eof(agent) || !ssh_channel_is_open(agent);
+    closed = n < 0;
     break;
   }
+  // Its stderr (a shell's start-up noise, or why it could not run): kept for messages, and
+  // drained, since libssh says a channel is at EOF only once both streams are read.
+  for (int n; (n = ssh_channel_read_nonblocking(agent, tmp, sizeof tmp, 1)) > 0;)
+    agent_err = (agent_err + std::string(tmp, static_cast<size_t>(n))).substr(0, 4096);
+  closed = closed || ssh_channel_is_eof(agent) || !ssh_channel_is_open(agent) ||
+           ssh_channel_poll(agent, 0) == SSH_EOF;
   std::vector<std::string> lines;
   size_t start = 0;
   for (size_t nl; (nl = agent_buf.find('\n', start)) != std::string::npos; start = nl + 1)
     lines.push_back(agent_buf.substr(start, nl - start));
   agent_buf.erase(0, start);
   // (the last lines of an agent that ended are handed out first)
-  if (closed && lines.empty()) return fail(cfg.name, ": tune-agent's channel closed: ", err());
+  if (closed && lines.empty())
+    return fail(cfg.name, ": tune-agent's channel closed",
+                agent_err.empty() ? "" : " (" + util::printable(agent_err, 300) + ")");
   return lines;
 }
 
@@ -447,19 +463,24 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
                            {opts.python_helper, info.helpers_dir + "/tune_trial.py", 0644}};
   // One command: the dirs, the host's CPUs and GPUs, and the cksum of each helper it has (so
   // that one it has already is not copied again, nor read back over the link to compare).
+  // (each answer on a line of its own, labelled: a tool missing there leaves its line out)
   std::string cmd = "mkdir -p -- " + q(info.exp_dir + "/.tune") + " " + q(info.helpers_dir) +
-                    " && nproc && ls /dev | grep -c '^nvidia[0-9]' ; for f in";
+                    " && { echo cpus $(nproc 2>/dev/null); echo gpus $(ls /dev | grep -c "
+                    "'^nvidia[0-9]'); for f in";
   for (const auto& p : placed) cmd += " " + q(p.remote);
-  cmd += "; do { cksum < \"$f\"; } 2>/dev/null || echo none; done; true";
+  cmd += "; do echo sum $(cksum < \"$f\" 2>/dev/null); done; }";
   std::string out;
   auto st = run(cmd, &out);
   if (!st || *st != 0)
     return fail("cannot create ", info.exp_dir, ": ", st ? out : st.error().message);
-  std::vector<std::string> lines;
-  for (size_t start = 0, nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1)
-    lines.push_back(out.substr(start, nl - start));
-  int nproc = lines.size() > 0 ? std::atoi(lines[0].c_str()) : 0;
-  int ngpu = lines.size() > 1 ? std::atoi(lines[1].c_str()) : 0;
+  int nproc = 0, ngpu = 0;
+  std::vector<std::string> sums;
+  for (size_t start = 0, nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = out.substr(start, nl - start);
+    if (line.starts_with("cpus ")) nproc = std::clamp(std::atoi(line.c_str() + 5), 0, 1 << 20);
+    if (line.starts_with("gpus ")) ngpu = std::clamp(std::atoi(line.c_str() + 5), 0, 1 << 10);
+    if (line.starts_with("sum ")) sums.push_back(line.substr(4));
+  }
   info.cpus = cfg.cpus.value_or(nproc > 0 ? nproc : 1);
   info.gpus = cfg.gpus.value_or(ngpu);
   // The supervisor, the agent and the Python helper, unless the host has them already.
@@ -470,9 +491,9 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
     if (!content) return fail(content.error().message);
     std::string sum =
         std::to_string(util::posix_cksum(*content)) + " " + std::to_string(content->size());
-    if (lines.size() > 2 + i && lines[2 + i] == sum) continue;
-    if (auto w = write(remote, *content, mode); !w) return w;
-    sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));
+    if (sums.size() <= i || sums[i] != sum)
+      if (auto w = write(remote, *content, mode); !w) return w;
+    sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));  // (a copy kept may lack +x)
   }
   lease = info.exp_dir + "/.tune/lease";
   shell_buf.clear();

@@ -75,6 +75,7 @@ void SshExecutor::Impl::tend(Worker& w, double now) {
     for (int pid : w.superseded)  // attempts re-queued elsewhere meanwhile
       (void)w.h.shell_run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");
     w.superseded.clear();
+    end_unsure_launches(w, w.h.agent_pid);  // launches the old agent never answered
     w.lost = false;
     emit(HostEvent{w.name, true});
     return;

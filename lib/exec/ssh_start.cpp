@@ -60,6 +60,7 @@ struct Started {
   int supervisor = -1;
   uint64_t offset = 0;
   std::string error;         // set: not started
+  bool transient = false;    // and it may start if asked again (fork or exec failed there)
   bool unreachable = false;  // and the host (or its agent) did not answer
 };
 
@@ -88,8 +89,10 @@ Started launch_through_agent(Worker& w, const std::string& request, const std::s
         s.offset = e->offset;
       } else if (mine && e->kind == AgentEvent::Kind::kGone && e->supervisor < 0) {
         s.error = e->error;
+        s.transient = e->transient;
       } else if (e->kind == AgentEvent::Kind::kError) {
-        spdlog::warn("host {}: tune-agent: {}", w.name, e->error);
+        // (launches to a host are made one at a time: an error now is this request's)
+        s.error = "tune-agent refused the launch: " + e->error;
       } else {
         w.agent_events.push_back(std::move(*e));
       }
@@ -215,6 +218,31 @@ std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const L
 
 }  // namespace
 
+// Launches the host's agent never answered: the agent that had them is killed (a pending
+// SIGKILL ends it before it forks again, even out of a stalled system call), then any
+// supervisor it started for them, once its fork has had time to become that supervisor.
+void SshExecutor::Impl::end_unsure_launches(Worker& w, int keep_agent) {
+  if (w.unsure.empty() || !w.up) return;
+  std::string cmd;
+  for (const auto& u : w.unsure)
+    if (u.agent > 0 && u.agent != keep_agent)
+      cmd += "kill -KILL " + std::to_string(u.agent) + " 2>/dev/null; ";
+  (void)w.h.shell_run(cmd + "sleep 0.2; true");
+  for (auto& u : std::exchange(w.unsure, {})) {
+    const auto& [dir, attempt, agent] = u;
+    auto pid = find_supervisor(w.h, dir, attempt);
+    if (!pid) {
+      w.unsure.push_back(std::move(u));  // not asked: again when the host answers
+      continue;
+    }
+    if (*pid <= 0) continue;
+    spdlog::warn(
+        "host {}: ending supervisor {} of a launch whose answer never came ({} attempt {})", w.name,
+        *pid, dir, attempt);
+    (void)w.h.shell_run("pkill -KILL -s " + std::to_string(*pid) + " 2>/dev/null; true");
+  }
+}
+
 void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   // Not started: host_lost (re-queued) if the host is down, else exec_failed.
   auto unstarted = [&](const Unstarted& u) {
@@ -243,27 +271,53 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     remap_to_copy(opts.workdir->workdir.string(), w.h.info.exp_dir + "/" + kWorkdirCopy, cwd, argv);
   }
   if (auto u = place_files(*this, w, l, r)) return unstarted(*u);
+  // The request is JSON: a word that is not UTF-8 would reach the host changed.
+  std::vector<std::string> words = argv;
+  words.push_back(cwd);
+  words.push_back(r.dir);
+  for (const auto& [k, v] : l.env) words.push_back(k + "=" + v);
+  for (const auto& word : words)
+    if (util::invalid_utf8_at(word) != std::string::npos)
+      return unstarted({false, "cannot start it on " + w.name + ": '" + util::printable(word, 80) +
+                                   "' is not UTF-8 text"});
   std::string request = agent_launch_request(l.trial_id, l.attempt, r.dir, r.record, r.who.nonce,
                                              supervisor_args(opts, w.h, l, r, cwd, argv), l.env);
   double t0 = mono();
   Started started = launch_through_agent(w, request, l.trial_id, l.attempt);
+  if (started.unreachable) {
+    // No answer. The agent may yet start it (a stalled filesystem there), or have started it
+    // just before it went: it is ended first, then any supervisor of this attempt, and the
+    // launch is asked once more of a new agent. A host that went down meanwhile does this when
+    // it is back, before anything else starts there.
+    w.unsure.push_back({r.dir, l.attempt, w.h.agent_pid});
+    check(w);
+    spdlog::warn("trial {}: {}{}", r.head_dir.filename().string(), started.error,
+                 w.up ? "; ending that agent and asking a new one" : "");
+    if (w.up) {
+      end_unsure_launches(w, -1);
+      restart_agent(w);
+      if (w.up) started = launch_through_agent(w, request, l.trial_id, l.attempt);
+      if (started.unreachable) w.unsure.push_back({r.dir, l.attempt, w.h.agent_pid});
+    }
+  }
   w.stats.start_ms.push_back((mono() - t0) * 1000);
   r.started_at = t0;
   if (started.unreachable) {
-    // The agent (or the link) is gone: the host is checked, and the attempt goes elsewhere or
-    // waits for it.
     check(w);
-    if (w.up) {
-      // Only the agent ended. It may have started the supervisor before it did: that one
-      // must not run beside the attempt that replaces it.
-      if (auto pid = find_supervisor(w.h, r.dir, l.attempt); pid && *pid > 0)
-        (void)w.h.shell_run("pkill -KILL -s " + std::to_string(*pid) + " 2>/dev/null; true");
-      restart_agent(w);
-    }
     return unstarted({true, started.error});
   }
-  if (!started.error.empty())
-    return unstarted({false, w.name + ": cannot start the supervisor: " + started.error});
+  if (!started.error.empty()) {
+    if (!started.transient)
+      return unstarted({false, w.name + ": cannot start the supervisor: " + started.error});
+    // Not the trial's fault (fork or exec of the supervisor failed there): retried as a
+    // supervisor that died is.
+    ExitInfo info;
+    info.attempt = l.attempt;
+    info.reason = ExitReason::kSupervisorDied;
+    info.error = w.name + ": cannot start the supervisor: " + started.error;
+    emit(ExitEvent{l.trial_id, std::move(info)});
+    return;
+  }
   r.offset = started.offset;
   r.sup_pid = started.supervisor;
   r.who.supervisor = r.sup_pid;

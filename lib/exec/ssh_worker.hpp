@@ -70,6 +70,14 @@ struct Worker {
   bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
   PollSchedule polls;           // when it is polled next (fast after a start or a command)
   std::vector<AgentEvent> agent_events;  // the agent's, read while a launch waited: for the poll
+  // Launches (trial dir there, attempt) whose answer never came: ended before anything else
+  // starts there (end_unsure_launches)
+  struct Unsure {
+    std::string dir;
+    int attempt = 0;
+    int agent = -1;  // the agent that had it (its pid there)
+  };
+  std::vector<Unsure> unsure;
   SshStats stats;
   std::atomic<bool> lease_queued{false};
   std::unique_ptr<IoThread> io;  // last: stopped (joined) before the rest goes
@@ -135,6 +143,9 @@ struct SshExecutor::Impl {
   void push_logs(Worker& w, const Run& r);
   void start_on_host(Worker& w, const Launch& l, Run r);
   Run new_run(const Launch& l, Worker& w) const;
+  // Ends what launches whose answer never came may have started there (all but the agent
+  // `keep_agent`, one a reconnect just started).
+  void end_unsure_launches(Worker& w, int keep_agent);
 
   // ssh_resume.cpp
   // The host's tune-supervisor processes as "PID ARGS..." lines; nullopt if it can't be asked.

@@ -116,6 +116,18 @@ class SshTest(TuneTest):
             if self.hosts["mode"] == "netns" else \
             os.path.join(self.hosts["hosts"][i]["storage_path"], exp, trial_name)
 
+    @staticmethod
+    def remote_supervisors(exp):
+        """The pids of the supervisors of experiment `exp` on the workers (by command line)."""
+        return subprocess.run(["pgrep", "-f", "tune-supervisor .*" + exp], capture_output=True,
+                              text=True).stdout.split()
+
+    @staticmethod
+    def agent_of(supervisor):
+        """The tune-agent that started a remote supervisor: its parent."""
+        with open("/proc/%s/stat" % supervisor) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+
     def test_trials_over_two_workers_and_local_come_back_to_the_head(self):
         self.write("exp.yaml", textwrap.dedent(f"""
             name: spread
@@ -894,14 +906,10 @@ class SshTest(TuneTest):
             hosts:
             """) + self.host_lines((0,), cpus=2) + "\n")
         run = self.start_tune("run", "exp.yaml")
-        def supervisors():
-            return subprocess.run(["pgrep", "-f", "tune-supervisor .*agkill"], capture_output=True,
-                                  text=True).stdout.split()
-        self.wait_for(lambda: len(supervisors()) == 2 and sum(
+        self.wait_for(lambda: len(self.remote_supervisors("agkill")) == 2 and sum(
             t.get("iteration", 0) > 0 for t in self.trials("agkill")) == 2,
             timeout=60, what="two trials reporting on the worker")
-        with open("/proc/%s/stat" % supervisors()[0]) as f:
-            agent = int(f.read().rsplit(")", 1)[1].split()[1])  # its parent: the agent
+        agent = self.agent_of(self.remote_supervisors("agkill")[0])
         with open("/proc/%d/cmdline" % agent, "rb") as f:
             self.assertIn(b"tune-agent\0remote", f.read())
         os.kill(agent, 9)
@@ -915,6 +923,40 @@ class SshTest(TuneTest):
             self.assertEqual([r["i"] for r in rows], list(range(1, 11)))
             self.assertEqual(len({r["proc"] for r in rows}), 1, "one process did all the work")
         self.assertIn("starting a new one", log)
+
+    def test_a_launch_the_agent_never_answers_is_asked_again_of_a_new_agent(self):
+        # The host's agent is stopped (SIGSTOP: as if stuck in a stalled filesystem) while the
+        # first of two trials runs there one at a time. The second start gets no answer: after
+        # 15 s that agent is killed, and the start goes to a new agent, as attempt 1.
+        self.write("short.py", """
+            import time, tune_trial
+            for i in range(1, 4):
+                tune_trial.report({"i": i})
+                time.sleep(0.5)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: agstop
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'short.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            hosts:
+            """) + self.host_lines((0,), cpus=1) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.remote_supervisors("agstop")) == 1, timeout=60,
+                      what="the first trial")
+        agent = self.agent_of(self.remote_supervisors("agstop")[0])
+        os.kill(agent, signal.SIGSTOP)
+        out, err = run.communicate(timeout=120)
+        self.assertEqual(run.returncode, 0, err)
+        with open(os.path.join(self.exp_dir("agstop"), "tune.log")) as f:
+            log = f.read()
+        for t in self.trials("agstop"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1), log)
+            self.assertEqual([r["i"] for r in self.results("agstop", t)], [1, 2, 3])
+        self.assertIn("did not answer a launch within 15 s", log)
+        self.assertFalse(os.path.exists("/proc/%d" % agent) and
+                         open("/proc/%d/stat" % agent).read().rsplit(")", 1)[1].split()[0] != "Z",
+                         "the agent that never answered still runs")
 
     def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
         # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial

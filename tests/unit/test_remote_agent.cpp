@@ -158,13 +158,21 @@ TEST_CASE("tune-agent remote: a supervisor killed is said gone; bad requests are
   auto launched = agent.next();
   REQUIRE(launched);
   REQUIRE(launched->kind == Kind::kLaunched);
+  // (its trial, which leads a process group of its own, is ended after it)
+  std::string children;
+  for (int i = 0; i < 100 && children.empty(); ++i) {
+    std::string sup = std::to_string(launched->supervisor);
+    children = read("/proc/" + sup + "/task/" + sup + "/children");
+    if (children.empty()) ::usleep(10000);
+  }
   ::kill(launched->supervisor, SIGKILL);
   auto gone = agent.next();
   REQUIRE(gone);
   CHECK(gone->kind == Kind::kGone);
   CHECK(gone->status == 128 + SIGKILL);
   CHECK_FALSE(fs::exists(s.dir / "trial_b.exit.json"));
-  ::kill(-launched->supervisor, SIGKILL);  // its trial's session (the trial's own group)
+  for (int child = std::atoi(children.c_str()); child > 0; child = 0) ::kill(-child, SIGKILL);
+  CHECK_FALSE(children.empty());
   agent.send("not json");
   auto error = agent.next();
   REQUIRE(error);
@@ -194,6 +202,28 @@ TEST_CASE("tune-agent remote: a supervisor that cannot run is said gone with the
   CHECK(gone->kind == Kind::kGone);
   CHECK(gone->supervisor == -1);
   CHECK(gone->error.find("No such file") != std::string::npos);
+  CHECK(gone->transient);  // (retried as a supervisor that died is, not the trial's failure)
+}
+
+TEST_CASE("tune-agent remote starts nothing a driver that is gone asked for", "[remote_agent]") {
+  Scratch s;
+  Agent agent(TUNE_TEST_SUPERVISOR);
+  REQUIRE(agent.next());
+  // The request and the end of the channel are both there when the agent looks (it is
+  // stopped meanwhile): the driver sent it, then went.
+  ::kill(agent.pid, SIGSTOP);
+  agent.send(exec::agent_launch_request("f", 1, (s.dir / "trial_f").string(),
+                                        (s.dir / "trial_f.exit.json").string(), "ef",
+                                        supervisor_args(s, "trial_f", {"sleep", "30"}), {}));
+  ::close(agent.to);
+  agent.to = -1;
+  ::kill(agent.pid, SIGCONT);
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->supervisor == -1);
+  CHECK(gone->error.find("driver is gone") != std::string::npos);
+  CHECK_FALSE(fs::exists(s.dir / "trial_f" / "stdout.log"));
 }
 
 TEST_CASE("agent event lines that are not the agent's are refused", "[remote_agent]") {
@@ -207,4 +237,25 @@ TEST_CASE("agent event lines that are not the agent's are refused", "[remote_age
   CHECK(e->id.empty());
   CHECK(e->attempt == 0);
   CHECK(e->supervisor == -1);
+}
+
+TEST_CASE("tune-supervisor runs nothing without a nonce on stdin", "[remote_agent]") {
+  Scratch s;
+  auto args = supervisor_args(s, "trial_g", {"/bin/sh", "-c", "echo ran"});
+  std::vector<char*> argv{const_cast<char*>(TUNE_TEST_SUPERVISOR)};
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int null_fd = ::open("/dev/null", O_RDWR);
+    ::dup2(null_fd, 0), ::dup2(null_fd, 1), ::dup2(null_fd, 2);
+    ::execv(TUNE_TEST_SUPERVISOR, argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK_FALSE(fs::exists(s.dir / "trial_g" / "stdout.log"));
+  CHECK_FALSE(fs::exists(s.dir / "trial_g.exit.json"));
 }

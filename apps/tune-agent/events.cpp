@@ -1,0 +1,43 @@
+#include "events.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <nlohmann/json.hpp>
+
+namespace tune::agent_app {
+
+using nlohmann::json;
+
+void emit(const std::string& line) {
+  std::string out = line + "\n";
+  while (::write(1, out.data(), out.size()) < 0 && errno == EINTR) {
+  }
+}
+
+void emit(const json& event) {
+  emit(event.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void emit_error(const std::string& message) {
+  emit(json{{"event", "error"}, {"message", message}});
+}
+
+void reap_children(std::unordered_map<pid_t, Child>& children) {
+  for (;;) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) break;
+    auto it = children.find(pid);
+    if (it == children.end()) continue;
+    emit(json{{"event", "gone"},
+              {"id", it->second.id},
+              {"attempt", it->second.attempt},
+              {"supervisor", pid},
+              {"status", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)}});
+    children.erase(it);
+  }
+}
+
+}  // namespace tune::agent_app

@@ -1,0 +1,28 @@
+// What both modes of tune-agent (main.cpp: `serve`, on the driver's machine; remote.hpp: on an
+// SSH worker host) say to the driver: one JSON object per line on stdout, each line one write,
+// so lines written by several processes never interleave.
+#pragma once
+
+#include <sys/types.h>
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <unordered_map>
+
+namespace tune::agent_app {
+
+// A supervisor the agent started, by its pid.
+struct Child {
+  std::string id;  // the driver's trial id
+  int attempt = 0;
+};
+
+void emit(const std::string& line);
+// `event` as one line (bytes that are not UTF-8, in a path or a message, are replaced).
+void emit(const nlohmann::json& event);
+void emit_error(const std::string& message);
+// Reaps the supervisors in `children` that ended, saying "gone" for each (exit status, or 128
+// + the signal that killed it).
+void reap_children(std::unordered_map<pid_t, Child>& children);
+
+}  // namespace tune::agent_app
