@@ -16,10 +16,10 @@ struct AgentEvent {
   Kind kind = Kind::kError;
   std::string id;
   int attempt = 0;
-  int supervisor = -1;  // -1: none (a launch that failed before its supervisor ran)
-  uint64_t offset = 0;  // launched: where the attempt's output starts in stdout.log
-  int status = 0;       // gone: the supervisor's exit status (128 + signal if killed)
-  std::string error;    // gone without a supervisor, or an error event: why
+  int supervisor = -1;     // -1: none (a launch that failed before its supervisor ran)
+  uint64_t offset = 0;     // launched: where the attempt's output starts in stdout.log
+  int status = 0;          // gone: the supervisor's exit status (128 + signal if killed)
+  std::string error;       // gone without a supervisor, or an error event: why
   bool transient = false;  // gone without a supervisor: it may start if asked again
 };
 

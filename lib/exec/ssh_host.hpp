@@ -33,8 +33,8 @@ struct SshHost {
   // request line, each answer an event line (apps/tune-agent/remote.hpp).
   ssh_channel agent = nullptr;
   std::string agent_buf;
-  std::string agent_err;  // what it wrote on stderr (the first 4 KB)
-  int agent_pid = -1;     // its pid there, from its first line
+  std::string agent_err;   // what it wrote on stderr (the first 4 KB)
+  int agent_pid = -1;      // its pid there, from its first line
   std::string supervisor;  // remote path
   std::string agent_bin;   // remote path
   std::string lease;       // remote path

@@ -14,8 +14,8 @@
 // good group and g on the bad; num_samples candidates are drawn around the good rows and the one
 // with the smallest g(x)/l(x) is suggested. A non-finite value counts as the worst (hpbandster
 // counts failed runs as loss +inf); the searcher records a trial in ERROR as the worst at the
-// rung it was running toward (search/searcher.cpp). Reproducible: suggestion k depends on (seed, k, the values
-// seen). Differences from hpbandster: docs/SEARCH.md.
+// rung it was running toward (search/searcher.cpp). Reproducible: suggestion k depends on (seed, k,
+// the values seen). Differences from hpbandster: docs/SEARCH.md.
 #pragma once
 
 #include <map>

@@ -143,8 +143,7 @@ TEST_CASE("tune-agent remote starts a supervisor per request and says when it en
   // The record is the supervisor's, with the nonce given on its stdin.
   std::string record = read(s.dir / "trial_a.exit.json");
   CHECK(record.find("\"nonce\":\"abcd\"") != std::string::npos);
-  CHECK(record.find("\"supervisor\":" + std::to_string(launched->supervisor)) !=
-        std::string::npos);
+  CHECK(record.find("\"supervisor\":" + std::to_string(launched->supervisor)) != std::string::npos);
 }
 
 TEST_CASE("tune-agent remote: a supervisor killed is said gone; bad requests are named",
