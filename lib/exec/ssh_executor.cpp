@@ -231,19 +231,21 @@ std::optional<int> SshExecutor::pid(const std::string& trial_id) {
   if (it == impl.where.end() || !impl.pid_asked.insert(trial_id).second) return std::nullopt;
   Worker* w = it->second;
   w->io->post([&impl, w, trial_id] {
-    auto run = w->runs.find(trial_id);
-    if (run == w->runs.end() || run->second.child_pid || run->second.sup_pid <= 0 || !w->up) return;
-    auto& r = run->second;
-    std::string out;
-    auto st = w->h.shell_run("cat /proc/" + std::to_string(r.sup_pid) + "/task/" +
-                                 std::to_string(r.sup_pid) + "/children 2>/dev/null",
-                             &out);
-    if (st && *st == 0 && std::atoi(out.c_str()) > 0) {
-      r.child_pid = r.who.pid = std::atoi(out.c_str());
-      impl.note_pid(trial_id, *r.child_pid);
-    }
+    if (auto run = w->runs.find(trial_id); run != w->runs.end())
+      impl.ask_child_pid(*w, run->second);
   });
   return std::nullopt;
+}
+
+void SshExecutor::Impl::ask_child_pid(Worker& w, Run& r) {
+  if (r.child_pid || r.sup_pid <= 0 || !w.up) return;
+  std::string out;
+  std::string sup = std::to_string(r.sup_pid);
+  auto st = w.h.shell_run("cat /proc/" + sup + "/task/" + sup + "/children 2>/dev/null", &out);
+  if (st && *st == 0 && std::atoi(out.c_str()) > 0) {
+    r.child_pid = r.who.pid = std::atoi(out.c_str());
+    note_pid(r.id, *r.child_pid);
+  }
 }
 
 double SshExecutor::now() {

@@ -180,6 +180,9 @@ bool SshExecutor::Impl::poll(Worker& w) {
                              static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
         if (!data) check(w);
         if (data && !data->empty()) {
+          // The trial's pid first, so that its first results carry it too (once per attempt;
+          // a trial that ended already has it from its exit record).
+          ask_child_pid(w, r);
           OutputEvent ev(id, std::move(*data));
           ev.from = r.offset;
           r.offset += ev.data.size();

@@ -133,6 +133,9 @@ struct SshExecutor::Impl {
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.
   static void expect_output(Worker& w);
 
+  // The trial's pid, from its supervisor's children there (one round trip), if not known yet.
+  void ask_child_pid(Worker& w, Run& r);
+
   // ssh_poll.cpp: what the host's agent said (supervisors gone); restarts an agent that ended
   void read_agent(Worker& w);
   void on_agent_event(Worker& w, const AgentEvent& e);

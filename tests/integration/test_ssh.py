@@ -922,6 +922,8 @@ class SshTest(TuneTest):
             rows = self.results("agkill", t)
             self.assertEqual([r["i"] for r in rows], list(range(1, 11)))
             self.assertEqual(len({r["proc"] for r in rows}), 1, "one process did all the work")
+            # and the driver's pid field names it on every row, the first included
+            self.assertEqual({r["pid"] for r in rows}, {rows[0]["proc"]})
         self.assertIn("starting a new one", log)
 
     def test_a_launch_the_agent_never_answers_is_asked_again_of_a_new_agent(self):
