@@ -120,6 +120,11 @@ def check(storage, name, trials, results):
 
 
 def run(tune, d, name, hosts_yaml, trials, results, concurrency):
+    # Each run's files in a dir of their own: the experiment's dir is its trials' workdir,
+    # which trial.sync_workdir copies to every host, and the scratch dir holds the storage of
+    # the runs before (a second run once copied the first's 2,000 trial dirs to 100 hosts).
+    d = os.path.join(d, "wd-" + name)
+    os.makedirs(d, exist_ok=True)
     trial = os.path.join(d, "trial.sh")
     with open(trial, "w") as f:
         f.write('i=1; while [ $i -le %d ]; do echo "{\\"loss\\": $i}"; i=$((i+1)); done\n' % results)
@@ -128,7 +133,7 @@ def run(tune, d, name, hosts_yaml, trials, results, concurrency):
         f.write("name: %s\ntrial: {command: [sh, %s]}\n" % (name, json.dumps(trial)) +
                 "param_space: {i: {grid_search: [%s]}}\n" % ", ".join(map(str, range(trials))) +
                 "max_concurrent_trials: %d\n" % concurrency + hosts_yaml)
-    storage = os.path.join(d, "storage-" + name)
+    storage = os.path.join(os.path.dirname(d), "storage-" + name)
     wall, _, _ = wait4([tune, "run", yaml, "--quiet", "--storage-path", storage])
     check(storage, name, trials, results)
     # The driver's own CPU and RSS, as it logs them (wait4 would add the helpers it reaped, and
