@@ -467,7 +467,18 @@ def ssh_timings(line):
             "longest_ms": num(r"(?:one loop turn|one poll of a host) ([\d.]+) ms"),
             "published": num(r"(\d+) checkpoints published"),
             "bytes_moved": num(r"published, (\d+) bytes"),
-            "publish_ms": num(r"bytes, median ([\d.]+) ms")}
+            "publish_ms": num(r"bytes, median ([\d.]+) ms"),
+            "looks": num(r"(\d+) looks at trials' output")}
+
+
+def host_side_cpu_s(hosts_dir):
+    """CPU seconds of a test host's ended sessions: its sshd reaps each connection's process,
+    which reaped what ran in it (SFTP, the shell, tune-agent and the supervisors it reaped)."""
+    with open(os.path.join(hosts_dir, "w1", "sshd.pid")) as f:
+        pid = f.read().strip()
+    with open("/proc/%s/stat" % pid) as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[13]) + int(rest[14])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_ssh(tmp, trials=200, tune=TUNE):
@@ -524,6 +535,14 @@ def bench_ssh(tmp, trials=200, tune=TUNE):
                         % json.dumps(printer))
         printing = run("printing", printer_body, 1)
         printing_local_cpu = run_local("printing_local", printer_body)
+        # 8 trials that print nothing for 20 s: what watching them costs, the driver's CPU and
+        # the host's (its sshd answering the driver's looks, the agent).
+        quiet_body = ("trial: {command: [sleep, \"20\"]}\nparam_space: {i: {grid_search: [%s]}}\n"
+                      "sync_config: {syncer: none}\n" % ", ".join(map(str, range(8))))
+        host0 = host_side_cpu_s(hosts_dir)
+        quiet = run("quiet", quiet_body, 8)
+        time.sleep(1)  # (the connection's end reaped)
+        quiet_host = host_side_cpu_s(hosts_dir) - host0
         syncs = run("syncs", "trial: {command: [\"sleep\", \"4\"]}\nparam_space: {i: {grid_search: [1, 2]}}\n"
                     "sync_config: {sync_period: 0.2}\n", 2)
         # Baselines over an OpenSSH master of our own.
@@ -557,6 +576,8 @@ def bench_ssh(tmp, trials=200, tune=TUNE):
                 "first_output_ms": firsts["first_output_ms"],
                 "one_result_trial_ms": firsts["wall_s"] * 1000 / 50,
                 "printing_cpu_s": printing["cpu_s"], "printing_local_cpu_s": printing_local_cpu,
+                "quiet_cpu_s": quiet["cpu_s"], "quiet_host_s": quiet_host,
+                "quiet_wall_s": quiet["wall_s"], "quiet_looks": quiet["looks"],
                 "syncs": syncs["syncs"], "sync_ms": syncs["sync_ms"],
                 "rsync_ms": statistics.median(rs[1:]),
                 "sync_bookkeeping_max_ms": syncs["longest_ms"], "mode": hj["mode"]}
@@ -577,6 +598,10 @@ def print_ssh(r):
     print("%-44s %12.2fs %11.2fs %9.2fx  (driver CPU; baseline: the same trial run locally)" % (
         "ssh: a trial printing 10 lines/s for 20 s", r["printing_cpu_s"], r["printing_local_cpu_s"],
         r["printing_cpu_s"] / r["printing_local_cpu_s"]))
+    if "quiet_cpu_s" in r:
+        print("%-44s %12.2fs %11.2fs %10s  (driver CPU, the host's sshd + agent; %.1f s; %.0f looks)" % (
+            "ssh: 8 trials printing nothing for 20 s", r["quiet_cpu_s"], r["quiet_host_s"], "",
+            r["quiet_wall_s"], r["quiet_looks"]))
     print("%-44s %11.2fms %10.2fms %9.2fx  (target <= 50 ms; baseline: rsync by hand)" % (
         "ssh: periodic sync of an unchanged trial dir", r["sync_ms"], r["rsync_ms"],
         r["sync_ms"] / r["rsync_ms"]))

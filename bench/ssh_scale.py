@@ -2,7 +2,7 @@
 """Many SSH hosts at once: HOSTS worker hosts x SLOTS slots, TRIALS short trials.
 
     python3 bench/ssh_scale.py [--tune BIN] [--hosts 100] [--slots 8] [--trials 2000]
-                               [--results 5] [--baseline-tune OLD/tune]
+                               [--results 5] [--sleep S] [--baseline-tune OLD/tune]
 
 The hosts are 127.0.0.1 ... 127.0.0.HOSTS on one free port, served by OpenSSH sshd's started
 here (one per 16 addresses, sshd's limit): each address is a host of its own to tune (its own
@@ -119,7 +119,7 @@ def check(storage, name, trials, results):
         sys.exit("%s: %d trials lack some of their %d result rows at the head" % (name, short, results))
 
 
-def run(tune, d, name, hosts_yaml, trials, results, concurrency):
+def run(tune, d, name, hosts_yaml, trials, results, concurrency, sleep=0.0):
     # Each run's files in a dir of their own: the experiment's dir is its trials' workdir,
     # which trial.sync_workdir copies to every host, and the scratch dir holds the storage of
     # the runs before (a second run once copied the first's 2,000 trial dirs to 100 hosts).
@@ -127,7 +127,8 @@ def run(tune, d, name, hosts_yaml, trials, results, concurrency):
     os.makedirs(d, exist_ok=True)
     trial = os.path.join(d, "trial.sh")
     with open(trial, "w") as f:
-        f.write('i=1; while [ $i -le %d ]; do echo "{\\"loss\\": $i}"; i=$((i+1)); done\n' % results)
+        f.write('i=1; while [ $i -le %d ]; do echo "{\\"loss\\": $i}"; i=$((i+1)); %sdone\n'
+                % (results, "sleep %g; " % sleep if sleep > 0 else ""))
     yaml = os.path.join(d, name + ".yaml")
     with open(yaml, "w") as f:
         f.write("name: %s\ntrial: {command: [sh, %s]}\n" % (name, json.dumps(trial)) +
@@ -152,6 +153,9 @@ def main():
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--trials", type=int, default=2000)
     ap.add_argument("--results", type=int, default=5)
+    ap.add_argument("--sleep", type=float, default=0.0,
+                    help="seconds each trial sleeps after each result (quiet trials: what "
+                         "watching them costs)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch dir")
     ap.add_argument("--login-rc", action="store_true",
                     help="remote commands start with this user's own ~/.bashrc (by default the "
@@ -175,13 +179,14 @@ def main():
         rows = []
         binaries = [("tune", a.tune)] + ([("baseline", a.baseline_tune)] if a.baseline_tune else [])
         for label, binary in binaries:
-            r = run(binary, d, "ssh_" + label, ssh_hosts, a.trials, a.results, total)
+            r = run(binary, d, "ssh_" + label, ssh_hosts, a.trials, a.results, total, a.sleep)
             rows.append(("%s, %d SSH hosts x %d" % (label, a.hosts, a.slots), r))
         local = run(a.tune, d, "local", "hosts:\n  - local: {cpus: %d}\n" % total, a.trials,
-                    a.results, total)
+                    a.results, total, a.sleep)
         rows.append(("tune, local host, %d slots" % total, local))
-        print("%d trials x %d results; %d hosts x %d slots (127.0.0.1-%d)" % (
-            a.trials, a.results, a.hosts, a.slots, a.hosts))
+        print("%d trials x %d results%s; %d hosts x %d slots (127.0.0.1-%d)" % (
+            a.trials, a.results, ", %g s apart" % a.sleep if a.sleep else "", a.hosts, a.slots,
+            a.hosts))
         print("| run | wall s | driver CPU s | CPU % of wall | peak RSS MB | results/s | "
               "state writes (mean / longest ms) | longest loop stall ms |")
         print("|---|---|---|---|---|---|---|---|")

@@ -20,11 +20,15 @@ void emit(const json& event) {
   emit(event.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-void emit_error(const std::string& message) {
-  emit(json{{"event", "error"}, {"message", message}});
+void emit_error(const std::string& message, const std::string& op, const std::string& id) {
+  json e{{"event", "error"}, {"message", message}};
+  if (!op.empty()) e["op"] = op;
+  if (!id.empty()) e["id"] = id;
+  emit(e);
 }
 
-void reap_children(std::unordered_map<pid_t, Child>& children) {
+std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children) {
+  std::vector<Child> reaped;
   for (;;) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -36,8 +40,10 @@ void reap_children(std::unordered_map<pid_t, Child>& children) {
               {"attempt", it->second.attempt},
               {"supervisor", pid},
               {"status", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)}});
+    reaped.push_back(std::move(it->second));
     children.erase(it);
   }
+  return reaped;
 }
 
 }  // namespace tune::agent_app

@@ -8,6 +8,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace tune::agent_app {
 
@@ -20,9 +21,10 @@ struct Child {
 void emit(const std::string& line);
 // `event` as one line (bytes that are not UTF-8, in a path or a message, are replaced).
 void emit(const nlohmann::json& event);
-void emit_error(const std::string& message);
+// An "error" event; `op` and `id`, when known, name the request it answers.
+void emit_error(const std::string& message, const std::string& op = "", const std::string& id = "");
 // Reaps the supervisors in `children` that ended, saying "gone" for each (exit status, or 128
-// + the signal that killed it).
-void reap_children(std::unordered_map<pid_t, Child>& children);
+// + the signal that killed it); returns those it reaped.
+std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children);
 
 }  // namespace tune::agent_app

@@ -66,7 +66,11 @@ class Agent {
   }
 
   // Reaps the supervisors that ended and says so.
-  void reap() { tune::agent_app::reap_children(children_); }
+  void reap() { (void)tune::agent_app::reap_children(children_); }
+  // Nothing else to wait on (the driver watches this host's files itself).
+  void add_fds(std::vector<pollfd>&) const {}
+  [[nodiscard]] int timeout_ms() const { return -1; }
+  void after_wait(const std::vector<pollfd>&, size_t) {}
 
  private:
   void launch(const json& req) {
@@ -152,14 +156,16 @@ class Agent {
 namespace {
 
 // Reads requests on stdin until EOF (the driver is gone: supervisors go on without this agent),
-// reaping supervisors as SIGCHLD arrives on `sig_fd`.
+// reaping supervisors as SIGCHLD arrives on `sig_fd`, and waiting on the handler's own fds.
 template <class Handler>
 int serve(Handler& handler, int sig_fd) {
   std::string buf;
   char chunk[65536];
+  std::vector<pollfd> fds;
   for (;;) {
-    pollfd fds[2] = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    fds = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}};
+    handler.add_fds(fds);
+    if (::poll(fds.data(), fds.size(), handler.timeout_ms()) < 0) {
       if (errno == EINTR) continue;
       return 1;
     }
@@ -169,6 +175,7 @@ int serve(Handler& handler, int sig_fd) {
       }
       handler.reap();
     }
+    handler.after_wait(fds, 2);
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t n = ::read(0, chunk, sizeof chunk);
       if (n < 0 && errno == EINTR) continue;

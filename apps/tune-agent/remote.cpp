@@ -62,10 +62,41 @@ void write_all(int fd, const std::string& data) {
 
 void RemoteLauncher::handle(const std::string& line) {
   auto req = json::parse(line, nullptr, false);
-  if (!req.is_object() || req.value("op", "") != "launch") {
-    emit_error("not a request: " + line.substr(0, 200));
-    return;
+  std::string op = req.is_object() ? req.value("op", "") : "";
+  if (op == "launch") return launch(req);
+  if (op == "watch") return watch(req);
+  emit_error("not a request: " + line.substr(0, 200));
+}
+
+void RemoteLauncher::watch(const json& req) {
+  std::string id, dir;
+  int attempt = 0, supervisor = 0;
+  try {
+    id = req.at("id").get<std::string>();
+    attempt = req.at("attempt").get<int>();
+    dir = req.at("dir").get<std::string>();
+    supervisor = req.at("supervisor").get<int>();
+  } catch (const std::exception& e) {
+    return emit_error(std::string("bad watch request: ") + e.what(), "watch", id);
   }
+  if (supervisor <= 0 || dir.empty() || dir[0] != '/')
+    return emit_error("bad watch request: no supervisor, or a trial dir that is not absolute",
+                      "watch", id);
+  bool gone = false;
+  std::string why = watches_.watch(id, attempt, dir, supervisor, gone);
+  if (gone)
+    emit(json{{"event", "gone"},
+              {"id", id},
+              {"attempt", attempt},
+              {"supervisor", supervisor},
+              {"status", -1}});
+  else if (!why.empty())
+    emit(json{{"event", "unwatched"}, {"id", id}, {"attempt", attempt}, {"error", why}});
+  else
+    emit(json{{"event", "watching"}, {"id", id}, {"attempt", attempt}});
+}
+
+void RemoteLauncher::launch(const json& req) {
   std::string id, dir, record, nonce;
   int attempt = 0;
   std::vector<std::string> args, env;
@@ -78,7 +109,7 @@ void RemoteLauncher::handle(const std::string& line) {
     args = req.at("argv").get<std::vector<std::string>>();
     env = req.at("env").get<std::vector<std::string>>();
   } catch (const std::exception& e) {
-    emit_error(std::string("bad launch request: ") + e.what());
+    emit_error(std::string("bad launch request: ") + e.what(), "launch", id);
     return;
   }
   // Not started; `transient`: the supervisor could not be started now (fork, exec), as
@@ -116,6 +147,9 @@ void RemoteLauncher::handle(const std::string& line) {
     ::close(in[0]), ::close(in[1]);
     return gone(std::string("pipe: ") + std::strerror(errno), true);
   }
+  // Its output is watched from before it starts: none goes unsaid.
+  bool ignored = false;
+  bool watched = watches_.watch(id, attempt, dir, -1, ignored).empty();
   pid_t pid = ::fork();
   if (pid == 0) {
     // The supervisor: its own session (it also makes one), the nonce on stdin, no output here
@@ -140,6 +174,7 @@ void RemoteLauncher::handle(const std::string& line) {
   if (pid < 0) {
     int e = errno;
     ::close(in[1]), ::close(failed[0]);
+    watches_.unwatch(id, attempt);
     return gone(std::string("fork failed: ") + std::strerror(e), true);
   }
   write_all(in[1], nonce + "\n");
@@ -152,6 +187,7 @@ void RemoteLauncher::handle(const std::string& line) {
   if (n == static_cast<ssize_t>(sizeof e)) {
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
+    watches_.unwatch(id, attempt);
     return gone("cannot run " + supervisor_ + ": " + std::strerror(e), true);
   }
   children_[pid] = Child{id, attempt};
@@ -159,11 +195,12 @@ void RemoteLauncher::handle(const std::string& line) {
             {"id", id},
             {"attempt", attempt},
             {"supervisor", pid},
-            {"offset", offset}});
+            {"offset", offset},
+            {"watched", watched}});
 }
 
 void RemoteLauncher::reap() {
-  reap_children(children_);
+  for (const auto& c : reap_children(children_)) watches_.unwatch(c.id, c.attempt);
 }
 
 }  // namespace tune::agent_app

@@ -6,24 +6,41 @@
 // lines (trial dir, attempt), which is how a later driver finds them again on the host; they
 // lead their own sessions, so an agent that ends (its channel closed) leaves them running.
 //
+// It also says when an attempt's stdout.log grows, so that the driver reads the host's files only
+// then (watches.hpp): for the attempts it started, and for those the driver asks it to watch
+// (started by an earlier agent or driver), whose end it reports too.
+//
 // Requests, one JSON object per line on stdin:
 //   {"op":"launch","id","attempt","dir","record","argv":[...],"env":["K=V",...],"nonce"}
 //   (argv: the supervisor's arguments; env: added to the agent's own environment)
+//   {"op":"watch","id","attempt","dir","supervisor":PID}
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
-//   {"event":"launched","id","attempt","supervisor":PID,"offset":N}
-//                                 N: stdout.log's size before the start (where output begins)
+//   {"event":"launched","id","attempt","supervisor":PID,"offset":N,"watched":B}
+//                                 N: stdout.log's size before the start (where output begins);
+//                                 B: its output events will come
+//   {"event":"output","id","attempt"}   its stdout.log grew (watches.hpp: at most one per 50
+//                                 ms; the last writes before "gone" may get none)
+//   {"event":"watching","id","attempt"}   the answer to a watch
+//   {"event":"unwatched","id","attempt","error"}   a watch that could not be made, or that
+//                                 stopped working (its trial dir removed): no more events
 //   {"event":"gone","id","attempt","supervisor":PID,"status":S}   it ended (S: exit status,
-//                                 or 128 + signal); with "error" and supervisor null when it
-//                                 could not be started ("transient": true when it may start
-//                                 if asked again: fork or exec failed, or the driver is gone)
-//   {"event":"error","message"}                           a request that could not be read
+//                                 or 128 + signal; -1 for a watched supervisor, which is not
+//                                 the agent's child, also when it had ended before the watch)
+//   {"event":"gone","id","attempt","supervisor":null,"status":-1,"error","transient":B}
+//                                 it could not be started (B: it may start if asked again:
+//                                 fork or exec failed, or the driver is gone)
+//   {"event":"error","message","op"?,"id"?}   a request that could not be read (op and id:
+//                                 the request's, as far as they could be)
 #pragma once
 
 #include <string>
 #include <unordered_map>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "events.hpp"
+#include "watches.hpp"
 
 namespace tune::agent_app {
 
@@ -34,10 +51,18 @@ class RemoteLauncher {
   void handle(const std::string& line);
   // Reaps the supervisors that ended and says so.
   void reap();
+  // What it waits on besides its requests (serve(), main.cpp): the watches'.
+  void add_fds(std::vector<pollfd>& fds) const { watches_.add_fds(fds); }
+  [[nodiscard]] int timeout_ms() const { return watches_.timeout_ms(); }
+  void after_wait(const std::vector<pollfd>& fds, size_t first) { watches_.after_wait(fds, first); }
 
  private:
+  void launch(const nlohmann::json& req);
+  void watch(const nlohmann::json& req);
+
   std::string supervisor_;
   std::unordered_map<pid_t, Child> children_;
+  Watches watches_;
 };
 
 }  // namespace tune::agent_app

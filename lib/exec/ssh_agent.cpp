@@ -21,6 +21,12 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
     e.kind = AgentEvent::Kind::kGone;
   else if (k == "error")
     e.kind = AgentEvent::Kind::kError;
+  else if (k == "output")
+    e.kind = AgentEvent::Kind::kOutput;
+  else if (k == "watching")
+    e.kind = AgentEvent::Kind::kWatching;
+  else if (k == "unwatched")
+    e.kind = AgentEvent::Kind::kUnwatched;
   else
     return std::nullopt;
   auto str = [&](const char* key) {
@@ -33,7 +39,9 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   };
   e.id = str("id");
   if (auto t = j.find("transient"); t != j.end() && t->is_boolean()) e.transient = t->get<bool>();
+  if (auto t = j.find("watched"); t != j.end() && t->is_boolean()) e.watched = t->get<bool>();
   e.error = e.kind == AgentEvent::Kind::kError ? str("message") : str("error");
+  e.op = str("op");
   int64_t attempt = num("attempt", 0), sup = num("supervisor", -1), status = num("status", 0);
   int64_t offset = num("offset", 0);
   if (attempt < 0 || attempt > INT32_MAX || sup > INT32_MAX || sup < -1 || offset < 0 ||
@@ -54,6 +62,13 @@ std::string agent_launch_request(const std::string& id, int attempt, const std::
   for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
   return json{{"op", "launch"},   {"id", id},       {"attempt", attempt}, {"dir", dir},
               {"record", record}, {"nonce", nonce}, {"argv", args},       {"env", envs}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string agent_watch_request(const std::string& id, int attempt, const std::string& dir,
+                                int supervisor) {
+  return json{
+      {"op", "watch"}, {"id", id}, {"attempt", attempt}, {"dir", dir}, {"supervisor", supervisor}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -12,7 +12,8 @@
 namespace tune::exec {
 
 struct AgentEvent {
-  enum class Kind { kReady, kLaunched, kGone, kError };
+  // kOutput: the attempt's stdout.log grew; kWatching / kUnwatched: the answer to a watch
+  enum class Kind { kReady, kLaunched, kGone, kError, kOutput, kWatching, kUnwatched };
   Kind kind = Kind::kError;
   std::string id;
   int attempt = 0;
@@ -21,6 +22,8 @@ struct AgentEvent {
   int status = 0;          // gone: the supervisor's exit status (128 + signal if killed)
   std::string error;       // gone without a supervisor, or an error event: why
   bool transient = false;  // gone without a supervisor: it may start if asked again
+  bool watched = false;    // launched: its output events will come
+  std::string op;          // error: the request it answers ("launch", "watch"), if known
 };
 
 // One event line; nullopt for a line that is not one.
@@ -34,5 +37,10 @@ struct AgentEvent {
                                                const std::string& nonce,
                                                const std::vector<std::string>& args,
                                                const std::map<std::string, std::string>& env);
+
+// The request that has the agent watch attempt `attempt` of trial `id`, started by another
+// agent: its output (in `dir`) and the end of its supervisor `supervisor`.
+[[nodiscard]] std::string agent_watch_request(const std::string& id, int attempt,
+                                              const std::string& dir, int supervisor);
 
 }  // namespace tune::exec

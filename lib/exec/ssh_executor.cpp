@@ -32,17 +32,6 @@ double median_of(std::vector<double> v) {
 
 }  // namespace
 
-std::vector<std::string> ssh_impl::lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  for (size_t at = 0; at < text.size();) {
-    size_t nl = text.find('\n', at);
-    if (nl == std::string::npos) nl = text.size();
-    out.push_back(text.substr(at, nl - at));
-    at = nl + 1;
-  }
-  return out;
-}
-
 SshExecutor::Impl::Worker* SshExecutor::Impl::worker(const std::string& name) {
   for (auto& w : workers)
     if (w->name == name) return w.get();
@@ -75,15 +64,15 @@ SshExecutor::~SshExecutor() {
     all.add(w->stats);
     for (auto& [id, r] : w->runs) drop_sync(r);
   }
-  if (!all.start_ms.empty())
+  if (!all.start_ms.empty() || all.looks > 0)
     spdlog::info(
         "ssh timings: {} starts, median {:.2f} ms; first output read {:.2f} ms after the start "
         "(median); {} syncs, median {:.2f} ms; longest "
         "sync bookkeeping in one poll of a host {:.2f} ms; {} checkpoints published, {} bytes, "
-        "median {:.2f} ms after registration",
+        "median {:.2f} ms after registration; {} looks at trials' output",
         all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
         all.sync_ms.size(), median_of(all.sync_ms), all.sync_poll_max_ms, all.publish_ms.size(),
-        all.published_bytes, median_of(all.publish_ms));
+        all.published_bytes, median_of(all.publish_ms), all.looks);
 }
 
 // Deletions retention asked for last (after the run's final state write) are still queued on
@@ -181,8 +170,10 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
       impl->check(*w);
     else if (*st != 0)
       spdlog::warn("trial {}: cannot send a command to its stdin on {}", trial_id, w->name);
-    else
-      Impl::expect_output(*w);  // its answer (step mode)
+    else {
+      r.awaiting_answer = true;  // looked at on each poll until its answer is read
+      Impl::expect_output(*w);   // its answer (step mode)
+    }
   });
 }
 

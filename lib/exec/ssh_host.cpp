@@ -5,13 +5,17 @@
 #include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "util/cksum.hpp"
@@ -127,6 +131,7 @@ Result<void> SshHost::open_agent() {
   agent_buf.clear();
   agent_err.clear();
   agent_pid = -1;
+  ++agent_gen;
   agent = ssh_channel_new(session);
   std::string cmd = "exec " + q(agent_bin) + " remote " + q(supervisor);
   if (!agent || ssh_channel_open_session(agent) != SSH_OK ||
@@ -312,6 +317,28 @@ std::string path_dir(const std::string& path) {
   size_t slash = path.rfind('/');
   return slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
 }
+
+// What `cksum < FILE` prints for a helper of the head's ("CRC SIZE"), worked out once per
+// file as it is (by size and mtime) for all the hosts a run connects to, not once per host.
+Result<std::string> helper_sum(const fs::path& path) {
+  static std::mutex mutex;
+  static std::map<std::string, std::pair<std::string, std::string>> sums;  // path -> (key, sum)
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return fail("cannot read ", path.string(), ": ", std::strerror(errno));
+  std::string key = std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+                    std::to_string(st.st_mtim.tv_nsec);
+  std::lock_guard lock(mutex);
+  if (auto it = sums.find(path.string()); it != sums.end() && it->second.first == key)
+    return it->second.second;
+  auto content = util::read_file(path, 64u << 20);
+  if (!content) return fail(content.error().message);
+  std::string sum =
+      std::to_string(util::posix_cksum(*content)) + " " + std::to_string(content->size());
+  sums[path.string()] = {key, sum};
+  return sum;
+}
+
 }  // namespace
 
 Result<void> SshHost::write(const std::string& path, std::string_view content, int mode) {
@@ -475,8 +502,7 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
     return fail("cannot create ", info.exp_dir, ": ", st ? out : st.error().message);
   int nproc = 0, ngpu = 0;
   std::vector<std::string> sums;
-  for (size_t start = 0, nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
-    std::string line = out.substr(start, nl - start);
+  for (const auto& line : util::lines_of(out)) {
     if (line.starts_with("cpus ")) nproc = std::clamp(std::atoi(line.c_str() + 5), 0, 1 << 20);
     if (line.starts_with("gpus ")) ngpu = std::clamp(std::atoi(line.c_str() + 5), 0, 1 << 10);
     if (line.starts_with("sum ")) sums.push_back(line.substr(4));
@@ -487,12 +513,13 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
   for (size_t i = 0; i < std::size(placed); ++i) {
     const auto& [local, remote, mode] = placed[i];
     if (local.empty()) continue;
-    auto content = util::read_file(local, 64u << 20);
-    if (!content) return fail(content.error().message);
-    std::string sum =
-        std::to_string(util::posix_cksum(*content)) + " " + std::to_string(content->size());
-    if (sums.size() <= i || sums[i] != sum)
+    auto sum = helper_sum(local);
+    if (!sum) return fail(sum.error().message);
+    if (sums.size() <= i || sums[i] != *sum) {
+      auto content = util::read_file(local, 64u << 20);
+      if (!content) return fail(content.error().message);
       if (auto w = write(remote, *content, mode); !w) return w;
+    }
     sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));  // (a copy kept may lack +x)
   }
   lease = info.exp_dir + "/.tune/lease";

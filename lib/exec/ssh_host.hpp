@@ -35,6 +35,7 @@ struct SshHost {
   std::string agent_buf;
   std::string agent_err;   // what it wrote on stderr (the first 4 KB)
   int agent_pid = -1;      // its pid there, from its first line
+  int agent_gen = 0;       // how many agents this connection started (names the current one)
   std::string supervisor;  // remote path
   std::string agent_bin;   // remote path
   std::string lease;       // remote path

@@ -90,16 +90,50 @@ void end_orphaned(Worker& w, Run& r) {
 
 // The host's agent said a supervisor ended: its exit record is read now (or, without one, the
 // attempt ends as supervisor_died) instead of at the next liveness check.
+// And its output events: that attempt is looked at in this poll; and the answers to watches.
 void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
-  if (e.kind == AgentEvent::Kind::kError)
-    return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
-  if (e.kind != AgentEvent::Kind::kGone || e.supervisor < 0) return;
+  using Kind = AgentEvent::Kind;
+  if (e.kind == Kind::kError) return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
   auto it = w.runs.find(e.id);
-  if (it == w.runs.end()) return;
+  if (it == w.runs.end() || it->second.attempt != e.attempt) return;
   Run& r = it->second;
-  if (r.attempt != e.attempt || r.sup_pid != e.supervisor || r.exit || r.exited) return;
-  read_exit(r);
-  if (!r.exit) end_orphaned(w, r);
+  switch (e.kind) {
+    case Kind::kOutput:
+      r.look = true;
+      return;
+    case Kind::kWatching:
+      // Watched from now on; what came before the watch is read in this poll. (Only an answer
+      // of the agent that was asked: one kept from an agent that has ended is not.)
+      if (r.watch_asked != w.h.agent_gen) return;
+      r.watched_by = w.h.agent_gen;
+      r.look = true;
+      return;
+    case Kind::kUnwatched:  // (a watch that could not be made, or stopped working)
+      spdlog::debug("host {}: trial {} is polled: {}", w.name, e.id, e.error);
+      if (r.watched_by == w.h.agent_gen) r.watched_by = -1;
+      r.look = true;
+      return;
+    case Kind::kGone:
+      if (e.supervisor < 0 || r.sup_pid != e.supervisor || r.exit || r.exited) return;
+      r.look = true;
+      read_exit(r);
+      if (!r.exit) end_orphaned(w, r);
+      return;
+    default:
+      return;
+  }
+}
+
+// Attempts the current agent neither started nor watches (a resumed driver's, or an earlier
+// agent's) are asked of it, once per agent.
+void SshExecutor::Impl::ask_watches(Worker& w) {
+  for (auto& [id, r] : w.runs) {
+    if (r.watched_by == w.h.agent_gen || r.watch_asked == w.h.agent_gen ||
+        r.launched_by == w.h.agent_gen || r.sup_pid <= 0 || r.exit || r.exited)
+      continue;
+    r.watch_asked = w.h.agent_gen;
+    if (!w.h.agent_send(agent_watch_request(id, r.attempt, r.dir, r.sup_pid))) return;
+  }
 }
 
 void SshExecutor::Impl::read_agent(Worker& w) {
@@ -116,6 +150,7 @@ void SshExecutor::Impl::read_agent(Worker& w) {
   for (const auto& line : *lines)
     if (auto e = parse_agent_event(line)) w.agent_events.push_back(std::move(*e));
   for (const auto& e : std::exchange(w.agent_events, {})) on_agent_event(w, e);
+  ask_watches(w);
 }
 
 void SshExecutor::Impl::restart_agent(Worker& w) {
@@ -132,6 +167,8 @@ void SshExecutor::Impl::restart_agent(Worker& w) {
 void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
   if (now - w.last_check < kSupervisorCheck || !w.up) return;
   w.last_check = now;
+  // (the agent says when a supervisor ends, but an agent that hangs would not: one command for
+  // all of a host's attempts)
   std::vector<Run*> asked;
   for (auto& [id, r] : w.runs)
     if (!r.exit && !r.exited && r.sup_pid > 0) asked.push_back(&r);
@@ -170,15 +207,29 @@ bool SshExecutor::Impl::poll(Worker& w) {
   check_supervisors(w, t);
   for (auto& [id, r] : w.runs) {
     bool read_some = false;
-    if (!r.exited && w.up) {
-      if (!r.exit) read_exit(r);  // before reading: once it exists, the output is final
+    // A watched attempt only when its agent said something, or every kWatchedLook seconds.
+    bool watched = r.watched_by == w.h.agent_gen;
+    bool routine = t - r.last_look >= kWatchedLook;
+    if (!r.exited && w.up && (!watched || r.look || r.exit || r.awaiting_answer || routine)) {
+      r.look = false;
+      r.last_look = t;
+      // before reading: once it exists, the output is final (a watched attempt's is read when
+      // its agent says its supervisor ended)
+      if (!r.exit && (!watched || routine)) read_exit(r);
+      ++w.stats.looks;
       auto size = w.h.size_of(r.dir + "/stdout.log");
-      if (!size) check(w);
+      if (!size) {
+        r.look = true;  // (not read: the next poll tries again)
+        check(w);
+      }
       if (size) w.last_ok = mono();
       if (size && *size > r.offset && w.up) {
         auto data = w.h.read(r.dir + "/stdout.log", r.offset,
                              static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
-        if (!data) check(w);
+        if (!data) {
+          r.look = true;
+          check(w);
+        }
         if (data && !data->empty()) {
           // The trial's pid first, so that its first results carry it too (once per attempt;
           // a trial that ended already has it from its exit record).
@@ -186,6 +237,8 @@ bool SshExecutor::Impl::poll(Worker& w) {
           OutputEvent ev(id, std::move(*data));
           ev.from = r.offset;
           r.offset += ev.data.size();
+          r.look = r.offset < *size;  // the rest in the next poll
+          r.awaiting_answer = false;
           // When it arrived, on the host's clocks (its notes are written before the output;
           // none, or an unreadable file: the controller times it as it reads it).
           if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))

@@ -38,6 +38,7 @@ void SshStats::add(const SshStats& o) {
   publish_ms.insert(publish_ms.end(), o.publish_ms.begin(), o.publish_ms.end());
   sync_poll_max_ms = std::max(sync_poll_max_ms, o.sync_poll_max_ms);
   published_bytes += o.published_bytes;
+  looks += o.looks;
 }
 
 std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,

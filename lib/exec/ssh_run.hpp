@@ -34,6 +34,15 @@ struct Run {
   uint64_t offset = 0;
   ArrivalReader times{0};  // stdout.times on the host
   int sup_pid = -1;
+  // The host's agent (by SshHost::agent_gen) that says when its stdout.log grows and when its
+  // supervisor ends, so that it is looked at only then (and every kWatchedLook seconds); -1:
+  // none, looked at on every poll. A watch is asked once of each new agent.
+  int watched_by = -1;
+  int watch_asked = -1;
+  int launched_by = -1;          // the agent that started it (it need not be asked to watch it)
+  bool look = true;              // something may be there to read
+  bool awaiting_answer = false;  // a line went to its stdin: looked at until output comes
+  double last_look = -1e9;       // when it was looked at last (monotonic)
   std::optional<int> child_pid;
   bool pid_asked = false;
   bool exited = false;  // exit record read and all output delivered
@@ -81,6 +90,7 @@ struct SshStats {
   double sync_poll_max_ms = 0;          // the longest sync bookkeeping in one poll
   std::vector<double> publish_ms;       // checkpoint registered -> complete on the head
   uint64_t published_bytes = 0;
+  uint64_t looks = 0;  // looks at an attempt's stdout.log (each an SFTP round trip or more)
   void add(const SshStats& o);
 };
 

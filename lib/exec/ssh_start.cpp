@@ -62,6 +62,7 @@ struct Started {
   std::string error;         // set: not started
   bool transient = false;    // and it may start if asked again (fork or exec failed there)
   bool unreachable = false;  // and the host (or its agent) did not answer
+  bool watched = false;      // the agent says when its output grows
 };
 
 Started launch_through_agent(Worker& w, const std::string& request, const std::string& id,
@@ -87,11 +88,14 @@ Started launch_through_agent(Worker& w, const std::string& request, const std::s
       if (mine && e->kind == AgentEvent::Kind::kLaunched) {
         s.supervisor = e->supervisor;
         s.offset = e->offset;
+        s.watched = e->watched;
       } else if (mine && e->kind == AgentEvent::Kind::kGone && e->supervisor < 0) {
         s.error = e->error;
         s.transient = e->transient;
-      } else if (e->kind == AgentEvent::Kind::kError) {
-        // (launches to a host are made one at a time: an error now is this request's)
+      } else if (e->kind == AgentEvent::Kind::kError && e->op != "watch" &&
+                 (e->id.empty() || e->id == id)) {
+        // (launches to a host are made one at a time: an error now that does not answer a
+        // watch is this request's)
         s.error = "tune-agent refused the launch: " + e->error;
       } else {
         w.agent_events.push_back(std::move(*e));
@@ -320,6 +324,8 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   }
   r.offset = started.offset;
   r.sup_pid = started.supervisor;
+  r.launched_by = w.h.agent_gen;
+  r.watched_by = started.watched ? w.h.agent_gen : -1;
   r.who.supervisor = r.sup_pid;
   // Where its output starts: the controller reads the attempt's lines from there.
   OutputEvent where(l.trial_id, "");

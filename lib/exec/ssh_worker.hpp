@@ -34,7 +34,9 @@
 namespace tune::exec::ssh_impl {
 
 inline constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
-inline constexpr size_t kReadChunk = 4u << 20;   // per trial per poll
+// s between looks at an attempt whose agent says when its output grows (in case it failed to)
+inline constexpr double kWatchedLook = 5.0;
+inline constexpr size_t kReadChunk = 4u << 20;  // per trial per poll
 
 // Syncs of one host's trials that run at once (each rsync goes over the host's one master
 // connection; in the checkpoint benchmark on 2 CPUs, 1 or 2 at once ended soonest, +26% over
@@ -49,8 +51,7 @@ inline std::string q(const std::string& s) {
   return util::shell_quote(s);
 }
 
-// Lines of `text`, without their newlines.
-std::vector<std::string> lines_of(const std::string& text);
+using util::lines_of;
 
 struct Worker;
 // Deletes checkpoint `name` of the trial dir `dir` on the host (retention dropped it).
@@ -139,6 +140,7 @@ struct SshExecutor::Impl {
   // ssh_poll.cpp: what the host's agent said (supervisors gone); restarts an agent that ended
   void read_agent(Worker& w);
   void on_agent_event(Worker& w, const AgentEvent& e);
+  void ask_watches(Worker& w);
   void restart_agent(Worker& w);  // a host whose agent cannot start is marked down
 
   // ssh_start.cpp

@@ -159,4 +159,15 @@ std::string printable(std::string_view s, size_t max) {
   return out;
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at < text.size();) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    out.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
 }  // namespace tune::util

@@ -23,6 +23,9 @@ namespace tune::util {
                                                      const std::string& source,
                                                      const std::string& target);
 
+// The lines of `text`, without their newlines (a last line without one included).
+[[nodiscard]] std::vector<std::string> lines_of(const std::string& text);
+
 // Quotes one word for a POSIX shell (single quotes), e.g. for log lines and remote commands.
 [[nodiscard]] std::string shell_quote(std::string_view word);
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "exec/ssh_agent.hpp"
@@ -38,6 +39,7 @@ struct Agent {
   pid_t pid = -1;
   int to = -1, from = -1;
   std::string buf;
+  std::map<std::string, int> outputs;  // output events passed over, by "id#attempt"
   explicit Agent(const std::string& supervisor) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -64,14 +66,19 @@ struct Agent {
     std::string l = line + "\n";
     REQUIRE(::write(to, l.data(), l.size()) == static_cast<ssize_t>(l.size()));
   }
-  // The next event line (within 10 s).
-  std::optional<exec::AgentEvent> next() {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // The next event line (within 10 s), output events only counted unless `outputs_too`.
+  std::optional<exec::AgentEvent> next(bool outputs_too = false, int within_ms = 10000) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(within_ms);
     for (;;) {
       if (auto nl = buf.find('\n'); nl != std::string::npos) {
         std::string line = buf.substr(0, nl);
         buf.erase(0, nl + 1);
-        return exec::parse_agent_event(line);
+        auto e = exec::parse_agent_event(line);
+        if (e && e->kind == Kind::kOutput && !outputs_too) {
+          ++outputs[e->id + "#" + std::to_string(e->attempt)];
+          continue;
+        }
+        return e;
       }
       int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                       until - std::chrono::steady_clock::now())
@@ -133,6 +140,7 @@ TEST_CASE("tune-agent remote starts a supervisor per request and says when it en
   CHECK(launched->attempt == 1);
   CHECK(launched->offset == 6);
   CHECK(launched->supervisor > 0);
+  CHECK(launched->watched);
   auto gone = agent.next();
   REQUIRE(gone);
   CHECK(gone->kind == Kind::kGone);
@@ -223,6 +231,123 @@ TEST_CASE("tune-agent remote starts nothing a driver that is gone asked for", "[
   CHECK(gone->supervisor == -1);
   CHECK(gone->error.find("driver is gone") != std::string::npos);
   CHECK_FALSE(fs::exists(s.dir / "trial_f" / "stdout.log"));
+}
+
+TEST_CASE("tune-agent remote says when a trial's output grows, at most every 50 ms",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(TUNE_TEST_SUPERVISOR);
+  REQUIRE(agent.next());
+  // 300 lines, one every ~2 ms or more: 300 writes to stdout.log, over at least 0.6 s.
+  agent.send(exec::agent_launch_request(
+      "h", 1, (s.dir / "trial_h").string(), (s.dir / "trial_h.exit.json").string(), "ef",
+      supervisor_args(s, "trial_h",
+                      {"/bin/sh", "-c",
+                       "i=0; while [ $i -lt 300 ]; do echo \"{\\\"i\\\": $i}\"; i=$((i+1)); "
+                       "sleep 0.002; done"}),
+      {}));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  auto t0 = std::chrono::steady_clock::now();
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int said = agent.outputs["h#1"];
+  INFO("output events: " << said << " in " << took << " s");
+  CHECK(said >= 2);
+  CHECK(said <= took / 0.050 + 3);  // not one per write
+  CHECK(said < 300);
+}
+
+TEST_CASE("tune-agent remote watches a supervisor it did not start: its output and its end",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(TUNE_TEST_SUPERVISOR);
+  REQUIRE(agent.next());
+  fs::create_directories(s.dir / "trial_w");
+  // A supervisor started by someone else (an earlier agent): here a child of the test.
+  pid_t other = ::fork();
+  if (other == 0) {
+    ::execlp("sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  agent.send(exec::agent_watch_request("w", 3, (s.dir / "trial_w").string(), other));
+  auto watching = agent.next();
+  REQUIRE(watching);
+  CHECK(watching->kind == Kind::kWatching);
+  CHECK(watching->id == "w");
+  CHECK(watching->attempt == 3);
+  // Another file of the trial dir written: nothing to say.
+  std::ofstream(s.dir / "trial_w" / "other.txt") << "not output\n";
+  CHECK_FALSE(agent.next(true, 300));
+  // Output, then more of it within the gap after the first "output": that one at once, one
+  // more at the gap's end for the rest.
+  std::ofstream(s.dir / "trial_w" / "stdout.log", std::ios::app) << "{\"x\": 1}\n";
+  auto output = agent.next(true);
+  REQUIRE(output);
+  CHECK(output->kind == Kind::kOutput);
+  CHECK(output->id == "w");
+  CHECK(output->attempt == 3);
+  std::ofstream(s.dir / "trial_w" / "stdout.log", std::ios::app) << "{\"x\": 2}\n";
+  output = agent.next(true);
+  REQUIRE(output);
+  CHECK(output->kind == Kind::kOutput);
+  CHECK_FALSE(agent.next(true, 300));  // and nothing more
+  ::kill(other, SIGKILL);
+  auto gone = agent.next(true);
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->id == "w");
+  CHECK(gone->supervisor == other);
+  CHECK(gone->status == -1);  // (not the agent's child: its status is not the agent's to know)
+  ::waitpid(other, nullptr, 0);
+  // One that is gone already is said gone at once; a watch that is not one is refused.
+  agent.send(exec::agent_watch_request("x", 1, (s.dir / "trial_w").string(), other));
+  gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->id == "x");
+  agent.send(exec::agent_watch_request("y", 1, "relative", 1));
+  auto error = agent.next();
+  REQUIRE(error);
+  CHECK(error->kind == Kind::kError);
+  CHECK(error->error.find("bad watch request") != std::string::npos);
+  CHECK(error->op == "watch");  // (so that a launch waiting for its answer does not take it)
+  CHECK(error->id == "y");
+  agent.send(R"({"op":"watch","id":"z"})");
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("bad watch request") != std::string::npos);
+}
+
+TEST_CASE("tune-agent remote: a watched trial dir that goes away is said unwatched",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(TUNE_TEST_SUPERVISOR);
+  REQUIRE(agent.next());
+  fs::create_directories(s.dir / "trial_v");
+  pid_t other = ::fork();
+  if (other == 0) {
+    ::execlp("sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  agent.send(exec::agent_watch_request("v", 1, (s.dir / "trial_v").string(), other));
+  auto watching = agent.next();
+  REQUIRE(watching);
+  CHECK(watching->kind == Kind::kWatching);
+  // Replaced by a new dir of the same name: the watch would never see its output again.
+  fs::remove_all(s.dir / "trial_v");
+  fs::create_directories(s.dir / "trial_v");
+  auto unwatched = agent.next();
+  REQUIRE(unwatched);
+  CHECK(unwatched->kind == Kind::kUnwatched);
+  CHECK(unwatched->id == "v");
+  CHECK(unwatched->error.find("removed or moved") != std::string::npos);
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+  CHECK_FALSE(agent.next(true, 300));  // (its supervisor is no longer watched either)
 }
 
 TEST_CASE("agent event lines that are not the agent's are refused", "[remote_agent]") {

@@ -40,6 +40,14 @@ TEST_CASE("shell_quote round-trips through shell_split", "[util]") {
   }
 }
 
+TEST_CASE("lines_of splits at newlines, a last line without one included", "[util]") {
+  using V = std::vector<std::string>;
+  CHECK(util::lines_of("") == V{});
+  CHECK(util::lines_of("a\nb\n") == V{"a", "b"});
+  CHECK(util::lines_of("a\n\nb") == V{"a", "", "b"});
+  CHECK(util::lines_of("\n") == V{""});
+}
+
 TEST_CASE("suggest finds near misses only", "[util]") {
   std::string_view keys[] = {"num_to_keep", "checkpoint_frequency", "checkpoint_at_end"};
   CHECK(util::suggest("num_to_kep", keys) == "num_to_keep");

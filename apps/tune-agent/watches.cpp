@@ -1,0 +1,222 @@
+#include "watches.hpp"
+
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "events.hpp"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434  // (the same on every architecture)
+#endif
+
+namespace tune::agent_app {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t size_of(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+}
+
+constexpr uint32_t kDirEvents =
+    IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+
+}  // namespace
+
+Watches::~Watches() {
+  for (auto& [id, w] : watches_)
+    if (w.pidfd >= 0) ::close(w.pidfd);
+  if (inotify_fd_ >= 0) ::close(inotify_fd_);
+}
+
+std::string Watches::watch(const std::string& id, int attempt, const std::string& dir,
+                           pid_t supervisor, bool& gone_already) {
+  gone_already = false;
+  if (auto old = watches_.find(id); old != watches_.end()) drop(old);
+  if (inotify_fd_ < 0) inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (inotify_fd_ < 0) return std::string("inotify: ") + std::strerror(errno);
+  int pidfd = -1;
+  if (supervisor > 0) {
+    pidfd = static_cast<int>(::syscall(SYS_pidfd_open, supervisor, 0));
+    if (pidfd < 0 && errno == ESRCH) {
+      gone_already = true;
+      return "supervisor " + std::to_string(supervisor) + " is gone";
+    }
+    if (pidfd < 0) return std::string("pidfd_open: ") + std::strerror(errno);
+  }
+  int wd = ::inotify_add_watch(inotify_fd_, dir.c_str(), kDirEvents);
+  if (wd < 0) {
+    int e = errno;
+    if (pidfd >= 0) ::close(pidfd);
+    return "cannot watch " + dir + ": " + std::strerror(e);
+  }
+  Watch w;
+  w.attempt = attempt;
+  w.dir = dir;
+  w.dir_wd = wd;
+  w.pidfd = pidfd;
+  w.supervisor = supervisor;
+  auto it = watches_.insert_or_assign(id, std::move(w)).first;
+  by_wd_[wd] = id;
+  watch_file(it);  // (if stdout.log is not there yet, its creation is seen on the dir)
+  return "";
+}
+
+void Watches::watch_file(Iter it) {
+  Watch& w = it->second;
+  if (w.file_wd >= 0 || w.paused) return;
+  int wd = ::inotify_add_watch(inotify_fd_, (w.dir + "/stdout.log").c_str(), IN_MODIFY);
+  if (wd < 0) return;
+  w.file_wd = wd;
+  by_wd_[wd] = it->first;
+}
+
+void Watches::unwatch_file(Watch& w) {
+  if (w.file_wd < 0) return;
+  by_wd_.erase(w.file_wd);  // (first: the IN_IGNORED that follows finds no watch)
+  ::inotify_rm_watch(inotify_fd_, w.file_wd);
+  w.file_wd = -1;
+}
+
+void Watches::drop(Iter it) {
+  Watch& w = it->second;
+  unwatch_file(w);
+  if (auto b = by_wd_.find(w.dir_wd); b != by_wd_.end() && b->second == it->first) {
+    by_wd_.erase(b);
+    ::inotify_rm_watch(inotify_fd_, w.dir_wd);
+  }
+  if (w.pidfd >= 0) ::close(w.pidfd);
+  watches_.erase(it);
+}
+
+void Watches::unwatch(const std::string& id, int attempt) {
+  if (auto it = watches_.find(id); it != watches_.end() && it->second.attempt == attempt) drop(it);
+}
+
+void Watches::lost(Iter it, const std::string& why) {
+  emit(json{
+      {"event", "unwatched"}, {"id", it->first}, {"attempt", it->second.attempt}, {"error", why}});
+  drop(it);
+}
+
+void Watches::add_fds(std::vector<pollfd>& fds) const {
+  if (inotify_fd_ >= 0) fds.push_back({inotify_fd_, POLLIN, 0});
+  for (const auto& [id, w] : watches_)
+    if (w.pidfd >= 0) fds.push_back({w.pidfd, POLLIN, 0});
+}
+
+int Watches::timeout_ms() const {
+  int64_t now = now_ms();
+  int64_t best = -1;
+  for (const auto& [id, w] : watches_)
+    if (w.paused) {
+      int64_t due = std::max<int64_t>(0, w.last_ms + kOutputGap - now);
+      if (best < 0 || due < best) best = due;
+    }
+  return static_cast<int>(best);
+}
+
+// Says "output" and pauses the file's watch for kOutputGap (a paused one is looked at then).
+void Watches::output(Iter it, int64_t now) {
+  Watch& w = it->second;
+  if (w.paused) return;
+  w.last_ms = now;
+  // The size before the event goes: a write after the event (after the driver's look, say)
+  // must show at the gap's end.
+  unwatch_file(w);
+  w.paused = true;
+  w.size_then = size_of(w.dir + "/stdout.log");
+  emit(json{{"event", "output"}, {"id", it->first}, {"attempt", w.attempt}});
+}
+
+// Paused watches whose gap is over: watched again, and one more "output" if the file grew.
+void Watches::resume_paused(int64_t now) {
+  for (auto it = watches_.begin(); it != watches_.end(); ++it) {
+    Watch& w = it->second;
+    if (!w.paused || now - w.last_ms < kOutputGap) continue;
+    w.paused = false;
+    watch_file(it);  // before the size is read: a write after it is seen either way
+    if (size_of(w.dir + "/stdout.log") != w.size_then) output(it, now);
+  }
+}
+
+void Watches::read_inotify(int64_t now) {
+  alignas(inotify_event) char buf[16384];
+  std::vector<std::pair<std::string, std::string>> gone_dirs;  // (id, why)
+  for (int reads = 0; reads < 64; ++reads) {  // (then back to the loop: requests go first)
+    ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (ssize_t at = 0; at < n;) {
+      const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
+      at += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      if (ev->mask & IN_Q_OVERFLOW) {  // events were lost: every attempt may have output
+        for (auto it = watches_.begin(); it != watches_.end(); ++it) output(it, now);
+        continue;
+      }
+      auto b = by_wd_.find(ev->wd);
+      if (b == by_wd_.end()) continue;
+      auto it = watches_.find(b->second);
+      if (it == watches_.end()) continue;
+      Watch& w = it->second;
+      if (ev->wd == w.file_wd) {
+        if (ev->mask & IN_IGNORED) {  // stdout.log removed: its next one is seen on the dir
+          by_wd_.erase(b);
+          w.file_wd = -1;
+        } else {
+          output(it, now);
+        }
+      } else if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT)) {
+        gone_dirs.emplace_back(it->first, "its trial dir " + w.dir + " was removed or moved");
+      } else if (ev->len > 0 && std::strcmp(ev->name, "stdout.log") == 0) {
+        watch_file(it);
+        output(it, now);
+      }
+    }
+  }
+  for (const auto& [id, why] : gone_dirs)
+    if (auto it = watches_.find(id); it != watches_.end()) lost(it, why);
+}
+
+void Watches::after_wait(const std::vector<pollfd>& fds, size_t first) {
+  int64_t now = now_ms();
+  std::vector<std::string> ended;
+  for (size_t i = first; i < fds.size(); ++i) {
+    if (!fds[i].revents) continue;
+    if (fds[i].fd == inotify_fd_) {
+      read_inotify(now);
+      continue;
+    }
+    for (const auto& [id, w] : watches_)
+      if (w.pidfd == fds[i].fd) ended.push_back(id);
+  }
+  resume_paused(now);
+  // A supervisor it did not start ended (its exit status is its parent's to know).
+  for (const auto& id : ended) {
+    auto it = watches_.find(id);
+    if (it == watches_.end()) continue;
+    emit(json{{"event", "gone"},
+              {"id", id},
+              {"attempt", it->second.attempt},
+              {"supervisor", it->second.supervisor},
+              {"status", -1}});
+    drop(it);
+  }
+}
+
+}  // namespace tune::agent_app

@@ -1,0 +1,76 @@
+// What `tune-agent remote` watches for the driver, so that the driver reads a host's files only
+// when something is there to read: each attempt's stdout.log growing (inotify) and, for a
+// supervisor the agent did not start itself (one a resumed driver or an earlier agent started),
+// its end (a pidfd).
+//
+// "output" goes at once for the first write after a quiet spell; the file's watch is then
+// paused for kOutputGap, and if the file grew meanwhile one more "output" goes at the end of
+// the gap. So the agent wakes at most 1000 / kOutputGap times a second per attempt however
+// often the trial writes, and writes to other files of the trial dir do not wake it. A watch
+// that stops working (the trial dir removed or replaced) is said "unwatched": the driver then
+// polls that attempt. An attempt's last writes before its supervisor ends may get no "output":
+// "gone" means "look" too.
+#pragma once
+
+#include <poll.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tune::agent_app {
+
+class Watches {
+ public:
+  static constexpr int64_t kOutputGap = 50;  // ms (the driver reads a printing trial as often)
+
+  Watches() = default;
+  Watches(const Watches&) = delete;
+  Watches& operator=(const Watches&) = delete;
+  ~Watches();
+
+  // Watches attempt `attempt` of trial `id`, whose trial dir is `dir`, and, when `supervisor`
+  // > 0, that process's end. Replaces the trial's earlier watch (an earlier attempt's: it is
+  // superseded), also when this one cannot be made. "" or why it cannot; `gone_already` is set
+  // when that supervisor is no longer there.
+  std::string watch(const std::string& id, int attempt, const std::string& dir, pid_t supervisor,
+                    bool& gone_already);
+  // Stops watching that attempt (its supervisor ended).
+  void unwatch(const std::string& id, int attempt);
+
+  // The descriptors to wait on, appended to `fds`, and how long a wait may last (ms, -1: no
+  // limit) before a paused watch is due.
+  void add_fds(std::vector<pollfd>& fds) const;
+  [[nodiscard]] int timeout_ms() const;
+  // After a wait: `fds` as add_fds left them (from index `first`), read and acted on.
+  void after_wait(const std::vector<pollfd>& fds, size_t first);
+
+ private:
+  struct Watch {
+    int attempt = 0;
+    std::string dir;
+    int dir_wd = -1;   // the trial dir: stdout.log made or moved there; the dir going away
+    int file_wd = -1;  // stdout.log written (-1: not there yet, or paused)
+    int pidfd = -1;
+    pid_t supervisor = -1;
+    int64_t last_ms = INT64_MIN / 2;  // when its last output event went
+    bool paused = false;              // file_wd removed until last_ms + kOutputGap
+    int64_t size_then = -1;           // stdout.log's size when it was paused
+  };
+  using Iter = std::unordered_map<std::string, Watch>::iterator;
+  void output(Iter it, int64_t now_ms);
+  void watch_file(Iter it);
+  void unwatch_file(Watch& w);
+  void resume_paused(int64_t now_ms);
+  void read_inotify(int64_t now_ms);
+  void lost(Iter it, const std::string& why);
+  void drop(Iter it);
+
+  int inotify_fd_ = -1;
+  std::unordered_map<std::string, Watch> watches_;  // by trial id
+  std::unordered_map<int, std::string> by_wd_;      // inotify watch (dir or file) -> trial id
+};
+
+}  // namespace tune::agent_app
