@@ -218,17 +218,14 @@ bool SshExecutor::Impl::poll(Worker& w) {
       if (!r.exit && (!watched || routine)) read_exit(r);
       ++w.stats.looks;
       auto size = w.h.size_of(r.dir + "/stdout.log");
-      if (!size) {
-        r.look = true;  // (not read: the next poll tries again)
-        check(w);
-      }
+      if (!size) check(w);  // (no stdout.log yet: its agent says when there is one)
       if (size) w.last_ok = mono();
       if (size && *size > r.offset && w.up) {
         auto data = w.h.read(r.dir + "/stdout.log", r.offset,
                              static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
         if (!data) {
-          r.look = true;
           check(w);
+          r.look = w.up;  // (not read: the next poll tries again)
         }
         if (data && !data->empty()) {
           // The trial's pid first, so that its first results carry it too (once per attempt;
