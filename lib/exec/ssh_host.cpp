@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -318,25 +319,32 @@ std::string path_dir(const std::string& path) {
   return slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// What `cksum < FILE` prints for a helper of the head's ("CRC SIZE"), worked out once per
-// file as it is (by size and mtime) for all the hosts a run connects to, not once per host.
-Result<std::string> helper_sum(const fs::path& path) {
+// A helper of the head's, read once per file as it is (by size and mtime) for all the hosts a
+// run connects to, not once per host: its bytes, and what `cksum < FILE` prints for them.
+struct Helper {
+  std::string key;      // size and mtime when read
+  std::string content;  // (shared by every host's copy: 100 hosts once held 100 of each)
+  std::string sum;      // "CRC SIZE"
+};
+Result<std::shared_ptr<const Helper>> helper_file(const fs::path& path) {
   static std::mutex mutex;
-  static std::map<std::string, std::pair<std::string, std::string>> sums;  // path -> (key, sum)
+  static std::map<std::string, std::shared_ptr<const Helper>> helpers;
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return fail("cannot read ", path.string(), ": ", std::strerror(errno));
   std::string key = std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
                     std::to_string(st.st_mtim.tv_nsec);
   std::lock_guard lock(mutex);
-  if (auto it = sums.find(path.string()); it != sums.end() && it->second.first == key)
-    return it->second.second;
+  if (auto it = helpers.find(path.string()); it != helpers.end() && it->second->key == key)
+    return it->second;
   auto content = util::read_file(path, 64u << 20);
   if (!content) return fail(content.error().message);
-  std::string sum =
-      std::to_string(util::posix_cksum(*content)) + " " + std::to_string(content->size());
-  sums[path.string()] = {key, sum};
-  return sum;
+  auto h = std::make_shared<Helper>();
+  h->key = key;
+  h->sum = std::to_string(util::posix_cksum(*content)) + " " + std::to_string(content->size());
+  h->content = std::move(*content);
+  helpers[path.string()] = h;
+  return std::shared_ptr<const Helper>(h);
 }
 
 }  // namespace
@@ -513,13 +521,10 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
   for (size_t i = 0; i < std::size(placed); ++i) {
     const auto& [local, remote, mode] = placed[i];
     if (local.empty()) continue;
-    auto sum = helper_sum(local);
-    if (!sum) return fail(sum.error().message);
-    if (sums.size() <= i || sums[i] != *sum) {
-      auto content = util::read_file(local, 64u << 20);
-      if (!content) return fail(content.error().message);
-      if (auto w = write(remote, *content, mode); !w) return w;
-    }
+    auto helper = helper_file(local);
+    if (!helper) return fail(helper.error().message);
+    if (sums.size() <= i || sums[i] != (*helper)->sum)
+      if (auto w = write(remote, (*helper)->content, mode); !w) return w;
     sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));  // (a copy kept may lack +x)
   }
   lease = info.exp_dir + "/.tune/lease";
