@@ -1,5 +1,6 @@
 #include "exec/ssh_agent.hpp"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace tune::exec {
@@ -11,24 +12,17 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   if (!j.is_object()) return std::nullopt;
   auto kind = j.find("event");
   if (kind == j.end() || !kind->is_string()) return std::nullopt;
+  using Kind = AgentEvent::Kind;
+  static constexpr std::pair<std::string_view, Kind> kKinds[] = {
+      {"ready", Kind::kReady},        {"launched", Kind::kLaunched}, {"gone", Kind::kGone},
+      {"error", Kind::kError},        {"output", Kind::kOutput},     {"watching", Kind::kWatching},
+      {"unwatched", Kind::kUnwatched}};
   AgentEvent e;
   const std::string& k = kind->get_ref<const std::string&>();
-  if (k == "ready")
-    e.kind = AgentEvent::Kind::kReady;
-  else if (k == "launched")
-    e.kind = AgentEvent::Kind::kLaunched;
-  else if (k == "gone")
-    e.kind = AgentEvent::Kind::kGone;
-  else if (k == "error")
-    e.kind = AgentEvent::Kind::kError;
-  else if (k == "output")
-    e.kind = AgentEvent::Kind::kOutput;
-  else if (k == "watching")
-    e.kind = AgentEvent::Kind::kWatching;
-  else if (k == "unwatched")
-    e.kind = AgentEvent::Kind::kUnwatched;
-  else
-    return std::nullopt;
+  auto known = std::find_if(std::begin(kKinds), std::end(kKinds),
+                            [&](const auto& p) { return p.first == k; });
+  if (known == std::end(kKinds)) return std::nullopt;
+  e.kind = known->second;
   auto str = [&](const char* key) {
     auto it = j.find(key);
     return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();

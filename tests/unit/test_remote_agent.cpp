@@ -108,6 +108,16 @@ std::vector<std::string> supervisor_args(const Scratch& s, const std::string& tr
   return args;
 }
 
+// A supervisor started by someone else (an earlier agent): here a child of the test.
+pid_t stand_in_supervisor() {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("sleep", "sleep", "30", nullptr);
+    ::_exit(127);
+  }
+  return pid;
+}
+
 std::string read(const fs::path& p) {
   std::ifstream f(p);
   std::stringstream ss;
@@ -267,12 +277,7 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   Agent agent(TUNE_TEST_SUPERVISOR);
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_w");
-  // A supervisor started by someone else (an earlier agent): here a child of the test.
-  pid_t other = ::fork();
-  if (other == 0) {
-    ::execlp("sleep", "sleep", "30", nullptr);
-    ::_exit(127);
-  }
+  pid_t other = stand_in_supervisor();
   agent.send(exec::agent_watch_request("w", 3, (s.dir / "trial_w").string(), other));
   auto watching = agent.next();
   REQUIRE(watching);
@@ -328,11 +333,7 @@ TEST_CASE("tune-agent remote: a watched trial dir that goes away is said unwatch
   Agent agent(TUNE_TEST_SUPERVISOR);
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_v");
-  pid_t other = ::fork();
-  if (other == 0) {
-    ::execlp("sleep", "sleep", "30", nullptr);
-    ::_exit(127);
-  }
+  pid_t other = stand_in_supervisor();
   agent.send(exec::agent_watch_request("v", 1, (s.dir / "trial_v").string(), other));
   auto watching = agent.next();
   REQUIRE(watching);
