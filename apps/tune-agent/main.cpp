@@ -54,7 +54,8 @@ class Agent {
   // One request line.
   void handle(const std::string& line) {
     auto req = json::parse(line, nullptr, false);
-    if (!req.is_object() || req.value("op", "") != "launch") {
+    auto op = req.is_object() ? req.find("op") : req.end();
+    if (op == req.end() || !op->is_string() || *op != "launch") {
       emit_error("not a request: " + line.substr(0, 200));
       return;
     }

@@ -62,10 +62,11 @@ void write_all(int fd, const std::string& data) {
 
 void RemoteLauncher::handle(const std::string& line) {
   auto req = json::parse(line, nullptr, false);
-  std::string op = req.is_object() ? req.value("op", "") : "";
+  auto found = req.is_object() ? req.find("op") : req.end();
+  std::string op = found != req.end() && found->is_string() ? found->get<std::string>() : "";
   if (op == "launch") return launch(req);
   if (op == "watch") return watch(req);
-  emit_error("not a request: " + line.substr(0, 200));
+  emit_error("not a request: " + line.substr(0, 200), op);
 }
 
 void RemoteLauncher::watch(const json& req) {

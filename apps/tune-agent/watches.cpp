@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "events.hpp"
 
@@ -65,25 +66,50 @@ std::string Watches::watch(const std::string& id, int attempt, const std::string
     if (pidfd >= 0) ::close(pidfd);
     return "cannot watch " + dir + ": " + std::strerror(e);
   }
+  if (by_wd_.count(wd)) {  // (another trial's dir: not this attempt's to watch)
+    if (pidfd >= 0) ::close(pidfd);
+    return dir + " is watched for another trial already";
+  }
   Watch w;
   w.attempt = attempt;
   w.dir = dir;
+  w.dir_id = identity_of(dir);
   w.dir_wd = wd;
   w.pidfd = pidfd;
   w.supervisor = supervisor;
   auto it = watches_.insert_or_assign(id, std::move(w)).first;
   by_wd_[wd] = id;
-  watch_file(it);  // (if stdout.log is not there yet, its creation is seen on the dir)
+  // (if stdout.log is not there yet, its creation is seen on the dir)
+  if (std::string why = watch_file(it); !why.empty()) {
+    drop(it);
+    return why;
+  }
   return "";
 }
 
-void Watches::watch_file(Iter it) {
+std::string Watches::watch_file(Iter it) {
   Watch& w = it->second;
-  if (w.file_wd >= 0 || w.paused) return;
-  int wd = ::inotify_add_watch(inotify_fd_, (w.dir + "/stdout.log").c_str(), IN_MODIFY);
-  if (wd < 0) return;
+  if (w.file_wd >= 0 || w.paused) return "";
+  std::string path = w.dir + "/stdout.log";
+  int wd = ::inotify_add_watch(inotify_fd_, path.c_str(), IN_MODIFY | IN_DONT_FOLLOW);
+  if (wd < 0 && errno == ENOENT) return "";
+  if (wd < 0) return "cannot watch " + path + ": " + std::strerror(errno);
+  // A watch number this instance has already is another file's (stdout.log a hard link to
+  // it) or the dir's own: adding it again changed what that watch reports.
+  if (by_wd_.count(wd)) return path + " is not a file of its own";
   w.file_wd = wd;
   by_wd_[wd] = it->first;
+  return "";
+}
+
+void Watches::broken(Iter it, const std::string& why) {
+  broken_.emplace_back(it->first, why);
+}
+
+std::string Watches::identity_of(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
 }
 
 void Watches::unwatch_file(Watch& w) {
@@ -150,14 +176,14 @@ void Watches::resume_paused(int64_t now) {
     Watch& w = it->second;
     if (!w.paused || now - w.last_ms < kOutputGap) continue;
     w.paused = false;
-    watch_file(it);  // before the size is read: a write after it is seen either way
+    // (watched before the size is read: a write after it is seen either way)
+    if (std::string why = watch_file(it); !why.empty()) broken(it, why);
     if (size_of(w.dir + "/stdout.log") != w.size_then) output(it, now);
   }
 }
 
 void Watches::read_inotify(int64_t now) {
   alignas(inotify_event) char buf[16384];
-  std::vector<std::pair<std::string, std::string>> gone_dirs;  // (id, why)
   for (int reads = 0; reads < 64; ++reads) {  // (then back to the loop: requests go first)
     ssize_t n = ::read(inotify_fd_, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
@@ -165,8 +191,13 @@ void Watches::read_inotify(int64_t now) {
     for (ssize_t at = 0; at < n;) {
       const auto* ev = reinterpret_cast<const inotify_event*>(buf + at);
       at += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
-      if (ev->mask & IN_Q_OVERFLOW) {  // events were lost: every attempt may have output
-        for (auto it = watches_.begin(); it != watches_.end(); ++it) output(it, now);
+      if (ev->mask & IN_Q_OVERFLOW) {  // events were lost: every attempt may have output,
+        for (auto it = watches_.begin(); it != watches_.end(); ++it) {
+          output(it, now);
+          // and a dir may have gone
+          if (identity_of(it->second.dir) != it->second.dir_id)
+            broken(it, "its trial dir " + it->second.dir + " was removed or replaced");
+        }
         continue;
       }
       auto b = by_wd_.find(ev->wd);
@@ -182,15 +213,15 @@ void Watches::read_inotify(int64_t now) {
           output(it, now);
         }
       } else if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT)) {
-        gone_dirs.emplace_back(it->first, "its trial dir " + w.dir + " was removed or moved");
+        broken(it, "its trial dir " + w.dir + " was removed or moved");
       } else if (ev->len > 0 && std::strcmp(ev->name, "stdout.log") == 0) {
-        watch_file(it);
-        output(it, now);
+        // A new stdout.log: watched, and said only if it holds something (the supervisor
+        // makes it empty; its first write then goes out at once, not after a pause).
+        if (std::string why = watch_file(it); !why.empty()) broken(it, why);
+        if (size_of(w.dir + "/stdout.log") > 0) output(it, now);
       }
     }
   }
-  for (const auto& [id, why] : gone_dirs)
-    if (auto it = watches_.find(id); it != watches_.end()) lost(it, why);
 }
 
 void Watches::after_wait(const std::vector<pollfd>& fds, size_t first) {
@@ -206,6 +237,9 @@ void Watches::after_wait(const std::vector<pollfd>& fds, size_t first) {
       if (w.pidfd == fds[i].fd) ended.push_back(id);
   }
   resume_paused(now);
+  // Watches that stopped working: "unwatched" (the driver looks at those attempts itself).
+  for (const auto& [id, why] : std::exchange(broken_, {}))
+    if (auto it = watches_.find(id); it != watches_.end()) lost(it, why);
   // A supervisor it did not start ended (its exit status is its parent's to know).
   for (const auto& id : ended) {
     auto it = watches_.find(id);

@@ -6,10 +6,11 @@
 // "output" goes at once for the first write after a quiet spell; the file's watch is then
 // paused for kOutputGap, and if the file grew meanwhile one more "output" goes at the end of
 // the gap. So the agent wakes at most 1000 / kOutputGap times a second per attempt however
-// often the trial writes, and writes to other files of the trial dir do not wake it. A watch
-// that stops working (the trial dir removed or replaced) is said "unwatched": the driver then
-// polls that attempt. An attempt's last writes before its supervisor ends may get no "output":
-// "gone" means "look" too.
+// often the trial writes; writes to other files of the trial dir do not wake it (files made or
+// renamed there do, and are passed over). A watch that cannot be made or stops working (the
+// trial dir removed or replaced, stdout.log a link to something watched already, no inotify
+// watches left) is said "unwatched": the driver then polls that attempt. An attempt's last writes
+// before its supervisor ends may get no "output": "gone" means "look" too.
 #pragma once
 
 #include <poll.h>
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tune::agent_app {
@@ -51,8 +53,9 @@ class Watches {
   struct Watch {
     int attempt = 0;
     std::string dir;
-    int dir_wd = -1;   // the trial dir: stdout.log made or moved there; the dir going away
-    int file_wd = -1;  // stdout.log written (-1: not there yet, or paused)
+    std::string dir_id;  // its device and inode when watched
+    int dir_wd = -1;     // the trial dir: stdout.log made or moved there; the dir going away
+    int file_wd = -1;    // stdout.log written (-1: not there yet, or paused)
     int pidfd = -1;
     pid_t supervisor = -1;
     int64_t last_ms = INT64_MIN / 2;  // when its last output event went
@@ -61,7 +64,11 @@ class Watches {
   };
   using Iter = std::unordered_map<std::string, Watch>::iterator;
   void output(Iter it, int64_t now_ms);
-  void watch_file(Iter it);
+  // Watches stdout.log if it is there ("" then, or if it is not there yet; else why not).
+  std::string watch_file(Iter it);
+  // A watch that stopped working: said "unwatched" and dropped after this wait's events.
+  void broken(Iter it, const std::string& why);
+  static std::string identity_of(const std::string& path);
   void unwatch_file(Watch& w);
   void resume_paused(int64_t now_ms);
   void read_inotify(int64_t now_ms);
@@ -71,6 +78,7 @@ class Watches {
   int inotify_fd_ = -1;
   std::unordered_map<std::string, Watch> watches_;  // by trial id
   std::unordered_map<int, std::string> by_wd_;      // inotify watch (dir or file) -> trial id
+  std::vector<std::pair<std::string, std::string>> broken_;  // (trial id, why)
 };
 
 }  // namespace tune::agent_app

@@ -1,7 +1,10 @@
 #include "exec/io_thread.hpp"
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +13,11 @@
 
 namespace tune::exec {
 
-IoThread::IoThread(double period_s, Task tick) : period_s_(period_s), tick_(std::move(tick)) {}
+IoThread::IoThread(double period_s, Task tick, std::function<int()> wake_fd)
+    : period_s_(period_s),
+      tick_(std::move(tick)),
+      wake_fd_(std::move(wake_fd)),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 IoThread::~IoThread() {
   {
@@ -18,8 +25,14 @@ IoThread::~IoThread() {
     stopping_ = true;
     tasks_.clear();
   }
-  wake_.notify_all();
+  poke();
   if (thread_.joinable()) thread_.join();
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void IoThread::poke() {
+  uint64_t one = 1;
+  (void)!::write(event_fd_, &one, sizeof one);
 }
 
 void IoThread::start() {
@@ -39,7 +52,7 @@ void IoThread::post(Task task) {
     if (stopping_) return;
     tasks_.push_back(std::move(task));
   }
-  wake_.notify_one();
+  poke();
 }
 
 void IoThread::tick_within(double s) {
@@ -51,7 +64,7 @@ void IoThread::tick_within(double s) {
     if (at >= soon_) return;
     soon_ = at;
   }
-  wake_.notify_one();
+  poke();
 }
 
 size_t IoThread::backlog() const {
@@ -65,12 +78,15 @@ void IoThread::loop() {
       std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(period_s_));
   util::tie_helpers_to_this_thread();  // its rsyncs and ssh masters die with the driver
   auto next_tick = clock::now() + period;
+  auto last_tick = clock::now();
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     auto due = std::min(next_tick, soon_);
     bool tick = clock::now() >= due;  // first when due: tasks never starve the tick
     if (!tick && tasks_.empty()) {
-      wake_.wait_until(lock, due, [&] { return stopping_ || !tasks_.empty() || soon_ < due; });
+      lock.unlock();
+      wait(due, last_tick);
+      lock.lock();
       continue;
     }
     if (tick) soon_ = clock::time_point::max();  // a tick_within() from the tick itself stays
@@ -84,10 +100,36 @@ void IoThread::loop() {
       task();
     } else {
       if (tick_) tick_();
-      next_tick = clock::now() + period;
+      next_tick = last_tick = clock::now();
+      next_tick += period;
     }
     task = nullptr;  // destroyed outside the lock, on this thread
     lock.lock();
+  }
+}
+
+void IoThread::wait(std::chrono::steady_clock::time_point due,
+                    std::chrono::steady_clock::time_point last_tick) {
+  using clock = std::chrono::steady_clock;
+  auto now = clock::now();
+  int fd = wake_fd_ ? wake_fd_() : -1;
+  // The wake descriptor only kMinGap after the last tick (input the tick left unread, or a
+  // descriptor at its end, must not spin the thread): until then, a wait that short.
+  auto fd_from = last_tick + std::chrono::duration_cast<clock::duration>(
+                                 std::chrono::duration<double>(kMinGap));
+  bool with_fd = fd >= 0 && now >= fd_from;
+  auto until = fd >= 0 && !with_fd ? std::min(due, fd_from) : due;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+  pollfd fds[2] = {{event_fd_, POLLIN, 0}, {fd, POLLIN, 0}};
+  int n = ::poll(fds, with_fd ? 2 : 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30)));
+  if (n <= 0) return;
+  if (fds[0].revents & POLLIN) {
+    uint64_t count;
+    (void)!::read(event_fd_, &count, sizeof count);
+  }
+  if (with_fd && fds[1].revents) {
+    std::lock_guard lock(mutex_);
+    soon_ = std::min(soon_, clock::now());  // a tick now
   }
 }
 

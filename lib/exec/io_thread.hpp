@@ -1,9 +1,10 @@
 // A thread that does one host's network work, so that the driver's loop never waits on a link:
-// tasks run in the order they were posted, and a tick runs every `period` seconds between them.
+// tasks run in the order they were posted, and a tick runs every `period` seconds between them,
+// and also as soon as the descriptor `wake_fd` names is readable (the host's connection, on
+// which its agent's events arrive), at most once per kMinGap.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <future>
@@ -17,8 +18,12 @@ class IoThread {
  public:
   using Task = std::function<void()>;
 
+  static constexpr double kMinGap = 0.002;  // s between ticks a readable descriptor asks for
+
   // `tick` runs on the thread every `period_s` seconds (and never at the same time as a task).
-  IoThread(double period_s, Task tick);
+  // `wake_fd`, if given, is asked on the thread before each wait: a descriptor whose input asks
+  // for a tick (-1: none now).
+  IoThread(double period_s, Task tick, std::function<int()> wake_fd = {});
   IoThread(const IoThread&) = delete;
   IoThread& operator=(const IoThread&) = delete;
   // Stops after the task or tick that runs now; tasks not yet run are dropped.
@@ -55,11 +60,17 @@ class IoThread {
 
  private:
   void loop();
+  // Waits until `due`, a post, a tick_within() or input on the wake descriptor (then a tick is
+  // due now); called without the lock.
+  void wait(std::chrono::steady_clock::time_point due,
+            std::chrono::steady_clock::time_point last_tick);
+  void poke();
 
   double period_s_;
   Task tick_;
+  std::function<int()> wake_fd_;
+  int event_fd_ = -1;  // written by post(), tick_within() and the destructor
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
   std::deque<Task> tasks_;
   std::chrono::steady_clock::time_point soon_ = std::chrono::steady_clock::time_point::max();
   bool stopping_ = false;

@@ -107,7 +107,10 @@ std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& 
     w->name = configs[i].name;
     w->h.cfg = configs[i];
     w->h.index = static_cast<int>(i);
-    w->io = std::make_unique<IoThread>(PollSchedule::kIdle, [&impl, raw] { impl.tick(*raw); });
+    // (ticked as soon as the connection has input too: the agent's events are read at once)
+    w->io = std::make_unique<IoThread>(
+        PollSchedule::kIdle, [&impl, raw] { impl.tick(*raw); },
+        [raw] { return raw->up ? raw->h.socket_fd() : -1; });
     w->io->start();
     auto promise = std::make_shared<std::promise<Result<void>>>();
     opened.push_back(promise->get_future());

@@ -160,6 +160,10 @@ Result<void> SshHost::open_agent() {
   return fail(why("tune-agent " + agent_bin + " did not answer within 15 s"));
 }
 
+int SshHost::socket_fd() const {
+  return session && ssh_is_connected(session) ? static_cast<int>(ssh_get_fd(session)) : -1;
+}
+
 Result<void> SshHost::agent_send(const std::string& line) {
   if (!agent) return fail(cfg.name, ": no tune-agent");
   std::string out = line + "\n";
@@ -332,8 +336,12 @@ Result<std::shared_ptr<const Helper>> helper_file(const fs::path& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
     return fail("cannot read ", path.string(), ": ", std::strerror(errno));
-  std::string key = std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
-                    std::to_string(st.st_mtim.tv_nsec);
+  // (a file put in its place with the same size and mtime, e.g. by `install -p`, has another
+  // inode or a later ctime)
+  std::string key = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + " " +
+                    std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+                    std::to_string(st.st_mtim.tv_nsec) + " " + std::to_string(st.st_ctim.tv_sec) +
+                    "." + std::to_string(st.st_ctim.tv_nsec);
   std::lock_guard lock(mutex);
   if (auto it = helpers.find(path.string()); it != helpers.end() && it->second->key == key)
     return it->second;

@@ -59,6 +59,8 @@ struct SshHost {
 
   // Runs a command in the kept shell; returns its exit status and output (stdout and stderr).
   [[nodiscard]] Result<int> shell_run(const std::string& cmd, std::string* out = nullptr);
+  // The connection's socket (-1: not connected), for waiting on its input.
+  [[nodiscard]] int socket_fd() const;
   // Sends one request line to the host's agent.
   [[nodiscard]] Result<void> agent_send(const std::string& line);
   // The agent's event lines that arrive within `timeout_ms` (0: those already here). Fails when

@@ -131,8 +131,8 @@ void SshExecutor::Impl::ask_watches(Worker& w) {
     if (r.watched_by == w.h.agent_gen || r.watch_asked == w.h.agent_gen ||
         r.launched_by == w.h.agent_gen || r.sup_pid <= 0 || r.exit || r.exited)
       continue;
+    if (!w.h.agent_send(agent_watch_request(id, r.attempt, r.dir, r.sup_pid))) return check(w);
     r.watch_asked = w.h.agent_gen;
-    if (!w.h.agent_send(agent_watch_request(id, r.attempt, r.dir, r.sup_pid))) return;
   }
 }
 
@@ -198,6 +198,46 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
   }
 }
 
+// One look at an attempt's stdout.log: its new bytes, and when they arrived, handed on.
+SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::string& id) {
+  ++w.stats.looks;
+  auto size = w.h.size_of(r.dir + "/stdout.log");
+  if (!size) {  // (no stdout.log yet: its agent says when there is one)
+    check(w);
+    return Look::kNothing;
+  }
+  w.last_ok = mono();
+  if (*size <= r.offset) return Look::kNothing;
+  auto data = w.h.read(r.dir + "/stdout.log", r.offset,
+                       static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
+  if (!data) {
+    check(w);
+    r.look = w.up;  // (not read: the next poll tries again)
+    return w.up ? Look::kUnread : Look::kNothing;
+  }
+  if (data->empty()) return Look::kNothing;
+  // The trial's pid first, so that its first results carry it too (once per attempt; a trial
+  // that ended already has it from its exit record).
+  ask_child_pid(w, r);
+  OutputEvent ev(id, std::move(*data));
+  ev.from = r.offset;
+  r.offset += ev.data.size();
+  // the rest in the next poll; after an answer to a stdin line, a look then too (its agent
+  // holds back what comes within 50 ms of the answer's first bytes)
+  r.look = r.offset < *size || r.awaiting_answer;
+  r.awaiting_answer = false;
+  // When it arrived, on the host's clocks (its notes are written before the output; none, or
+  // an unreadable file: the controller times it as it reads it).
+  if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
+    r.times.feed(*notes, ev.arrivals, ev.started);
+  emit(std::move(ev));
+  if (r.started_at >= 0) {
+    w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
+    r.started_at = -1;
+  }
+  return Look::kRead;
+}
+
 // One look at each attempt on the host: its exit record, new output and when it arrived, its
 // syncs. An attempt's exit is handed on after all its output and its end-of-trial sync.
 bool SshExecutor::Impl::poll(Worker& w) {
@@ -216,39 +256,17 @@ bool SshExecutor::Impl::poll(Worker& w) {
       // before reading: once it exists, the output is final (a watched attempt's is read when
       // its agent says its supervisor ended)
       if (!r.exit && (!watched || routine)) read_exit(r);
-      ++w.stats.looks;
-      auto size = w.h.size_of(r.dir + "/stdout.log");
-      if (!size) check(w);  // (no stdout.log yet: its agent says when there is one)
-      if (size) w.last_ok = mono();
-      if (size && *size > r.offset && w.up) {
-        auto data = w.h.read(r.dir + "/stdout.log", r.offset,
-                             static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
-        if (!data) {
-          check(w);
-          r.look = w.up;  // (not read: the next poll tries again)
-        }
-        if (data && !data->empty()) {
-          // The trial's pid first, so that its first results carry it too (once per attempt;
-          // a trial that ended already has it from its exit record).
-          ask_child_pid(w, r);
-          OutputEvent ev(id, std::move(*data));
-          ev.from = r.offset;
-          r.offset += ev.data.size();
-          r.look = r.offset < *size;  // the rest in the next poll
-          r.awaiting_answer = false;
-          // When it arrived, on the host's clocks (its notes are written before the output;
-          // none, or an unreadable file: the controller times it as it reads it).
-          if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
-            r.times.feed(*notes, ev.arrivals, ev.started);
-          emit(std::move(ev));
-          read_some = true;  // exit only once all output is read
-          any_output = true;
-          if (r.started_at >= 0) {
-            w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
-            r.started_at = -1;
-          }
-        }
-      }
+      Look got = look(w, r, id);
+      any_output = any_output || got == Look::kRead;
+      r.failed_looks = got == Look::kUnread ? r.failed_looks + 1 : 0;
+      // exit only once all output is read; output that cannot be read (its host refuses) holds
+      // it back kFailedLooks looks, not for ever
+      read_some = got == Look::kRead || (got == Look::kUnread && r.failed_looks < kFailedLooks);
+      if (r.exit && got == Look::kUnread && !read_some)
+        spdlog::warn(
+            "trial {}: cannot read the rest of its output on {} (from byte {}); it ends "
+            "without it",
+            r.head_dir.filename().string(), w.name, r.offset);
       if (r.exit && w.up && !read_some) {
         r.exited = true;
         r.want_sync(true, t);  // the end-of-trial sync, before the exit is reported

@@ -36,6 +36,8 @@ namespace tune::exec::ssh_impl {
 inline constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
 // s between looks at an attempt whose agent says when its output grows (in case it failed to)
 inline constexpr double kWatchedLook = 5.0;
+// Looks in a row that fail to read an ended attempt's output before its exit goes without it
+inline constexpr int kFailedLooks = 10;
 inline constexpr size_t kReadChunk = 4u << 20;  // per trial per poll
 
 // Syncs of one host's trials that run at once (each rsync goes over the host's one master
@@ -129,6 +131,9 @@ struct SshExecutor::Impl {
   void check_supervisors(Worker& w, double now);
   // One look at each attempt: exit record, output, arrivals, syncs. True if it read output.
   bool poll(Worker& w);
+  // One look at an attempt's output (kUnread: stdout.log has more, which could not be read).
+  enum class Look { kNothing, kRead, kUnread };
+  Look look(Worker& w, Run& r, const std::string& id);
   void poll_syncs(Worker& w, double t);
   void tick(Worker& w);
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.

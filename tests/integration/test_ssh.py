@@ -1004,6 +1004,35 @@ class SshTest(TuneTest):
         # answer to the watch, the output, the end, one routine look): 20 in one run.
         self.assertLessEqual(looks[-1], 50, log)
 
+    def test_output_its_host_will_not_let_be_read_is_named_and_the_trial_still_ends(self):
+        # The trial prints two results, then takes read permission from its own stdout.log
+        # and prints a third: the driver cannot read that one over SFTP. It must neither hand
+        # the exit on at once as if all output were read (the third result lost without a
+        # word, as before), nor wait for ever: after some tries it ends the trial and says why.
+        if os.geteuid() == 0:
+            self.skipTest("root reads any file: run by integration.ssh_user as a user")
+        self.write("unreadable.py", """
+            import os, time, tune_trial
+            tune_trial.report({"i": 1})
+            tune_trial.report({"i": 2})
+            time.sleep(1)
+            os.chmod(os.path.join(os.environ["TUNE_TRIAL_DIR"], "stdout.log"), 0)
+            tune_trial.report({"i": 3})
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: unread
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'unreadable.py')}"]
+            param_space: {{x: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=120)
+        t = self.trials("unread")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        self.assertEqual([r["i"] for r in self.results("unread", t)], [1, 2])
+        with open(os.path.join(self.exp_dir("unread"), "tune.log")) as f:
+            self.assertIn("cannot read the rest of its output", f.read())
+
     def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
         # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial
         # prints 12 MB. The driver must not wait forever for an exit record that cannot be

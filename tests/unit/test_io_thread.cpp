@@ -1,5 +1,7 @@
 // The per-host I/O thread (exec/io_thread.hpp): tasks in order, a tick that tasks never
 // starve, call() answering, tasks not yet run dropped at destruction, and ticks brought forward.
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -102,4 +104,48 @@ TEST_CASE("io thread: tick_within brings the next tick forward, also from the ti
   io.tick_within(3000.0);
   while (ticks < 6 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
   CHECK(ticks == 6);
+}
+
+TEST_CASE("io thread: input on the wake descriptor brings a tick at once", "[io_thread]") {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  std::atomic<int> ticks{0};
+  IoThread io(
+      100.0,
+      [&] {
+        char c;
+        (void)!::read(p[0], &c, 1);  // (the tick takes the input, as a host's tick reads it)
+        ++ticks;
+      },
+      [&] { return p[0]; });
+  io.start();
+  std::this_thread::sleep_for(50ms);
+  CHECK(ticks == 0);  // (the period is 100 s)
+  REQUIRE(::write(p[1], "x", 1) == 1);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (ticks == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  CHECK(ticks == 1);
+  ::close(p[1]);
+  io.post([] {});
+  io.call([] { return 0; });
+  ::close(p[0]);
+}
+
+TEST_CASE("io thread: input the tick leaves unread does not spin it", "[io_thread]") {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  REQUIRE(::write(p[1], "x", 1) == 1);  // readable for ever
+  std::atomic<int> ticks{0};
+  {
+    IoThread io(
+        100.0, [&] { ++ticks; }, [&] { return p[0]; });
+    io.start();
+    std::this_thread::sleep_for(200ms);
+  }
+  // At most one tick per kMinGap (2 ms): ~100 in 200 ms, not a busy loop's tens of thousands.
+  CHECK(ticks >= 1);
+  CHECK(ticks <= 200 / 2 + 20);
+  ::close(p[0]);
+  ::close(p[1]);
 }

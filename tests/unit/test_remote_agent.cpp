@@ -284,8 +284,9 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   CHECK(watching->kind == Kind::kWatching);
   CHECK(watching->id == "w");
   CHECK(watching->attempt == 3);
-  // Another file of the trial dir written: nothing to say.
+  // Another file of the trial dir written: nothing to say; stdout.log made empty: nothing yet.
   std::ofstream(s.dir / "trial_w" / "other.txt") << "not output\n";
+  std::ofstream(s.dir / "trial_w" / "stdout.log").flush();
   CHECK_FALSE(agent.next(true, 300));
   // Output, then more of it within the gap after the first "output": that one at once, one
   // more at the gap's end for the rest.
@@ -321,6 +322,10 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   CHECK(error->error.find("bad watch request") != std::string::npos);
   CHECK(error->op == "watch");  // (so that a launch waiting for its answer does not take it)
   CHECK(error->id == "y");
+  agent.send(R"({"op":5,"id":"z"})");  // (not a string: once a crash of the agent)
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("not a request") != std::string::npos);
   agent.send(R"({"op":"watch","id":"z"})");
   error = agent.next();
   REQUIRE(error);
