@@ -73,7 +73,6 @@ std::string Watches::watch(const std::string& id, int attempt, const std::string
   Watch w;
   w.attempt = attempt;
   w.dir = dir;
-  w.dir_id = identity_of(dir);
   w.dir_wd = wd;
   w.pidfd = pidfd;
   w.supervisor = supervisor;
@@ -95,8 +94,14 @@ std::string Watches::watch_file(Iter it) {
   if (wd < 0 && errno == ENOENT) return "";
   if (wd < 0) return "cannot watch " + path + ": " + std::strerror(errno);
   // A watch number this instance has already is another file's (stdout.log a hard link to
-  // it) or the dir's own: adding it again changed what that watch reports.
+  // it) or the dir's own: adding it again changed that watch's mask (to the same IN_MODIFY).
   if (by_wd_.count(wd)) return path + " is not a file of its own";
+  // A symlink's own inode is watched (IN_DONT_FOLLOW): it would never say the output grew.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::inotify_rm_watch(inotify_fd_, wd);
+    return path + " is not a regular file";
+  }
   w.file_wd = wd;
   by_wd_[wd] = it->first;
   return "";
@@ -106,10 +111,12 @@ void Watches::broken(Iter it, const std::string& why) {
   broken_.emplace_back(it->first, why);
 }
 
-std::string Watches::identity_of(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return "";
-  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+bool Watches::same_dir(const Watch& w) {
+  // (the kernel gives the watch it has for that inode: another number is another dir, one
+  // made in its place, even with a reused inode number)
+  int wd = ::inotify_add_watch(inotify_fd_, w.dir.c_str(), kDirEvents | IN_MASK_ADD);
+  if (wd >= 0 && wd != w.dir_wd && !by_wd_.count(wd)) ::inotify_rm_watch(inotify_fd_, wd);
+  return wd == w.dir_wd;
 }
 
 void Watches::unwatch_file(Watch& w) {
@@ -195,7 +202,7 @@ void Watches::read_inotify(int64_t now) {
         for (auto it = watches_.begin(); it != watches_.end(); ++it) {
           output(it, now);
           // and a dir may have gone
-          if (identity_of(it->second.dir) != it->second.dir_id)
+          if (!same_dir(it->second))
             broken(it, "its trial dir " + it->second.dir + " was removed or replaced");
         }
         continue;
@@ -237,9 +244,6 @@ void Watches::after_wait(const std::vector<pollfd>& fds, size_t first) {
       if (w.pidfd == fds[i].fd) ended.push_back(id);
   }
   resume_paused(now);
-  // Watches that stopped working: "unwatched" (the driver looks at those attempts itself).
-  for (const auto& [id, why] : std::exchange(broken_, {}))
-    if (auto it = watches_.find(id); it != watches_.end()) lost(it, why);
   // A supervisor it did not start ended (its exit status is its parent's to know).
   for (const auto& id : ended) {
     auto it = watches_.find(id);
@@ -251,6 +255,9 @@ void Watches::after_wait(const std::vector<pollfd>& fds, size_t first) {
               {"status", -1}});
     drop(it);
   }
+  // Watches that stopped working: "unwatched" (the driver looks at those attempts itself).
+  for (const auto& [id, why] : std::exchange(broken_, {}))
+    if (auto it = watches_.find(id); it != watches_.end()) lost(it, why);
 }
 
 }  // namespace tune::agent_app

@@ -53,9 +53,8 @@ class Watches {
   struct Watch {
     int attempt = 0;
     std::string dir;
-    std::string dir_id;  // its device and inode when watched
-    int dir_wd = -1;     // the trial dir: stdout.log made or moved there; the dir going away
-    int file_wd = -1;    // stdout.log written (-1: not there yet, or paused)
+    int dir_wd = -1;   // the trial dir: stdout.log made or moved there; the dir going away
+    int file_wd = -1;  // stdout.log written (-1: not there yet, or paused)
     int pidfd = -1;
     pid_t supervisor = -1;
     int64_t last_ms = INT64_MIN / 2;  // when its last output event went
@@ -68,7 +67,8 @@ class Watches {
   std::string watch_file(Iter it);
   // A watch that stopped working: said "unwatched" and dropped after this wait's events.
   void broken(Iter it, const std::string& why);
-  static std::string identity_of(const std::string& path);
+  // Whether w.dir is still the dir its watch is on (after events were lost).
+  bool same_dir(const Watch& w);
   void unwatch_file(Watch& w);
   void resume_paused(int64_t now_ms);
   void read_inotify(int64_t now_ms);

@@ -120,6 +120,7 @@ void IoThread::wait(std::chrono::steady_clock::time_point due,
   bool with_fd = fd >= 0 && now >= fd_from;
   auto until = fd >= 0 && !with_fd ? std::min(due, fd_from) : due;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1;
+  if (event_fd_ < 0) ms = std::min<int64_t>(ms, 1);  // (no eventfd: posts are looked for)
   pollfd fds[2] = {{event_fd_, POLLIN, 0}, {fd, POLLIN, 0}};
   int n = ::poll(fds, with_fd ? 2 : 1, static_cast<int>(std::clamp<int64_t>(ms, 0, 1 << 30)));
   if (n <= 0) return;

@@ -160,6 +160,14 @@ Result<void> SshHost::open_agent() {
   return fail(why("tune-agent " + agent_bin + " did not answer within 15 s"));
 }
 
+bool SshHost::missing() const {
+  return sftp && sftp_get_error(sftp) == SSH_FX_NO_SUCH_FILE;
+}
+
+bool SshHost::agent_pending() {
+  return agent && (agent_buf.find('\n') != std::string::npos || ssh_channel_poll(agent, 0) > 0);
+}
+
 int SshHost::socket_fd() const {
   return session && ssh_is_connected(session) ? static_cast<int>(ssh_get_fd(session)) : -1;
 }

@@ -59,6 +59,10 @@ struct SshHost {
 
   // Runs a command in the kept shell; returns its exit status and output (stdout and stderr).
   [[nodiscard]] Result<int> shell_run(const std::string& cmd, std::string* out = nullptr);
+  // Whether the last SFTP call failed because the file is not there.
+  [[nodiscard]] bool missing() const;
+  // Whether the agent's channel holds input already read off the socket.
+  [[nodiscard]] bool agent_pending();
   // The connection's socket (-1: not connected), for waiting on its input.
   [[nodiscard]] int socket_fd() const;
   // Sends one request line to the host's agent.

@@ -202,9 +202,10 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
 SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::string& id) {
   ++w.stats.looks;
   auto size = w.h.size_of(r.dir + "/stdout.log");
-  if (!size) {  // (no stdout.log yet: its agent says when there is one)
+  if (!size) {  // no stdout.log yet (its agent says when there is one), or it cannot be read
+    bool missing = w.h.missing();
     check(w);
-    return Look::kNothing;
+    return missing || !w.up ? Look::kNothing : Look::kUnread;
   }
   w.last_ok = mono();
   if (*size <= r.offset) return Look::kNothing;
@@ -258,10 +259,17 @@ bool SshExecutor::Impl::poll(Worker& w) {
       if (!r.exit && (!watched || routine)) read_exit(r);
       Look got = look(w, r, id);
       any_output = any_output || got == Look::kRead;
-      r.failed_looks = got == Look::kUnread ? r.failed_looks + 1 : 0;
       // exit only once all output is read; output that cannot be read (its host refuses) holds
-      // it back kFailedLooks looks, not for ever
-      read_some = got == Look::kRead || (got == Look::kUnread && r.failed_looks < kFailedLooks);
+      // it back kFailedLooks looks and kWatchedLook seconds, not for ever
+      if (got != Look::kUnread || !r.exit) {
+        r.failed_looks = 0;
+        r.unread_since = t;
+      } else {
+        ++r.failed_looks;
+      }
+      read_some = got == Look::kRead ||
+                  (got == Look::kUnread &&
+                   (r.failed_looks < kFailedLooks || t - r.unread_since < kWatchedLook));
       if (r.exit && got == Look::kUnread && !read_some)
         spdlog::warn(
             "trial {}: cannot read the rest of its output on {} (from byte {}); it ends "
@@ -315,6 +323,9 @@ void SshExecutor::Impl::tick(Worker& w) {
   if (!w.ready) return;
   tend(w, mono());
   double gap = w.polls.after_poll(poll(w));
+  // Agent events that libssh read off the socket while this tick waited for other answers
+  // leave nothing on the socket to wake the thread: another tick for them.
+  if (w.up && (!w.agent_events.empty() || w.h.agent_pending())) gap = IoThread::kMinGap;
   if (gap < PollSchedule::kIdle) w.io->tick_within(gap);
 }
 

@@ -42,7 +42,8 @@ struct Run {
   int launched_by = -1;          // the agent that started it (it need not be asked to watch it)
   bool look = true;              // something may be there to read
   bool awaiting_answer = false;  // a line went to its stdin: looked at until output comes
-  int failed_looks = 0;          // looks in a row that could not read its output
+  int failed_looks = 0;          // looks in a row since its exit that could not read its output
+  double unread_since = 0;       // when the first of them was
   double last_look = -1e9;       // when it was looked at last (monotonic)
   std::optional<int> child_pid;
   bool pid_asked = false;

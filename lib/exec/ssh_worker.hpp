@@ -37,6 +37,7 @@ inline constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor 
 // s between looks at an attempt whose agent says when its output grows (in case it failed to)
 inline constexpr double kWatchedLook = 5.0;
 // Looks in a row that fail to read an ended attempt's output before its exit goes without it
+// (and at least kWatchedLook seconds of them)
 inline constexpr int kFailedLooks = 10;
 inline constexpr size_t kReadChunk = 4u << 20;  // per trial per poll
 
