@@ -8,8 +8,10 @@
 //   tune-agent remote SUPERVISOR     (on an SSH worker host: remote.hpp)
 //
 // Requests, one JSON object per line on stdin:
+//   {"op":"env_base","env":["K=V",...]}  the environment later launches are relative to
 //   {"op":"launch","id","dir","attempt","lease","orphan_timeout","grace","cwd","fifo",
-//    "argv":[...],"env":[...],"nonce","params"?}
+//    "argv":[...],"env":[...] | "env_set":["K=V",...],"env_unset":["K",...]?,"nonce","params"?}
+//   (with "env_set" the trial's environment is the base with those changes)
 // (Before anything else each supervisor appends a "supervising" line to the attempt log, and the
 // agent reads no further request until it has.)
 // Events, one JSON object per line on stdout (written by the agent and by its supervisors, each
@@ -17,7 +19,7 @@
 //   {"event":"start",...}  a supervisor started the trial (its pid, the trial's pid and start)
 //   {"event":"exit",...}   the attempt ended: its exit record (exit_record.hpp)
 //   {"event":"gone","id","attempt","supervisor","status"}  the supervisor process ended
-//   {"event":"error","message"}  a request the agent could not run
+//   {"event":"error","message","op"?,"id"?}  a request the agent could not run
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -30,6 +32,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <unordered_map>
@@ -55,14 +58,21 @@ class Agent {
   void handle(const std::string& line) {
     auto req = json::parse(line, nullptr, false);
     auto op = req.is_object() ? req.find("op") : req.end();
-    if (op == req.end() || !op->is_string() || *op != "launch") {
+    bool base = op != req.end() && op->is_string() && *op == "env_base";
+    if (op == req.end() || !op->is_string() || (*op != "launch" && !base)) {
       emit_error("not a request: " + line.substr(0, 200));
       return;
     }
     try {
-      launch(req);
+      if (base)
+        set_base(req.at("env").get<std::vector<std::string>>());
+      else
+        launch(req);
     } catch (const std::exception& e) {
-      emit_error(std::string("bad launch request: ") + e.what());
+      // (a launch's error names its id, so that the driver does not wait for that attempt)
+      auto id = req.find("id");
+      emit_error(std::string(base ? "bad env_base request: " : "bad launch request: ") + e.what(),
+                 *op, id != req.end() && id->is_string() ? id->get<std::string>() : "");
     }
   }
 
@@ -86,7 +96,11 @@ class Agent {
     agent_attempt_.use_fifo = req.at("fifo").get<bool>();
     agent_attempt_.nonce = req.at("nonce").get<std::string>();
     argv_ = req.at("argv").get<std::vector<std::string>>();
-    env_ = req.at("env").get<std::vector<std::string>>();
+    if (auto full = req.find("env"); full != req.end())
+      env_ = full->get<std::vector<std::string>>();
+    else
+      env_ = env_from_base(req.at("env_set").get<std::vector<std::string>>(),
+                           req.value("env_unset", std::vector<std::string>{}));
     if (argv_.empty()) throw std::runtime_error("empty argv");
     params_.reset();
     if (auto p = req.find("params"); p != req.end() && p->is_string())
@@ -117,6 +131,33 @@ class Agent {
       return;
     }
     children_[pid] = Child{agent_attempt_.id, attempt};
+  }
+
+  void set_base(const std::vector<std::string>& env) {
+    base_.clear();
+    for (const auto& kv : env) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) throw std::runtime_error("not NAME=VALUE: " + kv);
+      base_[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    has_base_ = true;
+  }
+
+  // The base environment with `unset` removed and `set` ("NAME=VALUE") put in.
+  std::vector<std::string> env_from_base(const std::vector<std::string>& set,
+                                         const std::vector<std::string>& unset) const {
+    if (!has_base_) throw std::runtime_error("env_set before any env_base");
+    auto env = base_;
+    for (const auto& k : unset) env.erase(k);
+    for (const auto& kv : set) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) throw std::runtime_error("not NAME=VALUE: " + kv);
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    std::vector<std::string> out;
+    out.reserve(env.size());
+    for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+    return out;
   }
 
   // In the forked child: becomes the attempt's supervisor.
@@ -150,6 +191,8 @@ class Agent {
   tune::agent::Attempt agent_attempt_;
   std::vector<std::string> argv_, env_;
   std::optional<std::string> params_;
+  std::map<std::string, std::string> base_;  // env_base's environment
+  bool has_base_ = false;
 };
 
 }  // namespace

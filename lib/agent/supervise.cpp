@@ -402,8 +402,19 @@ bool make_trial_dir(const Attempt& a, std::string& error) {
   }
   if (!a.params_json) return made;
   std::string target = a.dir + "/params.json";
+  if (made) {  // in a dir nobody else writes yet: no temporary name and rename needed
+    int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const std::string& text = *a.params_json;
+    if (fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+        ::close(fd) == 0)
+      return made;
+    if (fd >= 0) ::close(fd);
+  }
+  // Missing, or left empty or short by a supervisor killed while writing it: written whole.
   struct stat st {};
-  if (made || ::stat(target.c_str(), &st) != 0) write_atomic(target, *a.params_json, false);
+  if (made || ::stat(target.c_str(), &st) != 0 ||
+      st.st_size != static_cast<off_t>(a.params_json->size()))
+    write_atomic(target, *a.params_json, false);
   return made;
 }
 

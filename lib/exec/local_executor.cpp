@@ -17,7 +17,9 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -75,6 +77,10 @@ std::unordered_map<std::string, pid_t> live_supervisors(const fs::path& exp_dir)
   for (const auto& [k, pid] : log.live()) out[k] = pid;
   return out;
 }
+
+// A launch request's size limit (a program's arguments and environment are at most a few MiB
+// anyway: ARG_MAX).
+constexpr size_t kMaxLaunchBytes = 16u << 20;
 
 struct LocalExecutor::Impl {
   LocalOptions opts;
@@ -207,7 +213,18 @@ struct LocalExecutor::Impl {
     if (!ev.is_object() || !ev.contains("event") || !ev["event"].is_string()) return;
     const std::string kind = ev["event"];
     if (kind == "error") {
-      spdlog::warn("tune-agent: {}", ev.value("message", std::string("?")));
+      std::string message = ev.value("message", std::string("?"));
+      // A launch it refused: that attempt never starts (it ends as one whose supervisor could
+      // not start, with this message).
+      auto id = ev.find("id");
+      auto it = id != ev.end() && id->is_string() ? runs.find(id->get<std::string>()) : runs.end();
+      if (it != runs.end() && it->second.via_agent && !it->second.supervisor &&
+          ev.value("op", std::string()) == "launch") {
+        it->second.supervisor_gone = true;
+        it->second.gone_error = "tune-agent refused it: " + message;
+        it->second.dirty = true;
+      }
+      spdlog::warn("tune-agent: {}", message);
       return;
     }
     Run* r = run_for(ev);
@@ -360,7 +377,30 @@ struct LocalExecutor::Impl {
     finished = true;
   }
 
-  std::vector<std::string> env_list(const std::map<std::string, std::string>& env) {
+  // The environment the agent holds as its base (sent once per agent; each launch then
+  // carries only what differs from it): empty until sent to the running agent.
+  std::optional<std::map<std::string, std::string>> env_base;
+
+  // Puts `env` into `req` as the differences from env_base, first making `env` the base (an
+  // "env_base" line into `lines`) when the running agent has none.
+  void put_env(const std::map<std::string, std::string>& env, nlohmann::json& req,
+               std::string& lines) {
+    if (!env_base) {
+      nlohmann::json base = {{"op", "env_base"}, {"env", env_list(env)}};
+      lines = base.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict) + "\n";
+      env_base = env;
+    }
+    std::vector<std::string> set, unset;
+    for (const auto& [k, v] : env)
+      if (auto b = env_base->find(k); b == env_base->end() || b->second != v)
+        set.push_back(k + "=" + v);
+    for (const auto& [k, v] : *env_base)
+      if (!env.count(k)) unset.push_back(k);
+    req["env_set"] = std::move(set);
+    if (!unset.empty()) req["env_unset"] = std::move(unset);
+  }
+
+  static std::vector<std::string> env_list(const std::map<std::string, std::string>& env) {
     std::vector<std::string> out;
     out.reserve(env.size());
     for (const auto& [k, v] : env) out.push_back(k + "=" + v);
@@ -411,24 +451,33 @@ Result<void> LocalExecutor::start(const Launch& l) {
                         {"cwd", l.cwd.string()},
                         {"fifo", l.stdin_fifo},
                         {"argv", argv},
-                        {"env", impl.env_list(l.env)},
                         {"nonce", r.who.nonce}};
   if (!l.params_json.empty()) req["params"] = l.params_json;
-  std::string line;
-  try {
-    line = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
-  } catch (const std::exception& e) {  // argv or environment that is not UTF-8
-    return fail("cannot start trial: its command or environment is not valid UTF-8");
-  }
   // An agent that is gone (killed; noticed at the next wait()) is replaced once, here.
   Result<void> sent = fail("tune-agent is not running");
   for (int i = 0; i < 2 && !sent; ++i) {
     if (!impl.agent.running()) {
       if (auto up = impl.agent.start(impl.opts.agent, impl.opts.attempt_log); !up) return up;
+      impl.env_base.reset();  // a new agent: it has no environment yet
     }
-    sent = impl.agent.send(line);
+    std::string lines;
+    try {
+      impl.put_env(l.env, req, lines);
+      lines += req.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+    } catch (const std::exception& e) {  // argv or environment that is not UTF-8
+      impl.env_base.reset();
+      return fail("cannot start trial: its command or environment is not valid UTF-8");
+    }
+    if (lines.size() > kMaxLaunchBytes) {  // (the agent drops a line over 64 MiB unread)
+      impl.env_base.reset();
+      return fail("cannot start trial: its command, environment and params.json take ",
+                  std::to_string(lines.size() >> 20), " MiB, more than a launch can carry (",
+                  std::to_string(kMaxLaunchBytes >> 20), " MiB)");
+    }
+    sent = impl.agent.send(lines);
     if (!sent) {
       impl.agent.close();  // a request may be cut short: never reuse this link
+      impl.env_base.reset();
       impl.agent_lost();
     }
   }

@@ -76,6 +76,22 @@ Outcome run_until_exits(exec::Executor& ex, size_t n, Outcome o = {}, double tim
   return o;
 }
 
+// Kills this process's agent: the only tune-agent child of this process. False if none.
+bool kill_agent() {
+  bool killed = false;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    auto cmd = util::read_file(entry.path() / "cmdline", 4096);
+    auto stat = util::read_file(entry.path() / "stat", 4096);
+    if (!cmd || !stat || cmd->find("tune-agent") == std::string::npos) continue;
+    auto close = stat->rfind(')');
+    int ppid = std::atoi(stat->c_str() + close + 4);
+    if (ppid != ::getpid()) continue;
+    ::kill(std::stoi(entry.path().filename().string()), SIGKILL);
+    killed = true;
+  }
+  return killed;
+}
+
 }  // namespace
 
 TEST_CASE("local transport: output, exit code, params.json, and the attempt log") {
@@ -168,25 +184,74 @@ TEST_CASE("local transport: stop before and after the supervisor is known") {
   CHECK(o.exits["b"].signal == SIGKILL);
 }
 
+TEST_CASE("local transport: each trial gets exactly its environment, also from a new agent") {
+  // The agent keeps the first launch's environment; later launches send what differs from it.
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  auto with = [&](const std::string& id, std::map<std::string, std::string> env) {
+    auto l = launch(s.dir, id, {"/bin/sh", "-c", "env | grep '^T_' | sort"});
+    for (auto& [k, v] : env) l.env[k] = v;
+    return l;
+  };
+  REQUIRE(ex.start(with("a", {{"T_A", "1"}, {"T_B", "x y"}})));
+  REQUIRE(ex.start(with("b", {{"T_A", "2"}})));                                // changed, removed
+  REQUIRE(ex.start(with("c", {{"T_A", "1"}, {"T_B", "x y"}, {"T_C", "="}})));  // added
+  auto o = run_until_exits(ex, 3);
+  REQUIRE(o.exits.size() == 3);
+  CHECK(o.out["a"] == "T_A=1\nT_B=x y\n");
+  CHECK(o.out["b"] == "T_A=2\n");
+  CHECK(o.out["c"] == "T_A=1\nT_B=x y\nT_C==\n");
+  // A new agent has no base: the next launch gives it one again.
+  REQUIRE(kill_agent());
+  auto gone = run_until_exits(ex, 1, {}, 0.5);  // (the driver's end notices the agent is gone)
+  CHECK(gone.exits.empty());
+  REQUIRE(ex.start(with("d", {{"T_D", "4"}})));
+  REQUIRE(ex.start(with("e", {{"T_A", "5"}})));
+  o = run_until_exits(ex, 2);
+  REQUIRE(o.exits.size() == 2);
+  CHECK(o.out["d"] == "T_D=4\n");
+  CHECK(o.out["e"] == "T_A=5\n");
+}
+
+TEST_CASE("local transport: a launch the agent refuses ends its attempt, naming why") {
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  REQUIRE(ex.start(launch(s.dir, "a", {})));  // no command: the agent cannot run it
+  REQUIRE(ex.start(launch(s.dir, "b", {"true"})));
+  auto o = run_until_exits(ex, 2);
+  REQUIRE(o.exits.size() == 2);
+  CHECK(o.exits["a"].reason == exec::ExitReason::kSupervisorDied);
+  CHECK(o.exits["a"].error ==
+        "cannot start the trial's supervisor: tune-agent refused it: bad launch request: empty "
+        "argv");
+  CHECK(o.exits["b"].exit_code == 0);
+}
+
+TEST_CASE("local transport: a params.json left empty by a killed supervisor is written again") {
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  fs::create_directories(s.dir / "trial_a");
+  { std::ofstream torn(s.dir / "trial_a" / "params.json"); }
+  fs::create_directories(s.dir / "trial_b");
+  std::ofstream(s.dir / "trial_b" / "params.json") << "{\"x\": 7}\n";  // whole: kept
+  REQUIRE(ex.start(launch(s.dir, "a", {"true"})));
+  REQUIRE(ex.start(launch(s.dir, "b", {"true"})));
+  REQUIRE(ex.start(launch(s.dir, "c", {"true"})));  // a new dir
+  REQUIRE(run_until_exits(ex, 3).exits.size() == 3);
+  CHECK(util::read_file(s.dir / "trial_a" / "params.json", 100) == "{\"x\": 1}\n");
+  CHECK(util::read_file(s.dir / "trial_b" / "params.json", 100) == "{\"x\": 7}\n");
+  CHECK(util::read_file(s.dir / "trial_c" / "params.json", 100) == "{\"x\": 1}\n");
+  CHECK((fs::status(s.dir / "trial_c" / "params.json").permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+}
+
 TEST_CASE("local transport: a killed agent leaves its trials running; their ends still arrive") {
   Scratch s;
   exec::LocalExecutor ex(options(s.dir));
   REQUIRE(ex.start(launch(s.dir, "a", {"sh", "-c", "sleep 0.5; echo done"})));
   Outcome before;
   while (!ex.pid("a")) collect(ex, before, 0.05);
-  // The agent is the only tune-agent child of this process with `serve` in its command line.
-  bool killed = false;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    auto cmd = util::read_file(entry.path() / "cmdline", 4096);
-    auto stat = util::read_file(entry.path() / "stat", 4096);
-    if (!cmd || !stat || cmd->find("tune-agent") == std::string::npos) continue;
-    auto close = stat->rfind(')');
-    int ppid = std::atoi(stat->c_str() + close + 4);
-    if (ppid != ::getpid()) continue;
-    ::kill(std::stoi(entry.path().filename().string()), SIGKILL);
-    killed = true;
-  }
-  REQUIRE(killed);
+  REQUIRE(kill_agent());
   auto o = run_until_exits(ex, 1, before);
   REQUIRE(o.exits.size() == 1);
   CHECK(o.exits["a"].reason == exec::ExitReason::kExited);
