@@ -926,6 +926,43 @@ class SshTest(TuneTest):
             self.assertEqual({r["pid"] for r in rows}, {rows[0]["proc"]})
         self.assertIn("starting a new one", log)
 
+    def test_trials_a_killed_agent_started_are_watched_by_the_new_one(self):
+        # Two trials print once, are quiet for 8 s, print again and end. The host's agent is
+        # killed once both printed: the new agent is asked to watch the two supervisors it did
+        # not start, so the quiet seconds cost a few looks, not one per poll (~5 a second).
+        self.write("quiet.py", """
+            import os, time, tune_trial
+            tune_trial.report({"i": 1, "proc": os.getpid()})
+            time.sleep(8)
+            tune_trial.report({"i": 2, "proc": os.getpid()})
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: agwatch
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'quiet.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            hosts:
+            """) + self.host_lines((0,), cpus=2) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.remote_supervisors("agwatch")) == 2 and sum(
+            t.get("iteration", 0) >= 1 for t in self.trials("agwatch")) == 2, timeout=60,
+            what="two trials running, both printed")
+        os.kill(self.agent_of(self.remote_supervisors("agwatch")[0]), 9)
+        out, err = run.communicate(timeout=120)
+        self.assertEqual(run.returncode, 0, err)
+        with open(os.path.join(self.exp_dir("agwatch"), "tune.log")) as f:
+            log = f.read()
+        self.assertIn("starting a new one", log)
+        for t in self.trials("agwatch"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1), log)
+            self.assertEqual([r["i"] for r in self.results("agwatch", t)], [1, 2])
+        looks = [int(m) for m in re.findall(r"(\d+) looks at trials' output", log)]
+        self.assertTrue(looks, log)
+        # Unwatched after the kill, each trial is looked at every poll for ~7 s: 84 looks in
+        # all when the new agent was not asked to watch them. Watched: the first looks, the
+        # answer to the watch, the output, the end and a routine look every 5 s: 16.
+        self.assertLessEqual(looks[-1], 30, log)
+
     def test_a_launch_the_agent_never_answers_is_asked_again_of_a_new_agent(self):
         # The host's agent is stopped (SIGSTOP: as if stuck in a stalled filesystem) while the
         # first of two trials runs there one at a time. The second start gets no answer: after
