@@ -239,19 +239,22 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::st
   return Look::kRead;
 }
 
-// One look at each attempt on the host: its exit record, new output and when it arrived, its
-// syncs. An attempt's exit is handed on after all its output and its end-of-trial sync.
-bool SshExecutor::Impl::poll(Worker& w) {
+// One look at each attempt on the host that is due one: its exit record, new output and when it
+// arrived, its syncs. An attempt's exit is handed on after all its output and its end-of-trial
+// sync.
+bool SshExecutor::Impl::poll(Worker& w, bool due) {
   bool any_output = false;
   double t = mono();
   if (w.up) read_agent(w);
   check_supervisors(w, t);
   for (auto& [id, r] : w.runs) {
     bool read_some = false;
-    // A watched attempt only when its agent said something, or every kWatchedLook seconds.
+    // A watched attempt only when its agent said something, or every kWatchedLook seconds;
+    // an unwatched one at every tick of the schedule.
     bool watched = r.watched_by == w.h.agent_gen;
     bool routine = t - r.last_look >= kWatchedLook;
-    if (!r.exited && w.up && (!watched || r.look || r.exit || r.awaiting_answer || routine)) {
+    if (!r.exited && w.up &&
+        ((!watched && due) || r.look || r.exit || r.awaiting_answer || routine)) {
       r.look = false;
       r.last_look = t;
       // before reading: once it exists, the output is final (a watched attempt's is read when
@@ -322,7 +325,15 @@ void SshExecutor::Impl::poll_syncs(Worker& w, double t) {
 void SshExecutor::Impl::tick(Worker& w) {
   if (!w.ready) return;
   tend(w, mono());
-  double gap = w.polls.after_poll(poll(w));
+  // A tick that input on the connection brought before the schedule's time (the agent's events
+  // about other attempts) leaves the schedule as it is unless it read output, and unwatched
+  // attempts wait for their turn: a burst of events neither polls them at every tick nor
+  // pushes a step-mode answer's fast polls out.
+  double t = mono();
+  bool due = t >= w.poll_due - 0.0005;
+  bool read = poll(w, due);
+  double gap = due || read ? w.polls.after_poll(read) : w.poll_due - t;
+  if (due || read) w.poll_due = t + gap;
   // Agent events that libssh read off the socket while this tick waited for other answers
   // leave nothing on the socket to wake the thread: another tick for them.
   if (w.up && (!w.agent_events.empty() || w.h.agent_pending())) gap = IoThread::kMinGap;
@@ -330,7 +341,9 @@ void SshExecutor::Impl::tick(Worker& w) {
 }
 
 void SshExecutor::Impl::expect_output(Worker& w) {
-  w.io->tick_within(w.polls.expect_answer());
+  double gap = w.polls.expect_answer();
+  w.poll_due = std::min(w.poll_due, mono() + gap);
+  w.io->tick_within(gap);
 }
 
 }  // namespace tune::exec

@@ -73,6 +73,7 @@ struct Worker {
   std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
   bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
   PollSchedule polls;           // when it is polled next (fast after a start or a command)
+  double poll_due = 0;          // when that is (monotonic); ticks before it are wake-ups
   std::vector<AgentEvent> agent_events;  // the agent's, read while a launch waited: for the poll
   // Launches (trial dir there, attempt) whose answer never came: ended before anything else
   // starts there (end_unsure_launches)
@@ -131,7 +132,7 @@ struct SshExecutor::Impl {
   // Ends attempts whose supervisor is gone without an exit record (supervisor_died).
   void check_supervisors(Worker& w, double now);
   // One look at each attempt: exit record, output, arrivals, syncs. True if it read output.
-  bool poll(Worker& w);
+  bool poll(Worker& w, bool due);
   // One look at an attempt's output (kUnread: stdout.log has more, which could not be read).
   enum class Look { kNothing, kRead, kUnread };
   Look look(Worker& w, Run& r, const std::string& id);
