@@ -34,6 +34,9 @@ struct Launch {
   bool stdin_fifo = false;                 // step mode: commands arrive on stdin.fifo
   std::string params_json;  // written to trial_dir/params.json if set and the file is missing
   std::string job_id;       // attach on Slurm: the job the experiment state names for it, if any
+  // attach: the checkpoint dirs the experiment state names for the trial (an SSH host copies
+  // those the head lacks with the attempt's syncs, as for checkpoints taken after the attach)
+  std::vector<std::string> checkpoints;
 };
 
 // What a driver writes as its lease file's mtime: this machine's time, shifted by

@@ -67,6 +67,10 @@ Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
       ls && *ls == 0)
     for (const auto& name : lines_of(out))
       if (!name.empty()) r.found_at_attach.insert(name);
+  // Those the state names are retained: the syncs bring them to the head if the crashed driver
+  // had not (the others wait for their output line to be read again, or are left out).
+  for (const auto& name : l.checkpoints)
+    if (r.found_at_attach.erase(name)) r.checkpoints.insert(name);
   w.runs[l.trial_id] = std::move(r);
   return found;
 }

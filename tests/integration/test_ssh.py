@@ -926,6 +926,51 @@ class SshTest(TuneTest):
             self.assertEqual({r["pid"] for r in rows}, {rows[0]["proc"]})
         self.assertIn("starting a new one", log)
 
+    def test_200_remote_trials_fail_retry_and_resume_after_a_kill_9(self):
+        # At the scale users run: 200 short trials over two workers, each failing once at
+        # iteration 2 and retried from its checkpoint; the driver is killed (-9) part way and
+        # resumed. Every trial ends TERMINATED after one failure, each iteration recorded once.
+        self.write("t.py", """
+            import json, os, sys, tempfile
+            d = os.environ["TUNE_TRIAL_DIR"]
+            # (a retry may run on the other worker: only its restore point goes with it)
+            ck = os.environ.get("TUNE_RESTORE_CHECKPOINT")
+            start = int(open(os.path.join(ck, "i")).read()) if ck else 0
+            for i in range(start + 1, 4):
+                if i == 2 and not ck:
+                    sys.exit(1)
+                c = tempfile.mkdtemp(dir=d)
+                open(os.path.join(c, "i"), "w").write(str(i))
+                print(json.dumps({"i": i, "loss": 1.0 / i, "checkpoint": c}), flush=True)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: many
+            trial: {{command: ["{PY}", "{os.path.join(self.dir, 't.py')}"]}}
+            param_space: {{x: {{grid_search: [{", ".join(str(i) for i in range(200))}]}}}}
+            failure_config: {{max_failures: 1}}
+            checkpoint_config: {{num_to_keep: 1}}
+            hosts:
+            """) + self.host_lines((0, 1), cpus=4) + "\n")
+        run = self.start_tune("run", "exp.yaml", "--quiet")
+        self.wait_for(lambda: sum(t["status"] == "TERMINATED" for t in self.trials("many")) >= 60,
+                      timeout=300, what="60 trials done")
+        run.kill()
+        run.communicate()
+        r = self.tune("run", "exp.yaml", "--resume=auto", "--quiet", check=0, timeout=600)
+        with open(os.path.join(self.exp_dir("many"), "tune.log")) as f:
+            log = f.read()
+        trials = self.trials("many")
+        self.assertEqual(len(trials), 200)
+        hosts = set()
+        for t in trials:
+            self.assertEqual((t["status"], t["failures"]), ("TERMINATED", 1),
+                             t["trial_name"] + "\n" + log[-3000:])
+            self.assertEqual([row["i"] for row in self.results("many", t)], [1, 2, 3],
+                             t["trial_name"])
+            self.assertEqual(len(t["checkpoints"]), 1, t["trial_name"])
+            hosts.add(t["host"])
+        self.assertEqual(hosts, {self.name(0), self.name(1)})
+
     def test_trials_a_killed_agent_started_are_watched_by_the_new_one(self):
         # Two trials print once, are quiet for 8 s, print again and end. The host's agent is
         # killed once both printed: the new agent is asked to watch the two supervisors it did
@@ -1190,6 +1235,57 @@ class SshTest(TuneTest):
             self.assertIn("%s brought from" % latest["dir"], f.read())
         for c in t["checkpoints"]:
             self.assertTrue(os.path.isfile(os.path.join(head, c["dir"], "state.json")))
+
+    def test_a_reattached_attempt_that_fails_restarts_from_the_checkpoints_left_on_its_worker(
+            self):
+        # The driver is killed (-9) after the trial's second checkpoint was saved on the worker
+        # and before any sync brought it to the head; the attempt goes on and fails while no
+        # driver runs. The resumed driver re-attaches to it: its end-of-trial sync must bring
+        # the checkpoints the state names, so that the retry restarts from the latest (once
+        # from scratch: those never reached the head and were forgotten).
+        self.write("failck.py", """
+            import json, os, sys, tempfile, time, tune_trial as tt
+            ck = tt.get_checkpoint()
+            i = json.load(open(os.path.join(ck, "s.json")))["i"] if ck else 0
+            while i < 5:
+                i += 1
+                d = tempfile.mkdtemp()
+                json.dump({"i": i}, open(os.path.join(d, "s.json"), "w"))
+                tt.report({"i": i}, checkpoint_dir=d)
+                if i == 2 and not ck:
+                    time.sleep(2)  # the driver is killed meanwhile
+                    sys.exit(1)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: failck
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'failck.py')}"]
+            param_space: {{x: 1}}
+            failure_config: {{max_failures: 1}}
+            sync_config: {{sync_period: 600, sync_on_checkpoint: false}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("failck")) == 1 and len(
+            self.trials("failck")[0]["checkpoints"]) == 2, timeout=60,
+            what="2 checkpoints in the state")
+        run.kill()
+        run.communicate()
+        t = self.trials("failck")[0]
+        head = os.path.join(self.exp_dir("failck"), t["trial_name"])
+        self.assertFalse(os.path.isdir(os.path.join(head, t["checkpoints"][-1]["dir"])),
+                         "the checkpoint reached the head before the kill: nothing to test")
+        time.sleep(2.5)  # it fails meanwhile
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=120)
+        with open(os.path.join(self.exp_dir("failck"), "tune.log")) as f:
+            log = f.read()
+        t = self.trials("failck")[0]
+        self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 1), log)
+        rows = self.results("failck", t)
+        self.assertEqual([r["i"] for r in rows], [1, 2, 3, 4, 5], log)
+        restarts = [r["training_iteration"] for r in rows if r["iterations_since_restore"] == 1]
+        self.assertEqual(restarts, [1, 3], log)
+        self.assertNotIn("never reached the head", log)
 
     def test_a_resume_ends_an_attempt_superseded_while_its_host_was_cut_off(self):
         # Attempt 1 runs on worker1; its link is cut past host_timeout_s, so the trial is
