@@ -133,13 +133,16 @@ class Agent {
     children_[pid] = Child{agent_attempt_.id, attempt};
   }
 
+  // Puts "NAME=VALUE" into `env`.
+  static void put(std::map<std::string, std::string>& env, const std::string& kv) {
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("not NAME=VALUE: " + kv);
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+
   void set_base(const std::vector<std::string>& env) {
     base_.clear();
-    for (const auto& kv : env) {
-      auto eq = kv.find('=');
-      if (eq == std::string::npos) throw std::runtime_error("not NAME=VALUE: " + kv);
-      base_[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
+    for (const auto& kv : env) put(base_, kv);
     has_base_ = true;
   }
 
@@ -149,11 +152,7 @@ class Agent {
     if (!has_base_) throw std::runtime_error("env_set before any env_base");
     auto env = base_;
     for (const auto& k : unset) env.erase(k);
-    for (const auto& kv : set) {
-      auto eq = kv.find('=');
-      if (eq == std::string::npos) throw std::runtime_error("not NAME=VALUE: " + kv);
-      env[kv.substr(0, eq)] = kv.substr(eq + 1);
-    }
+    for (const auto& kv : set) put(env, kv);
     std::vector<std::string> out;
     out.reserve(env.size());
     for (const auto& [k, v] : env) out.push_back(k + "=" + v);
