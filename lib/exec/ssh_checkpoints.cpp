@@ -51,11 +51,37 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
 
 namespace {
 
+// adopt_on_host for an attempt whose end was handed on before this line of its output was
+// handled: no sync of it runs any more, so the checkpoint is brought to the head here, before
+// the answer (on the host's thread; rare: a resumed driver catching up). One that the driver
+// before the resume moved in already is only brought over.
+Result<void> adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::path& head_trial_dir,
+                             const std::string& path, const std::string& dest) {
+  if (!w.up) return fail("host ", w.name, " is unreachable");
+  std::string dir = w.h.info.exp_dir + "/" + head_trial_dir.filename().string();
+  std::string out;
+  // (no `exit`: the host's shell runs on after each command)
+  auto st = w.h.shell_run("if [ -d " + q(dir + "/" + dest) + " ] && [ ! -e " + q(path) +
+                              " ]; then :; else " + q(w.h.supervisor) + " --adopt " + q(dir) + " " +
+                              q(path) + " " + q(dest) + "; fi",
+                          &out);
+  if (!st) {
+    impl.check(w);
+    return std::unexpected(st.error());
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (*st != 0) return fail(util::printable(out, 300));
+  if (impl.opts.syncer != "none" && !impl.fetch_one(w, dir, head_trial_dir, dest))
+    return fail("cannot bring ", dest, " from ", w.name, " to the head");
+  return {};
+}
+
 // The supervisor on the host checks and moves the reported dir (checkpoint::adopt's rules).
 Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
-                           const std::string& path, const std::string& dest) {
+                           const fs::path& head_trial_dir, const std::string& path,
+                           const std::string& dest) {
   auto run = w.runs.find(trial_id);
-  if (run == w.runs.end()) return fail("the attempt on ", w.name, " has ended");
+  if (run == w.runs.end()) return adopt_after_end(impl, w, head_trial_dir, path, dest);
   auto& r = run->second;
   if (!w.up) return fail("host ", w.name, " is unreachable");
   if (r.found_at_attach.erase(dest)) {
@@ -85,17 +111,21 @@ Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string
 // waits for its answer (on the controller's file worker).
 std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_id,
                                                       const std::string& reported,
-                                                      const fs::path& cwd, const fs::path&,
+                                                      const fs::path& cwd,
+                                                      const fs::path& head_trial_dir,
                                                       const std::string& dest) {
-  auto it = impl_->where.find(trial_id);
-  if (it == impl_->where.end()) return {};
-  Worker* w = it->second;
+  Worker* w = nullptr;
+  if (auto it = impl_->where.find(trial_id); it != impl_->where.end())
+    w = it->second;
+  else if (auto e = impl_->ended_on.find(trial_id); e != impl_->ended_on.end())
+    w = e->second;
+  if (!w) return {};
   std::string path = reported;
   if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
   auto promise = std::make_shared<std::promise<Result<void>>>();
   std::shared_future<Result<void>> answer = promise->get_future().share();
-  w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise] {
-    promise->set_value(adopt_on_host(*impl, *w, trial_id, path, dest));
+  w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise, head_trial_dir] {
+    promise->set_value(adopt_on_host(*impl, *w, trial_id, head_trial_dir, path, dest));
   });
   return [answer, host = w->name]() -> Result<void> {
     try {

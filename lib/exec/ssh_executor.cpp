@@ -142,6 +142,7 @@ Result<void> SshExecutor::start(const Launch& l) {
   if (!w) return fail("unknown host ", l.host);
   if (auto made = prepare_trial_dir(l); !made) return made;  // the head's copy
   impl.where[l.trial_id] = w;
+  impl.ended_on.erase(l.trial_id);
   impl.pid_asked.erase(l.trial_id);
   {
     std::lock_guard lock(impl.mutex);
@@ -210,7 +211,11 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
   std::stable_partition(got.begin(), got.end(),
                         [](const Event& e) { return !std::holds_alternative<ExitEvent>(e); });
   for (const auto& e : got)
-    if (const auto* x = std::get_if<ExitEvent>(&e)) impl.where.erase(x->trial_id);
+    if (const auto* x = std::get_if<ExitEvent>(&e))
+      if (auto it = impl.where.find(x->trial_id); it != impl.where.end()) {
+        impl.ended_on[x->trial_id] = it->second;
+        impl.where.erase(it);
+      }
   return got;
 }
 

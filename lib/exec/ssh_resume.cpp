@@ -81,7 +81,10 @@ Result<Attached> SshExecutor::attach(const Launch& l) {
   if (!w) return Attached::kGone;
   // Before the loop runs: the answer is waited for.
   Attached found = w->io->call([&] { return impl.attach_on_host(*w, l); });
-  if (found != Attached::kGone) impl.where[l.trial_id] = w;
+  if (found != Attached::kGone) {
+    impl.where[l.trial_id] = w;
+    impl.ended_on.erase(l.trial_id);
+  }
   return found;
 }
 
@@ -95,30 +98,34 @@ std::vector<std::string> SshExecutor::fetch_checkpoints(const std::string& host,
     std::vector<std::string> fetched;
     if (!w->up) return fetched;
     std::string dir = w->h.info.exp_dir + "/" + head_trial_dir.filename().string();
-    fs::path log = impl_->opts.head_exp_dir / ".tune" /
-                   ("fetch-" + head_trial_dir.filename().string() + ".log");
-    SshStats unused;
-    SyncContext c{impl_->opts, w->h, unused};
-    for (const auto& name : names) {
-      if (!name.starts_with("checkpoint_") || name.find('/') != std::string::npos) continue;
-      std::string staging = ".sync_" + name;
-      (void)util::remove_tree_nofollow(head_trial_dir, staging);
-      auto rc =
-          util::run_process(copy_from(c, dir + "/" + name + "/",
-                                      (head_trial_dir / staging).string() + "/", {"--timeout=30"}),
-                            log);
-      std::error_code ec;
-      if (rc && *rc == 0) fs::rename(head_trial_dir / staging, head_trial_dir / name, ec);
-      if (!rc || *rc != 0 || ec) {
-        spdlog::warn("{}: cannot bring {} from {}: {}", head_trial_dir.filename().string(), name,
-                     host, ec ? ec.message() : util::last_line(log));
-        (void)util::remove_tree_nofollow(head_trial_dir, staging);
-        continue;
-      }
-      fetched.push_back(name);
-    }
+    for (const auto& name : names)
+      if (impl_->fetch_one(*w, dir, head_trial_dir, name)) fetched.push_back(name);
     return fetched;
   });
+}
+
+bool SshExecutor::Impl::fetch_one(Worker& w, const std::string& dir, const fs::path& head_trial_dir,
+                                  const std::string& name) {
+  if (!name.starts_with("checkpoint_") || name.find('/') != std::string::npos) return false;
+  fs::path log =
+      opts.head_exp_dir / ".tune" / ("fetch-" + head_trial_dir.filename().string() + ".log");
+  SshStats unused;
+  SyncContext c{opts, w.h, unused};
+  std::string staging = ".sync_" + name;
+  (void)util::remove_tree_nofollow(head_trial_dir, staging);
+  auto rc =
+      util::run_process(copy_from(c, dir + "/" + name + "/",
+                                  (head_trial_dir / staging).string() + "/", {"--timeout=30"}),
+                        log);
+  std::error_code ec;
+  if (rc && *rc == 0) fs::rename(head_trial_dir / staging, head_trial_dir / name, ec);
+  if (!rc || *rc != 0 || ec) {
+    spdlog::warn("{}: cannot bring {} from {}: {}", head_trial_dir.filename().string(), name,
+                 w.name, ec ? ec.message() : util::last_line(log));
+    (void)util::remove_tree_nofollow(head_trial_dir, staging);
+    return false;
+  }
+  return true;
 }
 
 std::vector<LiveAttempt> SshExecutor::live_attempts() {

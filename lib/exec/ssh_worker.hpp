@@ -108,6 +108,10 @@ struct SshExecutor::Impl {
   // the trials whose pid was asked of their host.
   std::unordered_map<std::string, Worker*> where;
   std::unordered_set<std::string> pid_asked;
+  // The host each trial's last attempt ended on, until the trial starts again: a checkpoint
+  // its output reported is adopted there even when its exit came first (a resumed driver reads
+  // a re-attached attempt's output again, and its exit, before it handles either).
+  std::unordered_map<std::string, Worker*> ended_on;
 
   Worker* worker(const std::string& name);
   void emit(Event e);
@@ -116,6 +120,10 @@ struct SshExecutor::Impl {
   // ---- everything below runs on a host's I/O thread, for that host only ----
 
   SyncContext sync_context(Worker& w) { return SyncContext{opts, w.h, w.stats}; }
+  // Copies checkpoint `name` of the host's trial dir `dir` into head_trial_dir (under a staging
+  // name until complete); false, with a warning, if it cannot.
+  bool fetch_one(Worker& w, const std::string& dir, const fs::path& head_trial_dir,
+                 const std::string& name);
 
   // ssh_host_loss.cpp
   void mark_down(Worker& w, double now);

@@ -971,6 +971,38 @@ class SshTest(TuneTest):
             hosts.add(t["host"])
         self.assertEqual(hosts, {self.name(0), self.name(1)})
 
+    def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
+        # Each trial reports three checkpoints as fast as it can and exits at once: its last
+        # lines and its exit reach the driver together. Every checkpoint is adopted on the
+        # worker and brought to the head before the trial's end is handed on.
+        self.write("burst.py", """
+            import json, os, tempfile, tune_trial as tt
+            for i in range(1, 4):
+                d = tempfile.mkdtemp()
+                json.dump({"i": i}, open(os.path.join(d, "s.json"), "w"))
+                tt.report({"i": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: burst
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'burst.py')}"]
+            param_space: {{x: {{grid_search: [{", ".join(str(i) for i in range(16))}]}}}}
+            hosts:
+            """) + self.host_lines((0,), cpus=4) + "\n")
+        r = self.tune("run", "exp.yaml", check=0, timeout=120)
+        with open(os.path.join(self.exp_dir("burst"), "tune.log")) as f:
+            log = f.read()
+        self.assertNotIn("no remote run", log)
+        self.assertNotIn("has ended", log)
+        for t in self.trials("burst"):
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertEqual([c["iteration"] for c in t["checkpoints"]], [1, 2, 3],
+                             t["trial_name"] + "\n" + log[-2000:])
+            head = os.path.join(self.exp_dir("burst"), t["trial_name"])
+            for c in t["checkpoints"]:
+                self.assertTrue(os.path.isfile(os.path.join(head, c["dir"], "s.json")),
+                                t["trial_name"] + " " + c["dir"])
+
     def test_trials_a_killed_agent_started_are_watched_by_the_new_one(self):
         # Two trials print once, are quiet for 8 s, print again and end. The host's agent is
         # killed once both printed: the new agent is asked to watch the two supervisors it did
@@ -1286,6 +1318,56 @@ class SshTest(TuneTest):
         restarts = [r["training_iteration"] for r in rows if r["iterations_since_restore"] == 1]
         self.assertEqual(restarts, [1, 3], log)
         self.assertNotIn("never reached the head", log)
+
+    def test_checkpoints_attempts_reported_while_no_driver_ran_are_kept_after_they_fail(self):
+        # Two trials report their first checkpoint and fail only after the driver was killed
+        # (-9). The resumed driver re-attaches to both ended attempts and handles them in launch
+        # order: the second one's output waits until the first one's exit is handled (slow: a
+        # 40 MB file to sync), by which time the second one's exit has come too. Its checkpoint
+        # must still be adopted on the worker and brought to the head, so that its retry restarts
+        # from it (before: "internal: no remote run", and a restart from scratch).
+        self.write("late.py", """
+            import json, os, sys, tempfile, time, tune_trial as tt
+            ck = tt.get_checkpoint()
+            i = json.load(open(os.path.join(ck, "s.json")))["i"] if ck else 0
+            if not ck:
+                time.sleep(2)  # the driver is killed meanwhile
+                if tt.config()["x"] == 1:
+                    with open(os.path.join(os.environ["TUNE_TRIAL_DIR"], "big.bin"), "wb") as f:
+                        f.write(os.urandom(40 << 20))
+            while i < 3:
+                i += 1
+                d = tempfile.mkdtemp()
+                json.dump({"i": i}, open(os.path.join(d, "s.json"), "w"))
+                tt.report({"i": i}, checkpoint_dir=d)
+                if i == 1 and not ck:
+                    sys.exit(1)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: late
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'late.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            failure_config: {{max_failures: 1}}
+            hosts:
+            """) + self.host_lines((0,), cpus=2) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.remote_supervisors("late")) == 2, timeout=60,
+                      what="both trials running on the worker")
+        run.kill()
+        run.communicate()
+        time.sleep(4)  # they report, and fail, meanwhile
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=120)
+        with open(os.path.join(self.exp_dir("late"), "tune.log")) as f:
+            log = f.read()
+        self.assertNotIn("no remote run", log)
+        for t in self.trials("late"):
+            self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 1),
+                             log)
+            rows = self.results("late", t)
+            self.assertEqual([r["i"] for r in rows], [1, 2, 3], log)
+            restarts = [r["training_iteration"] for r in rows if r["iterations_since_restore"] == 1]
+            self.assertEqual(restarts, [1, 2], log)
 
     def test_a_resume_ends_an_attempt_superseded_while_its_host_was_cut_off(self):
         # Attempt 1 runs on worker1; its link is cut past host_timeout_s, so the trial is
