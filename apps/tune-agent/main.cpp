@@ -26,6 +26,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -269,16 +270,26 @@ int main(int argc, char** argv) {
     emit(nlohmann::json{{"event", "ready"}, {"agent", ::getpid()}});
     return serve(launcher, sig_fd);
   }
-  int log_fd = ::open(argv[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+  // (no symlink followed, no FIFO waited on: the driver checks too, before it starts this)
+  int log_fd =
+      ::open(argv[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  struct stat log_st {};
+  if (log_fd >= 0 && (::fstat(log_fd, &log_st) != 0 || !S_ISREG(log_st.st_mode))) {
+    ::close(log_fd);
+    log_fd = -1;
+    errno = EINVAL;
+  }
   if (log_fd < 0) {
-    std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", argv[2], std::strerror(errno));
+    std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", argv[2],
+                 errno == EINVAL ? "not a regular file" : std::strerror(errno));
     return 1;
   }
   // One agent per experiment per host at a time: a new one waits here for the last one (whose
   // driver is gone) to finish the requests it had read. A driver that resumes takes the same
   // lock before it looks for its attempts in the log (exec::wait_for_agent).
   std::string lock_path = std::string(argv[2]) + ".agent-lock";
-  int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  int lock_fd =
+      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX) != 0) {
     std::fprintf(stderr, "tune-agent: cannot lock %s: %s\n", lock_path.c_str(),
                  std::strerror(errno));

@@ -293,6 +293,14 @@ int RunCommand::execute() {
   exec::LocalOptions lo;
   lo.agent = *agent;
   lo.attempt_log = dir / exec::kAttemptLog;
+  // (a FIFO there would block every open of it; a symlink would have the agent append attempt
+  // records, nonces included, wherever it points)
+  for (fs::path f : {lo.attempt_log, fs::path(lo.attempt_log.string() + ".agent-lock")}) {
+    std::error_code ec;
+    auto st = fs::symlink_status(f, ec);
+    if (!ec && st.type() != fs::file_type::regular)
+      throw Fatal("'" + f.string() + "' is not a regular file: move it away to run or resume");
+  }
   lo.lease_file = dir / ".tune" / "lease";
   lo.orphan_timeout_s = exp.orphan_timeout_s;
   lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,8 +65,13 @@ bool supervisor_alive(int pid, uint64_t ticks) {
 }
 
 void AttemptLog::refresh() {
-  int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // (the driver refuses to run with one)
+    ::close(fd);
+    return;
+  }
   std::string pending;
   char buf[65536];
   for (;;) {

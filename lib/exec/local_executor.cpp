@@ -666,7 +666,7 @@ void LocalExecutor::end_attempts(const std::vector<LiveAttempt>& which, double g
 void wait_for_agent(const fs::path& attempt_log, double timeout_s) {
   fs::path lock = attempt_log;
   lock += ".agent-lock";
-  int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;  // no agent ever ran for this experiment here
   double end = clock_s(CLOCK_MONOTONIC) + timeout_s;
   bool warned = false;

@@ -96,6 +96,35 @@ class StateRecoveryTest(TuneTest):
                       % (p.returncode, crashed, p.stderr[-3000:]))
         return [json.loads(line) for line in lines]
 
+    def test_an_attempt_log_that_is_not_a_regular_file_is_refused_naming_it(self):
+        # .tune/attempts.log made a FIFO (every open of it would block: the resume hung, deaf
+        # to Ctrl-C), a symlink (the agent appended attempt records, nonces included, to its
+        # target) or a directory (every trial failed as "supervisor exited without recording
+        # the trial's exit"): the run or resume stops at once with one line naming the file.
+        self.write("exp.yaml", """
+            name: alog
+            trial: {command: ["true"]}
+            param_space: {x: 1}
+        """)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        log = os.path.join(self.exp_dir("alog"), ".tune", "attempts.log")
+        outside = os.path.join(self.dir, "outside.txt")
+        with open(outside, "w") as f:
+            f.write("mine\n")
+        for make in (lambda: os.mkfifo(log), lambda: os.symlink(outside, log),
+                     lambda: os.mkdir(log)):
+            if os.path.isdir(log) and not os.path.islink(log):
+                os.rmdir(log)
+            elif os.path.lexists(log):
+                os.unlink(log)
+            make()
+            r = self.tune("run", "exp.yaml", "--resume=must", "--quiet", check=None, timeout=30)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("'%s' is not a regular file" % log, r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        with open(outside) as f:
+            self.assertEqual(f.read(), "mine\n")
+
     def test_truncation_and_flips_never_drop_a_trial_silently(self):
         kept = self.make_damaged_run()
         files = {name: read(os.path.join(kept, name)) for name in (STATE, JOURNAL)}
