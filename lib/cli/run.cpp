@@ -43,14 +43,25 @@ spec::Experiment load_or_throw(const std::string& file, const spec::Overrides& o
   return std::move(*e);
 }
 
+// This process's environment, for the trials on this machine. A variable that is not valid
+// UTF-8 (a Latin-1 path in the user's shell) cannot go to the agent, whose requests are JSON:
+// it is left out with a warning naming it, rather than failing every trial.
 std::map<std::string, std::string> environment() {
   std::map<std::string, std::string> env;
+  std::string left_out;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv = *e;
     auto eq = kv.find('=');
     if (eq == std::string_view::npos) continue;
+    if (util::invalid_utf8_at(kv) != std::string_view::npos) {
+      std::string name = util::printable(kv.substr(0, eq), 60);
+      left_out += (left_out.empty() ? "" : ", ") + name;
+      continue;
+    }
     env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
   }
+  if (!left_out.empty())
+    spdlog::warn("not passed to trials: environment variable(s) {} (not valid UTF-8)", left_out);
   return env;
 }
 

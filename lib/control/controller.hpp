@@ -156,6 +156,7 @@ class Controller : private sched::Population {
   // after the next state write: the trial restarts from `name`.
   void rewind_checkpoints(trial::Trial& t, const std::string& name);
   std::vector<std::string> trial_argv(const trial::Trial& t) const;
+  mutable bool warned_big_config_ = false;  // (trial_env: a config too big for TUNE_CONFIG)
   std::map<std::string, std::string> trial_env(const trial::Trial& t, const Placement& p,
                                                const std::string& restore) const;
   // The trial dir on the host where `p` places it (the head's own dir for this machine).

@@ -7,6 +7,11 @@
 #include "search/space.hpp"
 #include "util/fs.hpp"
 
+namespace {
+// The longest NAME=VALUE string Linux passes to a program (MAX_ARG_STRLEN, with its NUL).
+constexpr size_t kMaxEnvString = 131072;
+}  // namespace
+
 namespace tune::control {
 
 using json = nlohmann::json;
@@ -47,7 +52,20 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
   env["TUNE_TRIAL_NAME"] = t.name;
   env["TUNE_TRIAL_DIR"] = dir.string();
   env["TUNE_EXPERIMENT_NAME"] = exp_.name;
-  env["TUNE_CONFIG"] = t.config.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Linux passes at most 128 KiB in one variable (MAX_ARG_STRLEN): a bigger config goes in
+  // params.json only, which the helpers read when TUNE_CONFIG is not set.
+  if (auto text = t.config.dump(-1, ' ', false, json::error_handler_t::replace);
+      text.size() + sizeof("TUNE_CONFIG=") <= kMaxEnvString) {
+    env["TUNE_CONFIG"] = std::move(text);
+  } else {
+    env.erase("TUNE_CONFIG");
+    if (!warned_big_config_)
+      spdlog::warn(
+          "trial {}: its config takes {} KiB, more than one environment variable can hold: "
+          "TUNE_CONFIG is not set, the config is in TUNE_CONFIG_FILE only",
+          t.name, text.size() >> 10);
+    warned_big_config_ = true;
+  }
   env["TUNE_CONFIG_FILE"] = (dir / "params.json").string();
   // Where the helpers stage a checkpoint before naming it: inside the trial dir, so the driver
   // takes it over with a rename (its .staged_checkpoint_* leftovers are cleaned on restart).

@@ -54,6 +54,15 @@ constexpr std::string_view kCallbackEvents[] = {"trial_start", "trial_result", "
                                                 "trial_error", "checkpoint",   "experiment_end"};
 constexpr std::string_view kReporterKeys[] = {"metric_columns", "parameter_columns", "max_rows",
                                               "sort_by_metric", "max_report_frequency"};
+// The variables tune sets in every trial's environment (trial.env may not set them), and the
+// longest NAME=VALUE string Linux passes to a program (MAX_ARG_STRLEN, with its NUL).
+constexpr std::string_view kSetPerTrial[] = {
+    "TUNE_TRIAL_ID",           "TUNE_TRIAL_NAME", "TUNE_TRIAL_DIR",
+    "TUNE_EXPERIMENT_NAME",    "TUNE_CONFIG",     "TUNE_CONFIG_FILE",
+    "TUNE_CHECKPOINT_STAGING", "TUNE_TRIAL_MODE", "TUNE_RESTORE_CHECKPOINT",
+    "CUDA_VISIBLE_DEVICES"};
+constexpr size_t kMaxEnvString = 131072;
+
 constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
                                            "resources", "sync_workdir", "restore_from"};
 constexpr std::string_view kResourceKeys[] = {"cpu", "gpu"};
@@ -477,8 +486,19 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
         std::string k = kv.first.Scalar();
         if (k.empty() || k.find('=') != std::string::npos)
           error(kv.first, "trial.env: invalid variable name '" + util::printable(k, 40) + "'");
+        if (std::find(std::begin(kSetPerTrial), std::end(kSetPerTrial), k) !=
+            std::end(kSetPerTrial))
+          error(kv.first, "trial.env." + k + ": tune sets it for each trial" +
+                              (k == "CUDA_VISIBLE_DEVICES"
+                                   ? " from the GPUs it gives the trial (trial.resources.gpu)"
+                                   : "") +
+                              ": remove it here");
         if (!kv.second.IsScalar() && !kv.second.IsNull())
           error(kv.second, "trial.env." + k + ": expected a string");
+        else if (!kv.second.IsNull() && kv.second.Scalar().size() >= kMaxEnvString - k.size() - 1)
+          error(kv.second, "trial.env." + k + ": " + std::to_string(kv.second.Scalar().size()) +
+                               " bytes; Linux passes at most " + std::to_string(kMaxEnvString - 2) +
+                               " in one variable");
         e.trial.env[k] = kv.second.IsNull() ? "" : kv.second.Scalar();
       }
     }

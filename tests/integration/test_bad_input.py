@@ -17,6 +17,79 @@ class ConfigErrorTest(TuneTest):
         self.assertFalse(os.path.exists(self.storage), "a config error must start nothing")
         return p.stderr
 
+    def test_an_environment_variable_that_is_not_utf8_is_left_out_and_the_trials_run(self):
+        # A Latin-1 path in the user's shell, nothing to do with tune, failed every trial
+        # ("its command or environment is not valid UTF-8"): it is left out, named once.
+        import subprocess
+        from harness import TUNE
+        self.write("t.py", """
+            import json, os
+            print(json.dumps({"seen": os.environ.get("OTHER"),
+                              "latin": os.environb.get(b"LATIN1_PATH") is not None}))
+            """)
+        self.write("exp.yaml", """
+            name: env8
+            trial: {command: ["%s", "t.py"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        env = {k.encode(): v.encode() for k, v in self.env.items()}
+        env[b"LATIN1_PATH"] = b"/data/caf\xe9"
+        env[b"OTHER"] = b"abc"
+        p = subprocess.run([TUNE, "run", "exp.yaml"], cwd=self.dir, env=env,
+                           capture_output=True, timeout=60)
+        err = p.stderr.decode("utf-8", "replace")
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("not passed to trials: environment variable(s) LATIN1_PATH (not valid UTF-8)",
+                      err)
+        for t in self.trials("env8"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual([(r["seen"], r["latin"]) for r in self.results("env8", t)],
+                             [("abc", False)])
+
+    def test_trial_env_may_not_set_what_tune_sets_per_trial_nor_exceed_linux_limit(self):
+        # CUDA_VISIBLE_DEVICES or TUNE_CONFIG in trial.env were silently replaced (a trial
+        # meant for GPU 0 ran on the CPU); a value over 128 KiB made every trial fail with
+        # "Argument list too long". Both are refused when the file is read, naming the key.
+        for key, value, said in (
+                ("CUDA_VISIBLE_DEVICES", "0", "trial.env.CUDA_VISIBLE_DEVICES: tune sets it for "
+                 "each trial from the GPUs it gives the trial (trial.resources.gpu): remove it "
+                 "here"),
+                ("TUNE_CONFIG", "{}", "trial.env.TUNE_CONFIG: tune sets it for each trial: "
+                 "remove it here"),
+                ("BIG", "x" * 140000, "trial.env.BIG: 140000 bytes; Linux passes at most 131070 "
+                 "in one variable")):
+            self.write("exp.yaml", """
+                name: envk
+                trial: {command: ["true"], env: {%s: "%s"}}
+                param_space: {x: 1}
+            """ % (key, value))
+            for cmd in (("validate", "exp.yaml"), ("run", "exp.yaml")):
+                r = self.tune(*cmd)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(said, r.stderr)
+                self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+
+    def test_a_config_over_128k_reaches_the_trial_through_its_params_json(self):
+        # TUNE_CONFIG is one environment variable, which Linux caps at 128 KiB: every trial
+        # with a bigger config failed with "Argument list too long". It is left out with a
+        # warning, and the helpers read TUNE_CONFIG_FILE instead.
+        self.write("t.py", """
+            import os, tune_trial
+            c = tune_trial.config()
+            tune_trial.report({"n": len(c["big"]), "env": "TUNE_CONFIG" in os.environ})
+            """)
+        self.write("exp.yaml", """
+            name: bigc
+            trial: {command: ["%s", "t.py"]}
+            param_space: {big: [%s], x: {grid_search: [1, 2]}}
+        """ % (PY, ", ".join(["123456"] * 30000)))
+        r = self.tune("run", "exp.yaml", check=0, timeout=120)
+        self.assertIn("TUNE_CONFIG is not set, the config is in TUNE_CONFIG_FILE only", r.stderr)
+        for t in self.trials("bigc"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual([(row["n"], row["env"]) for row in self.results("bigc", t)],
+                             [(30000, False)])
+
     def test_malformed_yaml(self):
         err = self.config_error("trial: {command: [a\nparam_space: {x: 1}\n")
         self.assertRegex(err, r"exp\.yaml:\d+:\d+: invalid YAML")

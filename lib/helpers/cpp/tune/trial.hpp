@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -198,10 +199,16 @@ inline std::string env(const char* name, const std::string& fallback = "") {
   return v ? std::string(v) : fallback;
 }
 
-// The trial's config, from TUNE_CONFIG (an empty object outside tune).
+// The trial's config, from TUNE_CONFIG, else from TUNE_CONFIG_FILE (tune leaves TUNE_CONFIG
+// out for a config over Linux's 128 KiB limit on one variable); an empty object outside tune.
 inline Value config() {
-  std::string text = env("TUNE_CONFIG", "{}");
-  return Value::parse(text);
+  if (const char* text = std::getenv("TUNE_CONFIG")) return Value::parse(text);
+  std::string file = env("TUNE_CONFIG_FILE");
+  if (file.empty()) return Value::parse("{}");
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  return Value::parse(text.str());
 }
 
 inline std::string trial_dir() {
