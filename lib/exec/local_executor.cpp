@@ -65,7 +65,8 @@ struct Run {
   int fifo_fd = -1;
   std::string pending_in;
   bool dirty = true;
-  bool more = false;  // unread output remains after a full chunk
+  bool more = false;     // unread output remains after a full chunk
+  bool rewound = false;  // re-attached to a stdout.log shorter than what was read: say where
 };
 
 }  // namespace
@@ -350,9 +351,11 @@ struct LocalExecutor::Impl {
     // The record is written after every process of the attempt is gone, so once it is here
     // the output is final: read to the end, then report the exit.
     const bool ended = r.exit || r.supervisor_gone;
+    uint64_t from = r.offset;
     std::string data = read_output(r);
-    if (!data.empty()) {
+    if (!data.empty() || r.rewound) {
       OutputEvent ev(r.id, std::move(data));
+      if (std::exchange(r.rewound, false)) ev.from = from;
       read_times(r, ev);  // after the output: its notes are written before it
       outputs.emplace_back(std::move(ev));
     }
@@ -499,6 +502,19 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
   }
   Run r = impl.new_run(l);
   r.via_agent = false;
+  // A stdout.log cut short (or removed) while no driver ran: what was read of it is kept, and
+  // reading goes on from its end, where the trial's next output lands.
+  std::error_code ec;
+  uint64_t size = fs::file_size(r.dir / "stdout.log", ec);
+  if (ec) size = 0;
+  if (size < r.offset) {
+    spdlog::warn(
+        "trial {}: its stdout.log is {} bytes, shorter than the {} bytes read before: it was cut "
+        "or replaced while no driver ran; output is read on from its end",
+        r.name, size, r.offset);
+    r.offset = size;
+    r.rewound = true;
+  }
   impl.log.refresh();
   const LoggedAttempt* a = impl.log.find(r.name, r.attempt);
   if (!a) return Attached::kGone;

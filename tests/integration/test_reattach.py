@@ -68,6 +68,20 @@ class ReattachTest(TuneTest):
         self.check_finished_once()
 
 
+    def test_a_stdout_log_removed_while_no_driver_ran_is_named(self):
+        # Its output read before is kept (the results in result.json); what the trial wrote to
+        # the removed file is lost, and the resumed driver says so instead of nothing.
+        self.kill_driver_while_running()
+        t = self.trials("re")[0]
+        os.unlink(os.path.join(self.exp_dir("re"), t["trial_name"], "stdout.log"))
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.assertRegex(self.tune_log(), r"trial %s: its stdout.log is 0 bytes, shorter than the "
+                         r"\d+ bytes read before: it was cut or replaced while no driver ran"
+                         % t["trial_name"])
+        for t in self.trials("re"):
+            self.assertEqual(t["status"], "TERMINATED")
+
+
 class ArrivalTimesTest(TuneTest):
     """Results read after a re-attach get the trial's times (when each line arrived, as its
     supervisor noted it), not the resuming driver's: no 0 s iterations for the lines written
