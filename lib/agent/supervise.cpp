@@ -410,10 +410,11 @@ bool make_trial_dir(const Attempt& a, std::string& error) {
       return made;
     if (fd >= 0) ::close(fd);
   }
-  // Missing, or left empty or short by a supervisor killed while writing it: written whole.
+  // Missing, or left empty by a supervisor killed between making it and writing it (one
+  // write of a small file is not cut short by a signal): written whole. One the trial
+  // rewrote is its own.
   struct stat st {};
-  if (made || ::stat(target.c_str(), &st) != 0 ||
-      st.st_size != static_cast<off_t>(a.params_json->size()))
+  if (made || ::stat(target.c_str(), &st) != 0 || st.st_size == 0)
     write_atomic(target, *a.params_json, false);
   return made;
 }

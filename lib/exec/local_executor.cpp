@@ -508,10 +508,16 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
   uint64_t size = fs::file_size(r.dir / "stdout.log", ec);
   if (ec) size = 0;
   if (size < r.offset) {
-    spdlog::warn(
-        "trial {}: its stdout.log is {} bytes, shorter than the {} bytes read before: it was cut "
-        "or replaced while no driver ran; output is read on from its end",
-        r.name, size, r.offset);
+    if (ec)  // (its supervisor writes on into the removed file: nobody can read that)
+      spdlog::warn(
+          "trial {}: its stdout.log was removed while no driver ran, after {} bytes read: what "
+          "the trial prints from now on is lost",
+          r.name, r.offset);
+    else
+      spdlog::warn(
+          "trial {}: its stdout.log is {} bytes, shorter than the {} bytes read before: it was "
+          "cut or replaced while no driver ran; output is read on from its end",
+          r.name, size, r.offset);
     r.offset = size;
     r.rewound = true;
   }

@@ -51,12 +51,16 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
 
 namespace {
 
+// A copy to the head that an adoption leaves to the task waiting for its answer (on the
+// controller's file worker, not the host's thread): the rsync command.
+using LateCopy = std::optional<std::vector<std::string>>;
+
 // adopt_on_host for an attempt whose end was handed on before this line of its output was
-// handled: no sync of it runs any more, so the checkpoint is brought to the head here, before
-// the answer (on the host's thread; rare: a resumed driver catching up). One that the driver
-// before the resume moved in already is only brought over.
-Result<void> adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::path& head_trial_dir,
-                             const std::string& path, const std::string& dest) {
+// handled (rare: a resumed driver catching up): no sync of it runs any more, so the checkpoint
+// is copied to the head before the answer, by the task that waits for it. One that the driver
+// before the resume moved in already is only copied.
+Result<LateCopy> adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::path& head_trial_dir,
+                                 const std::string& path, const std::string& dest) {
   if (!w.up) return fail("host ", w.name, " is unreachable");
   std::string dir = w.h.info.exp_dir + "/" + head_trial_dir.filename().string();
   std::string out;
@@ -71,15 +75,14 @@ Result<void> adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::path&
   }
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (*st != 0) return fail(util::printable(out, 300));
-  if (impl.opts.syncer != "none" && !impl.fetch_one(w, dir, head_trial_dir, dest))
-    return fail("cannot bring ", dest, " from ", w.name, " to the head");
-  return {};
+  if (impl.opts.syncer == "none") return LateCopy{};
+  return LateCopy{impl.copy_command(w, dir, head_trial_dir, dest)};
 }
 
 // The supervisor on the host checks and moves the reported dir (checkpoint::adopt's rules).
-Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
-                           const fs::path& head_trial_dir, const std::string& path,
-                           const std::string& dest) {
+Result<LateCopy> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
+                               const fs::path& head_trial_dir, const std::string& path,
+                               const std::string& dest) {
   auto run = w.runs.find(trial_id);
   if (run == w.runs.end()) return adopt_after_end(impl, w, head_trial_dir, path, dest);
   auto& r = run->second;
@@ -87,7 +90,7 @@ Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string
   if (r.found_at_attach.erase(dest)) {
     // moved in by the driver that crashed; this line is being read again
     r.checkpoints.insert(dest);
-    return {};
+    return LateCopy{};
   }
   std::string out;
   auto st = w.h.shell_run(
@@ -101,7 +104,7 @@ Result<void> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string
   seed_checkpoint(r, path, dest);
   r.checkpoints.insert(dest);
   r.adopted_at[dest] = mono();
-  return {};
+  return LateCopy{};
 }
 
 }  // namespace
@@ -122,17 +125,22 @@ std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_i
   if (!w) return {};
   std::string path = reported;
   if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
-  auto promise = std::make_shared<std::promise<Result<void>>>();
-  std::shared_future<Result<void>> answer = promise->get_future().share();
+  auto promise = std::make_shared<std::promise<Result<LateCopy>>>();
+  std::shared_future<Result<LateCopy>> answer = promise->get_future().share();
   w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise, head_trial_dir] {
     promise->set_value(adopt_on_host(*impl, *w, trial_id, head_trial_dir, path, dest));
   });
-  return [answer, host = w->name]() -> Result<void> {
+  return [answer, host = w->name, exp = impl_->opts.head_exp_dir, head_trial_dir,
+          dest]() -> Result<void> {
+    Result<LateCopy> got = fail("the connection to ", host, " was closed");
     try {
-      return answer.get();
+      got = answer.get();
     } catch (const std::future_error&) {  // the executor went away before it ran
-      return fail("the connection to ", host, " was closed");
     }
+    if (!got) return std::unexpected(got.error());
+    if (*got && !Impl::publish_copy(**got, exp, head_trial_dir, dest, host))
+      return fail("cannot bring ", dest, " from ", host, " to the head");
+    return {};
   };
 }
 

@@ -326,14 +326,18 @@ void SshExecutor::Impl::tick(Worker& w) {
   if (!w.ready) return;
   tend(w, mono());
   // A tick that input on the connection brought before the schedule's time (the agent's events
-  // about other attempts) leaves the schedule as it is unless it read output, and unwatched
-  // attempts wait for their turn: a burst of events neither polls them at every tick nor
-  // pushes a step-mode answer's fast polls out.
+  // about other attempts) never moves the next due poll later, and unwatched attempts wait for
+  // it: a burst of events neither polls them at every tick nor pushes their polls (or a
+  // step-mode answer's fast ones) out.
   double t = mono();
   bool due = t >= w.poll_due - 0.0005;
   bool read = poll(w, due);
-  double gap = due || read ? w.polls.after_poll(read) : w.poll_due - t;
-  if (due || read) w.poll_due = t + gap;
+  if (due) {
+    w.poll_due = t + w.polls.after_poll(read);
+  } else if (read) {  // (output read early: the next poll may come sooner, never later)
+    w.poll_due = std::min(w.poll_due, t + w.polls.after_poll(true));
+  }
+  double gap = w.poll_due - t;
   // Agent events that libssh read off the socket while this tick waited for other answers
   // leave nothing on the socket to wake the thread: another tick for them.
   if (w.up && (!w.agent_events.empty() || w.h.agent_pending())) gap = IoThread::kMinGap;

@@ -104,28 +104,38 @@ std::vector<std::string> SshExecutor::fetch_checkpoints(const std::string& host,
   });
 }
 
-bool SshExecutor::Impl::fetch_one(Worker& w, const std::string& dir, const fs::path& head_trial_dir,
-                                  const std::string& name) {
-  if (!name.starts_with("checkpoint_") || name.find('/') != std::string::npos) return false;
-  fs::path log =
-      opts.head_exp_dir / ".tune" / ("fetch-" + head_trial_dir.filename().string() + ".log");
+std::vector<std::string> SshExecutor::Impl::copy_command(Worker& w, const std::string& dir,
+                                                         const fs::path& head_trial_dir,
+                                                         const std::string& name) {
   SshStats unused;
   SyncContext c{opts, w.h, unused};
+  return copy_from(c, dir + "/" + name + "/", (head_trial_dir / (".sync_" + name)).string() + "/",
+                   {"--timeout=30"});
+}
+
+bool SshExecutor::Impl::publish_copy(const std::vector<std::string>& cmd,
+                                     const fs::path& head_exp_dir, const fs::path& head_trial_dir,
+                                     const std::string& name, const std::string& host) {
+  fs::path log = head_exp_dir / ".tune" / ("fetch-" + head_trial_dir.filename().string() + ".log");
   std::string staging = ".sync_" + name;
   (void)util::remove_tree_nofollow(head_trial_dir, staging);
-  auto rc =
-      util::run_process(copy_from(c, dir + "/" + name + "/",
-                                  (head_trial_dir / staging).string() + "/", {"--timeout=30"}),
-                        log);
+  auto rc = util::run_process(cmd, log);
   std::error_code ec;
   if (rc && *rc == 0) fs::rename(head_trial_dir / staging, head_trial_dir / name, ec);
   if (!rc || *rc != 0 || ec) {
-    spdlog::warn("{}: cannot bring {} from {}: {}", head_trial_dir.filename().string(), name,
-                 w.name, ec ? ec.message() : util::last_line(log));
+    spdlog::warn("{}: cannot bring {} from {}: {}", head_trial_dir.filename().string(), name, host,
+                 ec ? ec.message() : util::last_line(log));
     (void)util::remove_tree_nofollow(head_trial_dir, staging);
     return false;
   }
   return true;
+}
+
+bool SshExecutor::Impl::fetch_one(Worker& w, const std::string& dir, const fs::path& head_trial_dir,
+                                  const std::string& name) {
+  if (!name.starts_with("checkpoint_") || name.find('/') != std::string::npos) return false;
+  return publish_copy(copy_command(w, dir, head_trial_dir, name), opts.head_exp_dir, head_trial_dir,
+                      name, w.name);
 }
 
 std::vector<LiveAttempt> SshExecutor::live_attempts() {

@@ -192,7 +192,12 @@ namespace {
 // attempts, and a restore point the host lacks (the trial ran elsewhere before).
 std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const Launch& l, Run& r) {
   auto unreachable = [&] { return Unstarted{true, "host " + w.name + " is unreachable"}; };
-  if (auto params = util::read_file(l.trial_dir / "params.json", 1u << 20)) {
+  // (a config over 128 KiB reaches the trial only through this file)
+  auto params = util::read_file(l.trial_dir / "params.json", 64u << 20);
+  std::error_code ec;
+  if (!params && fs::exists(l.trial_dir / "params.json", ec))
+    return Unstarted{false, params.error().message};
+  if (params) {
     (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
     if (auto written = w.h.write(r.dir + "/params.json", *params, 0644); !written) {
       impl.check(w);

@@ -124,6 +124,13 @@ struct SshExecutor::Impl {
   // name until complete); false, with a warning, if it cannot.
   bool fetch_one(Worker& w, const std::string& dir, const fs::path& head_trial_dir,
                  const std::string& name);
+  // fetch_one in two parts: the copy's command (on the host's thread), and running it and
+  // publishing the copy under its name (on any thread).
+  std::vector<std::string> copy_command(Worker& w, const std::string& dir,
+                                        const fs::path& head_trial_dir, const std::string& name);
+  static bool publish_copy(const std::vector<std::string>& cmd, const fs::path& head_exp_dir,
+                           const fs::path& head_trial_dir, const std::string& name,
+                           const std::string& host);
 
   // ssh_host_loss.cpp
   void mark_down(Worker& w, double now);

@@ -69,17 +69,23 @@ class ReattachTest(TuneTest):
 
 
     def test_a_stdout_log_removed_while_no_driver_ran_is_named(self):
-        # Its output read before is kept (the results in result.json); what the trial wrote to
-        # the removed file is lost, and the resumed driver says so instead of nothing.
+        # Its output read before is kept (the results in result.json); what the trial writes
+        # into the removed file is lost, and the resumed driver says so instead of nothing.
         self.kill_driver_while_running()
         t = self.trials("re")[0]
         os.unlink(os.path.join(self.exp_dir("re"), t["trial_name"], "stdout.log"))
         self.tune("run", "exp.yaml", "--resume=auto", check=0)
-        self.assertRegex(self.tune_log(), r"trial %s: its stdout.log is 0 bytes, shorter than the "
-                         r"\d+ bytes read before: it was cut or replaced while no driver ran"
+        self.assertRegex(self.tune_log(), r"trial %s: its stdout.log was removed while no driver "
+                         r"ran, after \d+ bytes read: what the trial prints from now on is lost"
                          % t["trial_name"])
-        for t in self.trials("re"):
-            self.assertEqual(t["status"], "TERMINATED")
+        for u in self.trials("re"):
+            self.assertEqual(u["status"], "TERMINATED")
+            got = [r["training_iteration"] for r in self.results("re", u)]
+            if u["trial_id"] == t["trial_id"]:  # what was read before the kill, and no more
+                self.assertEqual(got, list(range(1, len(got) + 1)))
+                self.assertLess(len(got), 30)
+            else:
+                self.assertEqual(got, list(range(1, 31)))
 
 
 class ArrivalTimesTest(TuneTest):

@@ -233,13 +233,13 @@ TEST_CASE("local transport: a params.json left empty by a killed supervisor is w
   fs::create_directories(s.dir / "trial_a");
   { std::ofstream torn(s.dir / "trial_a" / "params.json"); }
   fs::create_directories(s.dir / "trial_b");
-  std::ofstream(s.dir / "trial_b" / "params.json") << "{\"x\": 7}\n";  // whole: kept
+  std::ofstream(s.dir / "trial_b" / "params.json") << "{\"x\": 77}\n";  // whole: kept
   REQUIRE(ex.start(launch(s.dir, "a", {"true"})));
   REQUIRE(ex.start(launch(s.dir, "b", {"true"})));
   REQUIRE(ex.start(launch(s.dir, "c", {"true"})));  // a new dir
   REQUIRE(run_until_exits(ex, 3).exits.size() == 3);
   CHECK(util::read_file(s.dir / "trial_a" / "params.json", 100) == "{\"x\": 1}\n");
-  CHECK(util::read_file(s.dir / "trial_b" / "params.json", 100) == "{\"x\": 7}\n");
+  CHECK(util::read_file(s.dir / "trial_b" / "params.json", 100) == "{\"x\": 77}\n");
   CHECK(util::read_file(s.dir / "trial_c" / "params.json", 100) == "{\"x\": 1}\n");
   CHECK((fs::status(s.dir / "trial_c" / "params.json").permissions() & fs::perms::all) ==
         (fs::perms::owner_read | fs::perms::owner_write));

@@ -206,6 +206,7 @@ inline Value config() {
   std::string file = env("TUNE_CONFIG_FILE");
   if (file.empty()) return Value::parse("{}");
   std::ifstream in(file);
+  if (!in) throw std::runtime_error("tune: cannot read TUNE_CONFIG_FILE " + file);
   std::stringstream text;
   text << in.rdbuf();
   return Value::parse(text.str());
