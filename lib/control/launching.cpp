@@ -6,11 +6,7 @@
 #include "control/controller.hpp"
 #include "search/space.hpp"
 #include "util/fs.hpp"
-
-namespace {
-// The longest NAME=VALUE string Linux passes to a program (MAX_ARG_STRLEN, with its NUL).
-constexpr size_t kMaxEnvString = 131072;
-}  // namespace
+#include "util/process.hpp"
 
 namespace tune::control {
 
@@ -55,7 +51,7 @@ std::map<std::string, std::string> Controller::trial_env(const trial::Trial& t, 
   // Linux passes at most 128 KiB in one variable (MAX_ARG_STRLEN): a bigger config goes in
   // params.json only, which the helpers read when TUNE_CONFIG is not set.
   if (auto text = t.config.dump(-1, ' ', false, json::error_handler_t::replace);
-      text.size() + sizeof("TUNE_CONFIG=") <= kMaxEnvString) {
+      text.size() + sizeof("TUNE_CONFIG=") <= util::kMaxEnvString) {
     env["TUNE_CONFIG"] = std::move(text);
   } else {
     env.erase("TUNE_CONFIG");

@@ -51,6 +51,19 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
 
 namespace {
 
+// Runs the supervisor's --adopt (its checks and move) on the host: what it printed is the error.
+Result<void> adopt_command(SshExecutor::Impl& impl, Worker& w, const std::string& cmd) {
+  std::string out;
+  auto st = w.h.shell_run(cmd, &out);
+  if (!st) {
+    impl.check(w);
+    return std::unexpected(st.error());
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (*st != 0) return fail(util::printable(out, 300));
+  return {};
+}
+
 // A copy to the head that an adoption leaves to the task waiting for its answer (on the
 // controller's file worker, not the host's thread): the rsync command.
 using LateCopy = std::optional<std::vector<std::string>>;
@@ -63,18 +76,13 @@ Result<LateCopy> adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::p
                                  const std::string& path, const std::string& dest) {
   if (!w.up) return fail("host ", w.name, " is unreachable");
   std::string dir = w.h.info.exp_dir + "/" + head_trial_dir.filename().string();
-  std::string out;
   // (no `exit`: the host's shell runs on after each command)
-  auto st = w.h.shell_run("if [ -d " + q(dir + "/" + dest) + " ] && [ ! -e " + q(path) +
-                              " ]; then :; else " + q(w.h.supervisor) + " --adopt " + q(dir) + " " +
-                              q(path) + " " + q(dest) + "; fi",
-                          &out);
-  if (!st) {
-    impl.check(w);
-    return std::unexpected(st.error());
-  }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  if (*st != 0) return fail(util::printable(out, 300));
+  if (auto moved = adopt_command(impl, w,
+                                 "if [ -d " + q(dir + "/" + dest) + " ] && [ ! -e " + q(path) +
+                                     " ]; then :; else " + q(w.h.supervisor) + " --adopt " +
+                                     q(dir) + " " + q(path) + " " + q(dest) + "; fi");
+      !moved)
+    return std::unexpected(moved.error());
   if (impl.opts.syncer == "none") return LateCopy{};
   return LateCopy{impl.copy_command(w, dir, head_trial_dir, dest)};
 }
@@ -92,15 +100,10 @@ Result<LateCopy> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::st
     r.checkpoints.insert(dest);
     return LateCopy{};
   }
-  std::string out;
-  auto st = w.h.shell_run(
-      q(w.h.supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest), &out);
-  if (!st) {
-    impl.check(w);
-    return std::unexpected(st.error());
-  }
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  if (*st != 0) return fail(util::printable(out, 300));
+  if (auto moved = adopt_command(
+          impl, w, q(w.h.supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest));
+      !moved)
+    return std::unexpected(moved.error());
   seed_checkpoint(r, path, dest);
   r.checkpoints.insert(dest);
   r.adopted_at[dest] = mono();

@@ -13,6 +13,7 @@
 #include "spec/yaml_guard.hpp"
 #include "spec/yaml_json.hpp"
 #include "util/fs.hpp"
+#include "util/process.hpp"
 #include "util/strings.hpp"
 
 namespace tune::spec {
@@ -54,14 +55,12 @@ constexpr std::string_view kCallbackEvents[] = {"trial_start", "trial_result", "
                                                 "trial_error", "checkpoint",   "experiment_end"};
 constexpr std::string_view kReporterKeys[] = {"metric_columns", "parameter_columns", "max_rows",
                                               "sort_by_metric", "max_report_frequency"};
-// The variables tune sets in every trial's environment (trial.env may not set them), and the
-// longest NAME=VALUE string Linux passes to a program (MAX_ARG_STRLEN, with its NUL).
+// The variables tune sets in every trial's environment (trial.env may not set them).
 constexpr std::string_view kSetPerTrial[] = {
     "TUNE_TRIAL_ID",           "TUNE_TRIAL_NAME", "TUNE_TRIAL_DIR",
     "TUNE_EXPERIMENT_NAME",    "TUNE_CONFIG",     "TUNE_CONFIG_FILE",
     "TUNE_CHECKPOINT_STAGING", "TUNE_TRIAL_MODE", "TUNE_RESTORE_CHECKPOINT",
     "CUDA_VISIBLE_DEVICES"};
-constexpr size_t kMaxEnvString = 131072;
 
 constexpr std::string_view kTrialKeys[] = {"command",   "mode",         "workdir",     "env",
                                            "resources", "sync_workdir", "restore_from"};
@@ -495,10 +494,11 @@ void Parser::parse_trial(const YAML::Node& n, Experiment& e) const {
                               ": remove it here");
         if (!kv.second.IsScalar() && !kv.second.IsNull())
           error(kv.second, "trial.env." + k + ": expected a string");
-        else if (!kv.second.IsNull() && kv.second.Scalar().size() >= kMaxEnvString - k.size() - 1)
+        else if (!kv.second.IsNull() &&
+                 kv.second.Scalar().size() >= util::kMaxEnvString - k.size() - 1)
           error(kv.second, "trial.env." + k + ": " + std::to_string(kv.second.Scalar().size()) +
-                               " bytes; Linux passes at most " + std::to_string(kMaxEnvString - 2) +
-                               " in one variable");
+                               " bytes; Linux passes at most " +
+                               std::to_string(util::kMaxEnvString - 2) + " in one variable");
         e.trial.env[k] = kv.second.IsNull() ? "" : kv.second.Scalar();
       }
     }

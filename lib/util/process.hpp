@@ -17,6 +17,10 @@ namespace tune::util {
 
 namespace fs = std::filesystem;
 
+// The longest NAME=VALUE string Linux passes to a program in its environment or arguments
+// (MAX_ARG_STRLEN, its NUL included).
+inline constexpr size_t kMaxEnvString = 131072;
+
 // Spawn attributes every helper and supervisor gets: no blocked signals, and the signals the
 // driver handles (INT, TERM, CHLD, PIPE, HUP) back to their defaults; plus `flags`
 // (POSIX_SPAWN_SETSID or POSIX_SPAWN_SETPGROUP). Destroy with posix_spawnattr_destroy.
