@@ -1,9 +1,49 @@
 #include "trial/result_line.hpp"
 
+#include <algorithm>
+
 #include "util/json_ext.hpp"
 #include "util/strings.hpp"
 
 namespace tune::trial {
+
+namespace {
+// The deepest nesting of `text`, brackets inside strings not counted.
+size_t nesting(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Why a line that began like an object was not taken (the failing path only: it parses again).
+LineIssue why_not(std::string_view line) {
+  if (util::invalid_utf8_at(line) != std::string_view::npos) return LineIssue::kNotUtf8;
+  if (nesting(line) > kMaxResultDepth) return LineIssue::kTooDeep;
+  try {
+    auto parsed = nlohmann::json::parse(line);
+    (void)parsed;
+  } catch (const nlohmann::json::out_of_range&) {  // "number overflow" (1e999)
+    return LineIssue::kTooLarge;
+  } catch (const std::exception&) {
+  }
+  return LineIssue::kMalformed;
+}
+}  // namespace
 
 std::optional<nlohmann::json> parse_result_line(std::string_view line, LineIssue* issue) {
   if (issue) *issue = LineIssue::kNone;
@@ -13,9 +53,7 @@ std::optional<nlohmann::json> parse_result_line(std::string_view line, LineIssue
   if (obj.is_discarded() || !obj.is_object()) {
     // (a parsed value is valid UTF-8: nlohmann checks every string, and JSON outside strings
     // is ASCII)
-    if (issue)
-      *issue = util::invalid_utf8_at(line) != std::string_view::npos ? LineIssue::kNotUtf8
-                                                                     : LineIssue::kMalformed;
+    if (issue) *issue = why_not(line);
     return std::nullopt;
   }
   if (issue && util::has_non_finite(obj)) *issue = LineIssue::kNonFinite;
@@ -34,12 +72,27 @@ std::optional<std::string> LineIssueLog::note(LineIssue issue, uint64_t line_no)
              " holds NaN or Infinity: recorded, and such a value ranks last (said once per trial)";
     case LineIssue::kNotUtf8:
     case LineIssue::kMalformed:
+    case LineIssue::kTooDeep:
+    case LineIssue::kTooLarge:
       break;
   }
   if (++bad_lines_ > kMaxBadLines) return std::nullopt;
-  std::string msg = where + (issue == LineIssue::kNotUtf8
-                                 ? " starts like a result but is not valid UTF-8: ignored"
-                                 : " starts like a result but is not a JSON object: ignored");
+  std::string msg = where + " starts like a result but ";
+  switch (issue) {
+    case LineIssue::kNotUtf8:
+      msg += "is not valid UTF-8";
+      break;
+    case LineIssue::kTooDeep:
+      msg += "nests deeper than " + std::to_string(kMaxResultDepth) + " levels";
+      break;
+    case LineIssue::kTooLarge:
+      msg += "holds a number beyond a double's range (such as 1e999)";
+      break;
+    default:
+      msg += "is not a JSON object";
+      break;
+  }
+  msg += ": ignored";
   if (bad_lines_ == kMaxBadLines) msg += " (further such lines of this trial are not logged)";
   return msg;
 }

@@ -14,7 +14,9 @@ enum class LineIssue {
   kNone,       // parsed, or not meant as a result (print debugging): nothing to say
   kNonFinite,  // parsed, and holds NaN, Infinity or -Infinity (a diverged metric)
   kNotUtf8,    // began like a JSON object but is not valid UTF-8: not taken
-  kMalformed,  // began like a JSON object but is not one (or nests too deep): not taken
+  kMalformed,  // began like a JSON object but is not one: not taken
+  kTooDeep,    // a JSON object nested deeper than kMaxResultDepth: not taken
+  kTooLarge,   // a JSON object with a number beyond a double's range (1e999): not taken
 };
 
 // Deepest nesting a result line may have.

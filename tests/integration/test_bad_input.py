@@ -373,7 +373,8 @@ class UntrustedInputTest(TuneTest):
             log = f.read()
         self.assertEqual(log.count("holds NaN or Infinity"), 1, log)
         self.assertIn("output line 4 of this attempt starts like a result but is not valid UTF-8", log)
-        self.assertIn("output line 5 of this attempt starts like a result but is not a JSON object", log)
+        self.assertIn("output line 5 of this attempt starts like a result but nests deeper than 256 "
+                      "levels", log)
 
         # checkpoints ls/best rank a non-finite score last, whichever the order.
         p = self.tune("checkpoints", "ls", "nan", "--format", "json", check=0)

@@ -186,7 +186,19 @@ TEST_CASE("result lines that are not UTF-8, not JSON or too deep are refused wit
   CHECK(issue == trial::LineIssue::kMalformed);
   std::string deep = "{\"a\":" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
   CHECK_FALSE(trial::parse_result_line(deep, &issue));
+  CHECK(issue == trial::LineIssue::kTooDeep);
+  std::string deep_in_string = "{\"a\":\"" + std::string(300, '[') + "\"}";  // just text
+  CHECK(trial::parse_result_line(deep_in_string, &issue));
+  CHECK_FALSE(trial::parse_result_line(R"({"loss": 1e999})", &issue));
+  CHECK(issue == trial::LineIssue::kTooLarge);
+  CHECK_FALSE(trial::parse_result_line(R"({"x": , "loss": 1e999})", &issue));
   CHECK(issue == trial::LineIssue::kMalformed);
+  trial::LineIssueLog log;
+  CHECK(log.note(trial::LineIssue::kTooDeep, 1)->find("deeper than 256 levels") !=
+        std::string::npos);
+  CHECK(log.note(trial::LineIssue::kTooLarge, 2)->find("beyond a double's range") !=
+        std::string::npos);
+  CHECK(log.note(trial::LineIssue::kMalformed, 3)->find("not a JSON object") != std::string::npos);
   CHECK_FALSE(trial::parse_result_line("epoch 3 done", &issue));  // print debugging: no issue
   CHECK(issue == trial::LineIssue::kNone);
 }
