@@ -39,6 +39,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "agent/dir_lock.hpp"
 #include "agent/supervise.hpp"
 #include "events.hpp"
 #include "remote.hpp"
@@ -49,6 +50,9 @@ using nlohmann::json;
 using tune::agent_app::Child;
 using tune::agent_app::emit;
 using tune::agent_app::emit_error;
+
+// How long a new agent waits for the lock an earlier one holds (it finishes what it was asked).
+constexpr int kLockWaitMs = 15000;
 
 class Agent {
  public:
@@ -286,13 +290,27 @@ int main(int argc, char** argv) {
   }
   // One agent per experiment per host at a time: a new one waits here for the last one (whose
   // driver is gone) to finish the requests it had read. A driver that resumes takes the same
-  // lock before it looks for its attempts in the log (exec::wait_for_agent).
+  // lock before it looks for its attempts in the log (exec::wait_for_agent). Never for ever:
+  // one that is stopped or stuck would hold every launch of this driver.
   std::string lock_path = std::string(argv[2]) + ".agent-lock";
   int lock_fd =
       ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX) != 0) {
-    std::fprintf(stderr, "tune-agent: cannot lock %s: %s\n", lock_path.c_str(),
-                 std::strerror(errno));
+  for (int waited_ms = 0; lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0;
+       waited_ms += 10) {
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    if (waited_ms >= kLockWaitMs) {
+      int holder = tune::agent::flock_holder(lock_path);
+      emit_error("cannot start: another tune-agent" +
+                 (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
+                 " has held " + lock_path + " for " + std::to_string(kLockWaitMs / 1000) +
+                 " s (stopped or stuck?)");
+      return 1;
+    }
+    timespec ts{0, 10'000'000};
+    ::nanosleep(&ts, nullptr);
+  }
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    emit_error("cannot start: cannot lock " + lock_path + ": " + std::strerror(errno));
     return 1;
   }
   int sig_fd = child_signals();

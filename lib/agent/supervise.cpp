@@ -2,6 +2,7 @@
 #include "agent/supervise.hpp"
 
 #include "agent/arrival_notes.hpp"
+#include "agent/dir_lock.hpp"
 #include "util/clock.hpp"
 
 #include <dirent.h>
@@ -393,6 +394,25 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
 // Makes the trial dir and writes params.json if it is missing (agent mode: the driver's loop
 // creates no file per trial, the supervisors do, in parallel). Returns true if it made the dir
 // (then nothing else is in it: no earlier attempt's logs to look for).
+// Whether `path` holds exactly `text`.
+bool same_content(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return false;
+  struct stat st {};
+  bool same = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+              static_cast<uint64_t>(st.st_size) == text.size();
+  std::string buf(same ? text.size() : 0, '\0');
+  size_t got = 0;
+  while (same && got < buf.size()) {
+    ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return same && got == text.size() && buf == text;
+}
+
 bool make_trial_dir(const Attempt& a, std::string& error) {
   bool made = ::mkdir(a.dir.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) {
@@ -410,12 +430,10 @@ bool make_trial_dir(const Attempt& a, std::string& error) {
       return made;
     if (fd >= 0) ::close(fd);
   }
-  // Missing, or left empty by a supervisor killed between making it and writing it (one
-  // write of a small file is not cut short by a signal): written whole. One the trial
-  // rewrote is its own.
-  struct stat st {};
-  if (made || ::stat(target.c_str(), &st) != 0 || st.st_size == 0)
-    write_atomic(target, *a.params_json, false);
+  // Every attempt starts with the trial's config there, as Ray does: one missing, left empty
+  // by a supervisor killed between making it and writing it, or changed by an earlier attempt
+  // is written whole again (read first: a retry of an untouched trial writes nothing).
+  if (made || !same_content(target, *a.params_json)) write_atomic(target, *a.params_json, false);
   return made;
 }
 
@@ -462,6 +480,14 @@ int supervise(const Attempt& a, const Sinks& sinks) {
 
   std::string error;  // set: the attempt fails as an exec failure, with this in its record
   const bool fresh_dir = make_trial_dir(a, error);
+  // Held until this process exits (see dir_lock.hpp). Taken where an earlier attempt's
+  // supervisor still runs, this attempt never starts: two would write one stdout.log.
+  if (error.empty() && lock_trial_dir(a.dir) < 0 && errno == EWOULDBLOCK) {
+    int holder = flock_holder(a.dir);
+    error = "an earlier attempt of this trial still runs there (its supervisor" +
+            (holder > 0 ? ", pid " + std::to_string(holder) + "," : std::string()) +
+            " holds the trial dir): attempt " + a.attempt + " is not started beside it";
+  }
   int in = -1, out = -1, err = -1;  // the trial's stdin, and the write ends of its pipes
   Output outs[2];
   outs[0].name = "stdout.log";

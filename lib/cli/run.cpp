@@ -312,6 +312,11 @@ int RunCommand::execute() {
     if (!ec && st.type() != fs::file_type::regular)
       throw Fatal("'" + f.string() + "' is not a regular file: move it away to run or resume");
   }
+  // An agent an earlier driver left (it ends once it has launched what it was asked for): what
+  // it launches must be in the log before this driver reads it, and two never run at once.
+  if (auto w = exec::wait_for_agent(lo.attempt_log, env_seconds("TUNE_AGENT_WAIT_S").value_or(10));
+      !w)
+    throw Fatal(w.error());
   lo.lease_file = dir / ".tune" / "lease";
   lo.orphan_timeout_s = exp.orphan_timeout_s;
   lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);

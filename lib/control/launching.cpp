@@ -127,7 +127,7 @@ bool Controller::launch(trial::Trial& t, const Placement& p) {
   l.env = trial_env(t, p, restore);
   l.stdout_offset = t.stdout_offset;
   l.stdin_fifo = exp_.trial.mode == spec::TrialMode::kStep;
-  if (t.attempt == 1) l.params_json = t.config.dump(2) + "\n";
+  l.params_json = t.config.dump(2) + "\n";  // (written again where an attempt changed it)
   rt.started = rt.last_result_at = ex_.now();
   spdlog::info("trial {} attempt {}: starting{}", t.name, t.attempt,
                restore.empty() ? "" : " from " + fs::path(restore).filename().string());

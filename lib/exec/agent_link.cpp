@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -98,6 +99,11 @@ std::vector<std::string> AgentLink::read_events() {
   if (buf_.size() > kMaxEventLine) buf_.clear();
   if (events_fd_ < 0) close();
   return lines;
+}
+
+void AgentLink::kill() {
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+  close();
 }
 
 void AgentLink::close() {

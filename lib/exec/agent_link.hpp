@@ -31,6 +31,10 @@ class AgentLink {
   [[nodiscard]] std::vector<std::string> read_events();
   // Ends the link: EOF on the agent's stdin makes it exit (supervisors go on).
   void close();
+  // Ends the link and the agent (SIGKILL: a stopped one too), so that it never makes a launch
+  // it still holds; for an agent given up on (supervisors go on).
+  void kill();
+  [[nodiscard]] pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;

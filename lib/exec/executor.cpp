@@ -82,7 +82,14 @@ Result<void> prepare_trial_dir(const Launch& l) {
   std::error_code ec;
   fs::create_directories(l.trial_dir, ec);
   if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
-  if (!l.params_json.empty() && !fs::exists(l.trial_dir / "params.json", ec)) {
+  // Missing or changed (by an earlier attempt): every attempt starts with the trial's config.
+  fs::path params = l.trial_dir / "params.json";
+  auto same = [&] {
+    if (!util::is_regular_file_at(params)) return false;  // (a FIFO there would block a read)
+    auto now = util::read_file(params, l.params_json.size() + 1);
+    return now && *now == l.params_json;
+  };
+  if (!l.params_json.empty() && !same()) {
     auto r = util::write_file_atomic(l.trial_dir / "params.json", l.params_json, false);
     if (!r) spdlog::warn("{}", r.error().message);
   }

@@ -24,6 +24,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "agent/dir_lock.hpp"
 #include "exec/agent_link.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
@@ -38,6 +39,10 @@ namespace {
 
 constexpr size_t kReadChunk = 4u << 20;  // per trial per wakeup: keeps the loop fair
 constexpr double kRescanPeriod = 1.0;    // safety net for missed inotify events; liveness polls
+// An agent that has not started a launch this long after it was sent is given up on (killed,
+// its launches not started); one that is stopped (SIGSTOP, a debugger), after kStoppedAgentS.
+constexpr double kAgentAnswerS = 30.0;
+constexpr double kStoppedAgentS = 3.0;
 
 using util::clock_s;
 
@@ -60,6 +65,8 @@ struct Run {
   bool supervisor_gone = false;
   std::optional<ExitInfo> exit;
   std::string gone_error;         // the agent could not start the supervisor
+  double sent_at = 0;             // when its launch was sent to the agent (monotonic)
+  bool given_up = false;          // on an agent that sat on its launch: not the trial's doing
   StopAsk stop = StopAsk::kNone;  // asked before the supervisor was known
   int wd = -1;
   int fifo_fd = -1;
@@ -79,6 +86,28 @@ std::unordered_map<std::string, pid_t> live_supervisors(const fs::path& exp_dir)
   return out;
 }
 
+namespace {
+// What /proc says process `pid` is doing, for a message; `hint`: with what to do about it.
+std::string process_state(int pid, bool hint) {
+  auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  auto close = text ? text->rfind(')') : std::string::npos;
+  if (close == std::string::npos || close + 2 >= text->size()) return "gone";
+  switch ((*text)[close + 2]) {
+    case 'T':
+      return "stopped (by SIGSTOP or a terminal)" +
+             (hint ? ": `kill -CONT " + std::to_string(pid) + "`" : std::string());
+    case 't':
+      return "stopped by a debugger";
+    case 'D':
+      return "blocked in the kernel (disk or network file system?)";
+    case 'Z':
+      return "ended, not yet reaped";
+    default:
+      return "running";
+  }
+}
+}  // namespace
+
 // A launch request's size limit (a program's arguments and environment are at most a few MiB
 // anyway: ARG_MAX).
 constexpr size_t kMaxLaunchBytes = 16u << 20;
@@ -96,6 +125,7 @@ struct LocalExecutor::Impl {
   std::string hostname = util::host_name();
   std::unordered_map<std::string, int> last_pid;  // trial id -> pid of its last attempt
   bool waited_for_old_agent = false;
+  std::string agent_said;  // the running agent's last error that named no launch
 
   explicit Impl(LocalOptions o) : opts(std::move(o)), log(opts.attempt_log) {}
 
@@ -224,6 +254,8 @@ struct LocalExecutor::Impl {
         it->second.supervisor_gone = true;
         it->second.gone_error = "tune-agent refused it: " + message;
         it->second.dirty = true;
+      } else {
+        agent_said = message;
       }
       spdlog::warn("tune-agent: {}", message);
       return;
@@ -261,13 +293,41 @@ struct LocalExecutor::Impl {
       r.via_agent = false;
       if (!r.supervisor) {  // not started, or its start event was lost: the log says
         log.refresh();
-        if (const auto* a = log.find(r.name, r.attempt); a && a->supervisor)
+        if (const auto* a = log.find(r.name, r.attempt); a && a->supervisor) {
           supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
-        else
+        } else {
           r.supervisor_gone = true;
+          if (r.gone_error.empty())
+            r.gone_error = "tune-agent ended before it started the attempt" +
+                           (agent_said.empty() ? std::string() : ": " + agent_said);
+        }
       }
       r.dirty = true;
     }
+  }
+
+  // An agent that sits on launches (stopped, stuck) is killed, so that it never makes them
+  // later, and its launches end as not started; the next launch starts a new agent. Without
+  // this a Ctrl-C would wait for ever on attempts nobody starts. (every kRescanPeriod)
+  void check_agent(double now) {
+    if (!agent.running()) return;
+    double oldest = now;
+    for (const auto& [id, r] : runs)
+      if (r.via_agent && !r.supervisor && !r.supervisor_gone && !r.exit)
+        oldest = std::min(oldest, r.sent_at);
+    double waited = now - oldest;
+    if (waited < kStoppedAgentS) return;
+    std::string state = process_state(agent.pid(), false);
+    if (waited < kAgentAnswerS && !state.starts_with("stopped")) return;
+    spdlog::warn(
+        "tune-agent (pid {}) has not started a trial it was asked to start {:.0f} s ago; it is "
+        "{}: it is ended, and the trials it held are not started",
+        agent.pid(), waited, state);
+    agent_said = "it did not answer for " + fmt::format("{:.0f}", waited) + " s (" + state + ")";
+    for (auto& [id, r] : runs)
+      if (r.via_agent && !r.supervisor && !r.supervisor_gone && !r.exit) r.given_up = true;
+    agent.kill();
+    agent_lost();
   }
 
   // Runs not reported by the agent: still running? (every kRescanPeriod)
@@ -370,7 +430,9 @@ struct LocalExecutor::Impl {
       info = std::move(*r.exit);
     } else {
       info.attempt = r.attempt;
-      info.reason = ExitReason::kSupervisorDied;
+      // (never started: the agent was given up on, which is the host's failing, not the trial's)
+      info.reason =
+          r.given_up && !r.supervisor ? ExitReason::kHostLost : ExitReason::kSupervisorDied;
       info.error = r.gone_error.empty()
                        ? "the trial's supervisor exited without recording the trial's exit"
                        : "cannot start the trial's supervisor: " + r.gone_error;
@@ -462,6 +524,7 @@ Result<void> LocalExecutor::start(const Launch& l) {
     if (!impl.agent.running()) {
       if (auto up = impl.agent.start(impl.opts.agent, impl.opts.attempt_log); !up) return up;
       impl.env_base.reset();  // a new agent: it has no environment yet
+      impl.agent_said.clear();
     }
     std::string lines;
     try {
@@ -479,22 +542,48 @@ Result<void> LocalExecutor::start(const Launch& l) {
     }
     sent = impl.agent.send(lines);
     if (!sent) {
-      impl.agent.close();  // a request may be cut short: never reuse this link
+      impl.agent.kill();  // a request may be cut short: never reuse this link or this agent
       impl.env_base.reset();
       impl.agent_lost();
     }
   }
   if (!sent) return sent;
+  r.sent_at = now();
   impl.last_pid.erase(l.trial_id);
   impl.runs.emplace(l.trial_id, std::move(r));
   return {};
 }
 
+namespace {
+struct Unlogged {
+  int supervisor = 0;
+  uint64_t started = 0;
+  std::optional<int> trial;  // its first child: the trial (orphans it adopts come later)
+  uint64_t trial_started = 0;
+};
+
+// The live supervisor that holds `dir`'s lock (agent/dir_lock.hpp), if any.
+std::optional<Unlogged> supervisor_of_dir(const fs::path& dir) {
+  Unlogged u;
+  u.supervisor = agent::flock_holder(dir.string());
+  if (u.supervisor <= 0) return std::nullopt;
+  u.started = util::process_start_ticks(u.supervisor);
+  if (!supervisor_alive(u.supervisor, u.started)) return std::nullopt;
+  std::string p = std::to_string(u.supervisor);
+  if (auto kids = util::read_file("/proc/" + p + "/task/" + p + "/children", 4096)) {
+    int child = std::atoi(kids->c_str());
+    if (child > 0) u.trial = child, u.trial_started = util::process_start_ticks(child);
+  }
+  return u;
+}
+}  // namespace
+
 Result<Attached> LocalExecutor::attach(const Launch& l) {
   auto& impl = *impl_;
   if (!impl.waited_for_old_agent) {
     impl.waited_for_old_agent = true;
-    wait_for_agent(impl.opts.attempt_log, 10.0);
+    if (auto w = wait_for_agent(impl.opts.attempt_log, 10.0); !w)
+      spdlog::warn("{}", w.error().message);
   }
   if (auto it = impl.runs.find(l.trial_id); it != impl.runs.end()) {
     impl.close_run(it->second);
@@ -523,12 +612,21 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
   }
   impl.log.refresh();
   const LoggedAttempt* a = impl.log.find(r.name, r.attempt);
-  if (!a) return Attached::kGone;
   Attached found = Attached::kGone;
-  if (a->supervisor && supervisor_alive(*a->supervisor, a->supervisor_started)) {
+  if (a && a->supervisor && supervisor_alive(*a->supervisor, a->supervisor_started)) {
     found = Attached::kRunning;
     impl.supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
-  } else if (a->exit) {
+  } else if (auto unlogged = a && a->exit ? std::nullopt : supervisor_of_dir(r.dir)) {
+    // The log lost its line (cut or replaced while no driver ran), but the trial dir's lock
+    // names a live supervisor: the attempt runs, and is re-attached rather than started again.
+    spdlog::warn(
+        "trial {}: {} has no line for attempt {}, but its supervisor runs (pid {}, holding the "
+        "trial dir): re-attached to it; was the log cut or replaced while no driver ran?",
+        r.name, impl.log.file().string(), r.attempt, unlogged->supervisor);
+    found = Attached::kRunning;
+    impl.supervisor_known(r, unlogged->supervisor, unlogged->started, unlogged->trial,
+                          unlogged->trial_started);
+  } else if (a && a->exit) {
     if (a->supervisor)
       impl.supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
     r.exit = impl.check_record(r, *a->exit);
@@ -617,6 +715,7 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   if (t - impl.last_scan >= kRescanPeriod) {
     impl.last_scan = t;
     for (auto& [id, r] : impl.runs) r.dirty = true;
+    impl.check_agent(t);
     impl.poll_liveness();
   }
   std::vector<std::string> finished;
@@ -675,7 +774,8 @@ std::vector<LiveAttempt> LocalExecutor::live_attempts() {
   auto& impl = *impl_;
   if (!impl.waited_for_old_agent) {  // launches it was asked for are in the log once it exits
     impl.waited_for_old_agent = true;
-    wait_for_agent(impl.opts.attempt_log, 10.0);
+    if (auto w = wait_for_agent(impl.opts.attempt_log, 10.0); !w)
+      spdlog::warn("{}", w.error().message);
   }
   impl.log.refresh();
   return exec::live_attempts(impl.log);
@@ -685,19 +785,25 @@ void LocalExecutor::end_attempts(const std::vector<LiveAttempt>& which, double g
   end_local_attempts(which, grace_s);
 }
 
-void wait_for_agent(const fs::path& attempt_log, double timeout_s) {
+Result<void> wait_for_agent(const fs::path& attempt_log, double timeout_s) {
   fs::path lock = attempt_log;
   lock += ".agent-lock";
   int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return;  // no agent ever ran for this experiment here
+  if (fd < 0) return {};  // no agent ever ran for this experiment here
   double end = clock_s(CLOCK_MONOTONIC) + timeout_s;
   bool warned = false;
+  Result<void> out;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (clock_s(CLOCK_MONOTONIC) >= end) {
-      spdlog::warn(
-          "the previous driver's tune-agent still runs after {} s; going on without "
-          "waiting for it ({})",
-          timeout_s, lock.string());
+      // Going on beside it would start a second agent that cannot take the lock, and the old
+      // one would launch what it still holds whenever it moves again: stop here, say why.
+      int pid = agent::flock_holder(lock.string());
+      out = fail("the tune-agent of an earlier driver",
+                 pid > 0 ? " (pid " + std::to_string(pid) + ", " + process_state(pid, true) + ")"
+                         : std::string(),
+                 " still holds ", lock.string(), " after ", fmt::format("{:g}", timeout_s),
+                 " s: it may still launch trials it was asked for; let it finish or end it, "
+                 "then run again");
       break;
     }
     if (!warned) spdlog::info("waiting for the previous driver's tune-agent to finish");
@@ -706,6 +812,7 @@ void wait_for_agent(const fs::path& attempt_log, double timeout_s) {
     ::nanosleep(&ts, nullptr);
   }
   ::close(fd);  // releases the lock if it was taken
+  return out;
 }
 
 Result<fs::path> find_helper_program(const std::string& name, const char* env_var,

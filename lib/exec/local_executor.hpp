@@ -53,8 +53,9 @@ class LocalExecutor final : public Executor {
 [[nodiscard]] std::unordered_map<std::string, pid_t> live_supervisors(const fs::path& exp_dir);
 
 // Waits (up to timeout_s) until no tune-agent of an earlier driver runs for this attempt log:
-// one still running may have launches left that it read before its driver died.
-void wait_for_agent(const fs::path& attempt_log, double timeout_s);
+// one still running may have launches left that it read before its driver died. Fails, naming
+// the agent and what it is doing (stopped, blocked), if it still runs then.
+[[nodiscard]] Result<void> wait_for_agent(const fs::path& attempt_log, double timeout_s);
 
 // Finds tune-supervisor (pushed to SSH hosts) and tune-agent: $TUNE_SUPERVISOR / $TUNE_AGENT,
 // else beside the running tune binary (a build dir), else in ../libexec/tune/ next to it (an

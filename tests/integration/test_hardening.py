@@ -286,6 +286,31 @@ class HardeningTest(TuneTest):
             col = rows[0].split(",").index("done")
             self.assertEqual([r.split(",")[col] for r in rows[1:]], ["false", "false", "false", "true"])
 
+    def test_params_json_a_failed_attempt_changed_is_written_again_for_the_retry(self):
+        # As Ray does: every attempt starts with the trial's config in params.json, whatever
+        # an earlier attempt did to it (before, the retry read the changed file).
+        self.write("rewrites.py", """
+            import json, os, sys
+            p = os.path.join(os.environ["TUNE_TRIAL_DIR"], "params.json")
+            got = json.load(open(p))
+            if not os.path.exists(p + ".seen"):
+                open(p + ".seen", "w").close()
+                json.dump({"lr": "changed by attempt 1"}, open(p, "w"))
+                sys.exit(3)
+            print(json.dumps({"lr_seen": got["lr"], "same": got == json.loads(os.environ["TUNE_CONFIG"])}))
+            """)
+        self.write("exp.yaml", """
+            name: params
+            trial: {command: ["%s", "rewrites.py"]}
+            param_space: {lr: {grid_search: [0.1, 0.2]}}
+            failure_config: {max_failures: 1}
+        """ % PY)
+        self.tune("run", "exp.yaml", "--quiet", check=0)
+        for t in self.trials("params"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2))
+            [row] = self.results("params", t)
+            self.assertEqual((row["lr_seen"], row["same"]), (t["config"]["lr"], True))
+
     def test_item22_crash_loop_backs_off(self):
         self.write("exp.yaml", """
             name: crashloop
@@ -305,6 +330,106 @@ class HardeningTest(TuneTest):
         # logged at its 1st, 2nd and 4th occurrence, not every time
         self.assertLess(log.count("exit code 1"), attempts)
         self.assertIn("times in a row", log)
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+class AgentFaultTest(TuneTest):
+    """A tune-agent stopped (SIGSTOP, a debugger) or stuck: the driver neither waits for it for
+    ever nor runs a second one beside it; what it held is started again, and nothing is lost."""
+
+    def setUp(self):
+        super().setUp()
+        self.write("counter.py", COUNTER)
+
+    def agents(self):
+        """The tune-agent processes of this test (not the supervisors they fork, which have
+        the same command line: an agent's parent is a driver)."""
+        def serving(pid):
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                return False
+            return os.path.basename(argv[0]) == b"tune-agent" and argv[1:2] == [b"serve"]
+
+        def parent(pid):
+            with open("/proc/%d/stat" % pid) as f:
+                return int(f.read().rsplit(")", 1)[1].split()[1])
+
+        return [p for p in self.processes_under(self.dir) if serving(p) and not serving(parent(p))]
+
+    def reporting(self, name, n):
+        return lambda: sum(os.path.exists(os.path.join(self.exp_dir(name), t["trial_name"],
+                                                       "result.json"))
+                           for t in self.trials(name)) >= n
+
+    def log(self, name):
+        with open(os.path.join(self.exp_dir(name), "tune.log")) as f:
+            return f.read()
+
+    def test_a_stopped_agent_is_given_up_on_and_what_it_held_starts_again(self):
+        # One trial at a time: the second one's launch goes to the stopped agent. Before, the
+        # run waited for it for ever (and a Ctrl-C could not end it).
+        self.write("exp.yaml", """
+            name: stopped
+            trial: {command: ["%s", "counter.py", "4", "0", "0", "0.25"]}
+            param_space: {x: {grid_search: [1, 2, 3]}}
+            max_concurrent_trials: 1
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        try:
+            self.wait_for(self.reporting("stopped", 1), what="the first trial reporting")
+            [agent] = self.agents()
+            os.kill(agent, signal.SIGSTOP)
+            _, err = p.communicate(timeout=90)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertRegex(self.log("stopped"),
+                         r"tune-agent \(pid %d\) has not started a trial it was asked to start "
+                         r"\d+ s ago; it is stopped \(by SIGSTOP or a terminal\)" % agent)
+        self.assertFalse(alive(agent), "the stopped agent was left behind")
+        for t in self.trials("stopped"):
+            self.assertEqual((t["status"], t["failures"]), ("TERMINATED", 0), t["trial_name"])
+            self.assertEqual([r["i"] for r in self.results("stopped", t)], [1, 2, 3, 4])
+
+    def test_a_resume_beside_the_stopped_agent_of_a_killed_driver_stops_and_says_why(self):
+        # The old agent still holds the experiment's agent lock: a second one beside it would
+        # wait for ever, and the old one could launch what it holds at any later time.
+        self.write("exp.yaml", """
+            name: left
+            trial: {command: ["%s", "counter.py", "12", "3", "0", "0.25"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(self.reporting("left", 2), what="both trials reporting")
+        [agent] = self.agents()
+        os.kill(agent, signal.SIGSTOP)
+        p.kill()
+        p.communicate()
+        try:
+            env = dict(self.env, TUNE_AGENT_WAIT_S="1")
+            r = self.tune("run", "exp.yaml", "--resume=auto", env=env, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertRegex(r.stderr, r"the tune-agent of an earlier driver \(pid %d, stopped "
+                             r"\(by SIGSTOP or a terminal\): `kill -CONT %d`\) still holds "
+                             r"\S+agent-lock after 1 s" % (agent, agent))
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        self.wait_for(lambda: not alive(agent), what="the old agent to finish")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=90)
+        for t in self.trials("left"):
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertEqual([r["i"] for r in self.results("left", t)], list(range(1, 13)))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ re-attaches to the trials still running (same process, same attempt) and finishe
 ended meanwhile from their output and exit status; no result is lost or recorded twice."""
 import json
 import os
+import re
 import time
 import unittest
 
@@ -86,6 +87,21 @@ class ReattachTest(TuneTest):
                 self.assertLess(len(got), 30)
             else:
                 self.assertEqual(got, list(range(1, 31)))
+
+    def test_an_attempt_log_cut_short_does_not_start_a_second_attempt(self):
+        # The log lost the lines that name the running supervisors while no driver ran. Each
+        # supervisor holds its trial dir's lock, which names it: the resume re-attaches to it
+        # instead of starting attempt 2 beside the live attempt 1.
+        with open(os.path.join(self.dir, "exp.yaml")) as f:
+            text = f.read().replace("sleep: 0.05", "sleep: 0.2")  # 6 s: still running at resume
+        self.write("exp.yaml", text)
+        self.kill_driver_while_running()
+        os.truncate(os.path.join(self.exp_dir("re"), ".tune", "attempts.log"), 0)
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.assertEqual(len(re.findall(
+            r"has no line for attempt 1, but its supervisor runs \(pid \d+, holding the trial "
+            r"dir\): re-attached to it", self.tune_log())), 2, self.tune_log())
+        self.check_finished_once()
 
 
 class ArrivalTimesTest(TuneTest):

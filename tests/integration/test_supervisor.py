@@ -3,10 +3,11 @@ killed when it ends, output after that never counted for the next attempt), only
 can record its end, and every attempt's stdout/stderr stays in the trial's logs."""
 import json
 import os
+import subprocess
 import time
 import unittest
 
-from harness import PY, TuneTest
+from harness import BUILD, PY, TuneTest
 
 
 def alive(pid):
@@ -165,6 +166,50 @@ class SupervisorTest(TuneTest):
                          "boom in attempt 1\n=== attempt 2 ===\n")
         # The marker is read as attempt 2's output, and is not a result.
         self.assertEqual([r["loss"] for r in self.results("twice", t)], [0.5])
+
+
+
+    def test_a_second_attempt_never_starts_while_one_runs_in_the_trial_dir(self):
+        # Each supervisor holds its trial dir's lock: one started there while another still
+        # runs (only a damaged attempt log could ask for it) records a failed start naming the
+        # first, and never runs its trial beside it.
+        sup = os.path.join(BUILD, "tune-supervisor")
+        d = os.path.join(self.dir, "trial")
+        os.makedirs(d)
+        lease = os.path.join(self.dir, "lease")
+        open(lease, "w").close()
+
+        def start(attempt, argv):
+            record = os.path.join(self.dir, "exit-%d.json" % attempt)
+            p = subprocess.Popen([sup, d, str(attempt), lease, "600", "1", self.dir, "null",
+                                  record, "--", *argv], stdin=subprocess.PIPE,
+                                 start_new_session=True)
+            p.stdin.write(b"0" * 32)
+            p.stdin.close()
+            return p, record
+
+        first, _ = start(1, [PY, "-c", "import time; print('one', flush=True); time.sleep(3)"])
+        self.wait_for(lambda: "one" in open(os.path.join(d, "stdout.log")).read(),
+                      what="attempt 1 running")
+        second, record = start(2, [PY, "-c", "print('two', flush=True)"])
+        self.assertEqual(second.wait(timeout=10), 0)
+        with open(record) as f:
+            rec = json.load(f)
+        self.assertEqual(rec["reason"], "exec_failed")
+        self.assertIn("an earlier attempt of this trial still runs there (its supervisor, pid "
+                      "%d, holds the trial dir): attempt 2 is not started" % first.pid,
+                      rec["error"])
+        self.assertIsNone(rec["pid"])
+        self.assertEqual(first.wait(timeout=10), 0)
+        with open(os.path.join(d, "stdout.log")) as f:
+            self.assertNotIn("two", f.read())
+        # Once the first has ended, the next attempt starts as usual.
+        third, record = start(3, [PY, "-c", "print('three', flush=True)"])
+        self.assertEqual(third.wait(timeout=10), 0)
+        with open(record) as f:
+            self.assertEqual(json.load(f)["exit_code"], 0)
+        with open(os.path.join(d, "stdout.log")) as f:
+            self.assertIn("three", f.read())
 
 
 if __name__ == "__main__":

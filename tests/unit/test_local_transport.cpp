@@ -1,6 +1,10 @@
 // The local transport on real processes: LocalExecutor, a real tune-agent (built beside the
 // tests) and the attempt log. Each case runs in a scratch dir in well under a second.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -11,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/dir_lock.hpp"
 #include "exec/agent_link.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
@@ -227,22 +232,27 @@ TEST_CASE("local transport: a launch the agent refuses ends its attempt, naming 
   CHECK(o.exits["b"].exit_code == 0);
 }
 
-TEST_CASE("local transport: a params.json left empty by a killed supervisor is written again") {
+TEST_CASE("local transport: a params.json left empty or changed is written again, not another") {
   Scratch s;
   exec::LocalExecutor ex(options(s.dir));
   fs::create_directories(s.dir / "trial_a");
-  { std::ofstream torn(s.dir / "trial_a" / "params.json"); }
+  { std::ofstream torn(s.dir / "trial_a" / "params.json"); }  // left empty by a killed one
   fs::create_directories(s.dir / "trial_b");
-  std::ofstream(s.dir / "trial_b" / "params.json") << "{\"x\": 77}\n";  // whole: kept
-  REQUIRE(ex.start(launch(s.dir, "a", {"true"})));
-  REQUIRE(ex.start(launch(s.dir, "b", {"true"})));
-  REQUIRE(ex.start(launch(s.dir, "c", {"true"})));  // a new dir
-  REQUIRE(run_until_exits(ex, 3).exits.size() == 3);
-  CHECK(util::read_file(s.dir / "trial_a" / "params.json", 100) == "{\"x\": 1}\n");
-  CHECK(util::read_file(s.dir / "trial_b" / "params.json", 100) == "{\"x\": 77}\n");
-  CHECK(util::read_file(s.dir / "trial_c" / "params.json", 100) == "{\"x\": 1}\n");
+  std::ofstream(s.dir / "trial_b" / "params.json") << "{\"x\": 77}\n";  // an attempt changed it
+  fs::create_directories(s.dir / "trial_d");
+  std::ofstream(s.dir / "trial_d" / "params.json") << "{\"x\": 1}\n";  // as it should be
+  struct stat before {};
+  REQUIRE(::stat((s.dir / "trial_d" / "params.json").c_str(), &before) == 0);
+  for (const char* id : {"a", "b", "c", "d"}) REQUIRE(ex.start(launch(s.dir, id, {"true"})));
+  REQUIRE(run_until_exits(ex, 4).exits.size() == 4);
+  for (const char* id : {"a", "b", "c", "d"})
+    CHECK(util::read_file(s.dir / ("trial_" + std::string(id)) / "params.json", 100) ==
+          "{\"x\": 1}\n");
   CHECK((fs::status(s.dir / "trial_c" / "params.json").permissions() & fs::perms::all) ==
         (fs::perms::owner_read | fs::perms::owner_write));
+  struct stat after {};
+  REQUIRE(::stat((s.dir / "trial_d" / "params.json").c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);  // the same text: not written again
 }
 
 TEST_CASE("local transport: a killed agent leaves its trials running; their ends still arrive") {
@@ -448,4 +458,52 @@ TEST_CASE("finding tune-agent: beside tune, then ../libexec/tune/; the error nam
   REQUIRE_FALSE(unknown);
   CHECK(unknown.error().message.find("path of the running tune is unknown") != std::string::npos);
   fs::remove_all(root);
+}
+
+TEST_CASE("a trial dir's lock names its holder; a second lock on it is refused", "[transport]") {
+  Scratch s;
+  fs::path d = s.dir / "trial_a";
+  fs::create_directories(d);
+  CHECK(agent::flock_holder(d.string()) == -1);  // nobody holds it
+  int fd = agent::lock_trial_dir(d.string());
+  REQUIRE(fd >= 0);
+  CHECK(agent::flock_holder(d.string()) == ::getpid());
+  // Another open file description (another supervisor) cannot take it, even in this process.
+  CHECK(agent::lock_trial_dir(d.string()) == -1);
+  CHECK(errno == EWOULDBLOCK);
+  ::close(fd);
+  CHECK(agent::flock_holder(d.string()) == -1);
+  fd = agent::lock_trial_dir(d.string());
+  CHECK(fd >= 0);
+  ::close(fd);
+  CHECK(agent::flock_holder((s.dir / "missing").string()) == -1);
+}
+
+TEST_CASE("waiting for an earlier agent that holds the lock fails naming it", "[transport]") {
+  Scratch s;
+  auto o = options(s.dir);
+  fs::path lock = o.attempt_log;
+  lock += ".agent-lock";
+  CHECK(exec::wait_for_agent(o.attempt_log, 0.05));  // no lock file: no agent ever ran
+  std::ofstream(lock).close();
+  CHECK(exec::wait_for_agent(o.attempt_log, 0.05));  // free
+  pid_t child = ::fork();
+  if (child == 0) {  // an "agent" that holds the lock, stopped
+    int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+    ::flock(fd, LOCK_EX);
+    ::raise(SIGSTOP);
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  for (int i = 0; i < 500 && agent::flock_holder(lock.string()) != child; ++i) ::usleep(2000);
+  auto held = exec::wait_for_agent(o.attempt_log, 0.1);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  REQUIRE_FALSE(held);
+  const std::string& msg = held.error().message;
+  CHECK(msg.find("(pid " + std::to_string(child) +
+                 ", stopped (by SIGSTOP or a terminal): `kill "
+                 "-CONT " +
+                 std::to_string(child) + "`) still holds " + lock.string()) != std::string::npos);
+  CHECK(exec::wait_for_agent(o.attempt_log, 1.0));  // gone: free again
 }
