@@ -350,6 +350,7 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
       kill_at = -1;
     } else if (kill_at < 0) {
       ::kill(-child, SIGTERM);
+      ::kill(-child, SIGCONT);  // a stopped trial gets its grace period too
       kill_at = clock_s(CLOCK_MONOTONIC) + a.grace;
     }
   };
@@ -394,6 +395,25 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
 // Makes the trial dir and writes params.json if it is missing (agent mode: the driver's loop
 // creates no file per trial, the supervisors do, in parallel). Returns true if it made the dir
 // (then nothing else is in it: no earlier attempt's logs to look for).
+// Who holds the trial dir's lock, for a message: a supervisor (forked by tune-agent, or
+// tune-supervisor on an SSH host), or not.
+std::string held_by(int pid) {
+  if (pid <= 0) return "another process holds the trial dir's lock";
+  char path[64], comm[64] = {0};
+  std::snprintf(path, sizeof path, "/proc/%d/comm", pid);
+  if (int fd = ::open(path, O_RDONLY | O_CLOEXEC); fd >= 0) {
+    ssize_t n = ::read(fd, comm, sizeof comm - 1);
+    ::close(fd);
+    comm[n > 0 ? n : 0] = '\0';
+    if (char* nl = std::strchr(comm, '\n')) *nl = '\0';
+  }
+  std::string who = std::to_string(pid);
+  if (std::strncmp(comm, "tune-agent", 10) == 0 || std::strncmp(comm, "tune-supervisor", 15) == 0)
+    return "an earlier attempt of this trial still runs there (its supervisor, pid " + who +
+           ", holds the trial dir)";
+  return "another process (pid " + who + ", '" + comm + "') holds the trial dir's lock";
+}
+
 // Whether `path` holds exactly `text`.
 bool same_content(const std::string& path, const std::string& text) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -480,13 +500,19 @@ int supervise(const Attempt& a, const Sinks& sinks) {
 
   std::string error;  // set: the attempt fails as an exec failure, with this in its record
   const bool fresh_dir = make_trial_dir(a, error);
-  // Held until this process exits (see dir_lock.hpp). Taken where an earlier attempt's
-  // supervisor still runs, this attempt never starts: two would write one stdout.log.
-  if (error.empty() && lock_trial_dir(a.dir) < 0 && errno == EWOULDBLOCK) {
-    int holder = flock_holder(a.dir);
-    error = "an earlier attempt of this trial still runs there (its supervisor" +
-            (holder > 0 ? ", pid " + std::to_string(holder) + "," : std::string()) +
-            " holds the trial dir): attempt " + a.attempt + " is not started beside it";
+  // Held until this process exits (see dir_lock.hpp). Where it cannot be taken this attempt
+  // never starts: an earlier attempt's supervisor that still runs there (two would write one
+  // stdout.log), or a trial dir that is a symlink (nothing is written through one).
+  bool dir_busy = false;
+  if (error.empty() && lock_trial_dir(a.dir) < 0) {
+    if (errno == EWOULDBLOCK) {
+      dir_busy = true;
+      error = held_by(flock_holder(a.dir)) + ": attempt " + a.attempt + " is not started beside it";
+    } else if (errno == ELOOP || errno == ENOTDIR) {
+      error = "the trial dir '" + a.dir + "' is a symbolic link: nothing is written through one";
+    } else {
+      error = "cannot lock the trial dir '" + a.dir + "': " + std::strerror(errno);
+    }
   }
   int in = -1, out = -1, err = -1;  // the trial's stdin, and the write ends of its pipes
   Output outs[2];
@@ -554,7 +580,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       if (o.file >= 0) ::close(o.file);
     }
   } else {
-    reason = "exec_failed";
+    reason = dir_busy ? "dir_busy" : "exec_failed";
   }
   if (error.size() > 1024) error.resize(1024);  // an event stays one atomic pipe write
   std::string record =

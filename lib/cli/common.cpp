@@ -6,6 +6,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <tuple>
+
 #include "spec/parse.hpp"
 #include "ui/live_table.hpp"
 #include "util/fs.hpp"
@@ -63,6 +65,7 @@ namespace {
 // "pid host" as the lock holder wrote it.
 std::pair<std::string, std::string> lock_holder(const fs::path& lock) {
   auto holder = util::read_file(lock, 4096).value_or("");
+  holder = holder.substr(0, holder.find('\n'));  // (the first line: what the holder wrote)
   while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
   size_t sp = holder.find(' ');
   std::string pid = util::printable(holder.substr(0, sp), 20);
@@ -117,12 +120,17 @@ void acquire_lock(const fs::path& exp_dir) {
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(fd);
     auto [pid, host] = lock_holder(lock);
+    for (int i = 0; i < 20 && pid == "?"; ++i) {  // the holder is writing its name: a moment
+      ::usleep(10'000);
+      std::tie(pid, host) = lock_holder(lock);
+    }
     throw Fatal("experiment '" + exp_dir.string() + "' is already being run by pid " + pid +
                 " on host " + host + " (one driver per experiment)");
   }
   std::string me = std::to_string(::getpid()) + " " + util::host_name() + "\n";
-  if (::ftruncate(fd, 0) != 0 ||
-      ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+  // (written over the old name, then cut to length: a reader never finds the file empty)
+  if (::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()) ||
+      ::ftruncate(fd, static_cast<off_t>(me.size())) != 0)
     spdlog::warn("cannot record the lock holder in '{}'", lock.string());
   // The descriptor stays open (and locked) until the process exits: a crashed driver's lock is
   // released by the kernel, so a stale lock can always be taken over.

@@ -249,6 +249,14 @@ int RunCommand::execute() {
     });
     bar.finish();
     if (!s) throw Fatal(s.error().message + " (the experiment cannot be resumed from it)");
+    // A trial dir replaced by a symlink: resuming would write, and clean up, where it points.
+    for (const auto& t : s->trials) {
+      std::error_code ec;
+      if (fs::path td = dir / t.name; fs::is_symlink(fs::symlink_status(td, ec)))
+        throw Fatal("'" + td.string() +
+                    "' is a symbolic link: a trial dir is never written or cleaned through "
+                    "one; put the directory itself there to resume");
+    }
     if (s->total_trials != search::trial_count(exp.space, exp.num_samples) ||
         (exp.seed && s->seed != *exp.seed))
       throw Fatal("experiment '" + exp.name +

@@ -122,6 +122,8 @@ void Controller::clean_finished(const trial::Trial& t) {
   std::string name = t.name;
   worker_.submit([dir, named, name](const std::atomic<bool>&) -> Result<std::string> {
     std::error_code ec;
+    if (fs::is_symlink(fs::symlink_status(dir, ec)))  // never cleaned through one
+      return "trial " + name + ": its dir is a symbolic link: not cleaned";
     std::vector<std::string> doomed;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
       std::string n = it->path().filename().string();

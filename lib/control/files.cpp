@@ -18,6 +18,11 @@ namespace tune::control {
 using json = nlohmann::json;
 
 void Controller::delete_later(const fs::path& dir, const std::string& name) {
+  std::error_code ec;
+  if (fs::is_symlink(fs::symlink_status(dir, ec))) {  // replaced while the run went on
+    spdlog::warn("not deleting {}: {} is a symbolic link now", name, dir.string());
+    return;
+  }
   // Renamed on the loop (one syscall), so the name can be taken again at once; the tree is
   // then deleted on the worker, never following a symlink.
   std::string trash = std::string(kTrashPrefix) + name;

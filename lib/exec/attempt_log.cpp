@@ -29,6 +29,13 @@ std::string key(std::string_view name, int attempt) {
 
 }  // namespace
 
+void signal_supervisor(int pid, bool now) {
+  ::kill(pid, now ? SIGUSR1 : SIGTERM);
+  // A supervisor somebody stopped (SIGSTOP, a debugger) acts on it only once continued: a stop
+  // would otherwise wait for it for ever.
+  ::kill(pid, SIGCONT);
+}
+
 bool supervisor_alive(int pid, uint64_t ticks) {
   if (pid <= 0 || ticks == 0) return false;
   auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
@@ -152,7 +159,8 @@ void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
   };
   auto signal_all = [&](int sig) {
     for (const auto& a : which)
-      if (supervisor_alive(a.supervisor, a.supervisor_started)) ::kill(a.supervisor, sig);
+      if (supervisor_alive(a.supervisor, a.supervisor_started))
+        ::kill(a.supervisor, sig), ::kill(a.supervisor, SIGCONT);  // (one stopped must act)
   };
   auto wait_until = [&](double seconds) {
     for (double waited = 0; running() > 0 && waited < seconds; waited += 0.05) {

@@ -54,6 +54,10 @@ class AttemptLog {
 // grace_s + 5 s) and waits until they are gone, up to another 5 s.
 void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s);
 
+// Asks supervisor `pid` to stop its trial (SIGTERM; `now`: SIGUSR1, kill it at once), and
+// continues it if it was stopped.
+void signal_supervisor(int pid, bool now);
+
 // Whether `pid` is a running supervisor that started at `ticks`: not a zombie, the leader of its
 // session, and a tune-agent process (what a start line in the log must name to be believed).
 [[nodiscard]] bool supervisor_alive(int pid, uint64_t ticks);

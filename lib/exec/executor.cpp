@@ -22,6 +22,7 @@ constexpr std::pair<ExitReason, const char*> kExitReasons[] = {
     {ExitReason::kSupervisorDied, "supervisor_died"},
     {ExitReason::kHostLost, "host_lost"},
     {ExitReason::kPreempted, "preempted"},
+    {ExitReason::kDirBusy, "dir_busy"},
 };
 }  // namespace
 

@@ -60,6 +60,8 @@ enum class ExitReason {
   kHostLost,        // "host_lost": its host was unreachable for host_timeout_s
   kPreempted,       // "preempted": Slurm ended or requeued its job (time limit, preemption, a
                     // node lost); it is re-queued from its checkpoint as for a lost host
+  kDirBusy,         // "dir_busy": not started, another process held its trial dir's lock (an
+                    // earlier attempt's supervisor); a failure, retried
 };
 
 [[nodiscard]] const char* exit_reason_name(ExitReason r);

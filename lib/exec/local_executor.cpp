@@ -224,7 +224,7 @@ struct LocalExecutor::Impl {
       r.who.pid = trial;
       if (trial_started) r.who.started = trial_started;
     }
-    if (r.stop != StopAsk::kNone) ::kill(pid, r.stop == StopAsk::kKill ? SIGUSR1 : SIGTERM);
+    if (r.stop != StopAsk::kNone) signal_supervisor(pid, r.stop == StopAsk::kKill);
     watch(r);
   }
 
@@ -664,7 +664,7 @@ void LocalExecutor::stop(const std::string& trial_id, bool now) {
   }
   if (!supervisor_alive(*r.supervisor, r.supervisor_started))
     return;  // gone; the pid may be reused
-  ::kill(*r.supervisor, now ? SIGUSR1 : SIGTERM);
+  signal_supervisor(*r.supervisor, now);
 }
 
 std::vector<Event> LocalExecutor::wait(double timeout_s) {
@@ -798,12 +798,18 @@ Result<void> wait_for_agent(const fs::path& attempt_log, double timeout_s) {
       // Going on beside it would start a second agent that cannot take the lock, and the old
       // one would launch what it still holds whenever it moves again: stop here, say why.
       int pid = agent::flock_holder(lock.string());
-      out = fail("the tune-agent of an earlier driver",
+      std::string comm =
+          pid > 0 ? util::read_file("/proc/" + std::to_string(pid) + "/comm", 64).value_or("") : "";
+      comm = util::printable(comm.substr(0, comm.find('\n')), 40);
+      bool agent = comm.starts_with("tune-agent");
+      out = fail(agent || pid <= 0 ? "the tune-agent of an earlier driver"
+                                   : "a process that is not a tune-agent ('" + comm + "')",
                  pid > 0 ? " (pid " + std::to_string(pid) + ", " + process_state(pid, true) + ")"
                          : std::string(),
                  " still holds ", lock.string(), " after ", fmt::format("{:g}", timeout_s),
-                 " s: it may still launch trials it was asked for; let it finish or end it, "
-                 "then run again");
+                 agent || pid <= 0 ? " s: it may still launch trials it was asked for; let it "
+                                     "finish or end it, then run again"
+                                   : " s: end it, then run again");
       break;
     }
     if (!warned) spdlog::info("waiting for the previous driver's tune-agent to finish");

@@ -189,8 +189,9 @@ void SshExecutor::stop(const std::string& trial_id, bool now) {
     auto run = w->runs.find(trial_id);
     if (run == w->runs.end() || run->second.exit || run->second.sup_pid <= 0) return;
     if (!w->up) return;  // unreachable: it stops itself when its lease runs out
-    if (!w->h.shell_run(std::string("kill -") + (now ? "USR1" : "TERM") + " " +
-                        std::to_string(run->second.sup_pid) + " 2>/dev/null; true"))
+    std::string pid = std::to_string(run->second.sup_pid);  // (continued if it was stopped)
+    if (!w->h.shell_run(std::string("kill -") + (now ? "USR1" : "TERM") + " " + pid +
+                        " 2>/dev/null; kill -CONT " + pid + " 2>/dev/null; true"))
       impl->check(*w);
   });
 }

@@ -109,6 +109,7 @@ Result<void> clear_dir_at(int dfd, const std::string& where) {
     if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (S_ISDIR(st.st_mode)) {
       int sub = ::openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub < 0 && errno == ENOENT) continue;  // removed meanwhile by another deleter
       if (sub < 0) {
         result = fail("cannot open '", where, "/", n, "': ", errno_text());
         break;
@@ -119,7 +120,7 @@ Result<void> clear_dir_at(int dfd, const std::string& where) {
         result = r;
         break;
       }
-      if (::unlinkat(dfd, e->d_name, AT_REMOVEDIR) != 0) {
+      if (::unlinkat(dfd, e->d_name, AT_REMOVEDIR) != 0 && errno != ENOENT) {
         result = fail("cannot remove '", where, "/", n, "': ", errno_text());
         break;
       }
@@ -145,16 +146,17 @@ Result<void> remove_tree_nofollow(const fs::path& dir, std::string_view name) {
   if (::fstatat(dfd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
     if (errno != ENOENT) result = fail("cannot stat '", where, "': ", errno_text());
   } else if (S_ISDIR(st.st_mode)) {
+    // (ENOENT: another deleter of the same tree got there first, which is what was asked)
     int sub = ::openat(dfd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0) {
-      result = fail("cannot open '", where, "': ", errno_text());
+      if (errno != ENOENT) result = fail("cannot open '", where, "': ", errno_text());
     } else {
       result = clear_dir_at(sub, where);
       ::close(sub);
-      if (result && ::unlinkat(dfd, n.c_str(), AT_REMOVEDIR) != 0)
+      if (result && ::unlinkat(dfd, n.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
         result = fail("cannot remove '", where, "': ", errno_text());
     }
-  } else if (::unlinkat(dfd, n.c_str(), 0) != 0) {
+  } else if (::unlinkat(dfd, n.c_str(), 0) != 0 && errno != ENOENT) {
     result = fail("cannot remove '", where, "': ", errno_text());
   }
   ::close(dfd);

@@ -431,6 +431,88 @@ class AgentFaultTest(TuneTest):
             self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
             self.assertEqual([r["i"] for r in self.results("left", t)], list(range(1, 13)))
 
+    def test_ctrl_c_ends_a_run_whose_supervisor_was_stopped(self):
+        # The SIGTERM of a stop reaches a stopped supervisor only once it is continued: the
+        # driver continues it (before, one Ctrl-C never finished).
+        self.write("exp.yaml", """
+            name: supstop
+            trial: {command: ["%s", "counter.py", "400", "0", "0", "0.1"]}
+            param_space: {x: {grid_search: [1, 2]}}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        try:
+            self.wait_for(self.reporting("supstop", 2), what="both trials reporting")
+            agent = self.agents()[0]
+            sups = [q for q in self.processes_under(self.dir) if q != agent and q in
+                    self.children_of(agent)]
+            self.assertEqual(len(sups), 2)
+            os.kill(sups[0], signal.SIGSTOP)
+            p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertEqual(p.returncode, 130, err[-2000:])
+        for t in self.trials("supstop"):
+            self.assertEqual(t["status"], "PENDING", t["trial_name"])  # resumable, not lost
+
+    def children_of(self, pid):
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+
+    def test_a_trial_dir_replaced_by_a_symlink_is_refused_and_what_it_points_to_untouched(self):
+        self.write("exp.yaml", """
+            name: sym
+            trial: {command: ["%s", "counter.py", "400", "2", "0", "0.05"]}
+            param_space: {x: 1}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(self.reporting("sym", 1), what="the trial reporting")
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        [t] = self.trials("sym")
+        tdir = os.path.join(self.exp_dir("sym"), t["trial_name"])
+        victim = os.path.join(self.dir, "victim")
+        os.rename(tdir, victim)
+        for leftover in ("checkpoint_000999", ".copying_checkpoint_000005", ".staged_checkpoint_x"):
+            os.makedirs(os.path.join(victim, leftover))
+        os.symlink(victim, tdir)
+        before = sorted(os.listdir(victim))
+        r = self.tune("run", "exp.yaml", "--resume=auto")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("'%s' is a symbolic link: a trial dir is never written or cleaned through "
+                      "one" % tdir, r.stderr)
+        self.assertEqual(sorted(os.listdir(victim)), before)
+
+    def test_a_trial_dir_someone_else_has_locked_fails_the_attempt_naming_the_holder(self):
+        # Only a supervisor should hold a trial dir's lock; another holder makes the attempt
+        # fail, retried like any failure, with that holder named (not blamed on a supervisor).
+        self.write("exp.yaml", """
+            name: held
+            trial: {command: ["%s", "counter.py", "400", "0", "0", "0.05"]}
+            param_space: {x: 1}
+            failure_config: {max_failures: 1}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(self.reporting("held", 1), what="the trial reporting")
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        [t] = self.trials("held")
+        tdir = os.path.join(self.exp_dir("held"), t["trial_name"])
+        holder = subprocess.Popen(["flock", tdir, "sleep", "60"])
+        try:
+            self.wait_for(lambda: any(" FLOCK " in line and " %d " % holder.pid in line
+                                      for line in open("/proc/locks")), what="the flock")
+            r = self.tune("run", "exp.yaml", "--resume=auto", timeout=60)
+        finally:
+            holder.kill()
+            holder.wait()
+        self.assertNotEqual(r.returncode, 0)
+        self.assertRegex(self.log("held"), r"another process \(pid %d, 'flock'\) holds the trial "
+                         r"dir's lock: attempt 2 is not started beside it\); retrying" % holder.pid)
+        [t] = self.trials("held")
+        self.assertEqual((t["status"], t["failures"]), ("ERROR", 2))
 
 if __name__ == "__main__":
     unittest.main()

@@ -195,7 +195,7 @@ class SupervisorTest(TuneTest):
         self.assertEqual(second.wait(timeout=10), 0)
         with open(record) as f:
             rec = json.load(f)
-        self.assertEqual(rec["reason"], "exec_failed")
+        self.assertEqual(rec["reason"], "dir_busy")  # retried as a failure, not exec_failed
         self.assertIn("an earlier attempt of this trial still runs there (its supervisor, pid "
                       "%d, holds the trial dir): attempt 2 is not started" % first.pid,
                       rec["error"])

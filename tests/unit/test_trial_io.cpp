@@ -191,7 +191,9 @@ TEST_CASE("result lines that are not UTF-8, not JSON or too deep are refused wit
   CHECK(trial::parse_result_line(deep_in_string, &issue));
   CHECK_FALSE(trial::parse_result_line(R"({"loss": 1e999})", &issue));
   CHECK(issue == trial::LineIssue::kTooLarge);
-  CHECK_FALSE(trial::parse_result_line(R"({"x": , "loss": 1e999})", &issue));
+  CHECK_FALSE(trial::parse_result_line(R"({"a": NaN, "loss": -2e400})", &issue));  // NaN is fine
+  CHECK(issue == trial::LineIssue::kTooLarge);
+  CHECK_FALSE(trial::parse_result_line(R"({"x": , "loss": "1e999"})", &issue));  // in a string
   CHECK(issue == trial::LineIssue::kMalformed);
   trial::LineIssueLog log;
   CHECK(log.note(trial::LineIssue::kTooDeep, 1)->find("deeper than 256 levels") !=
