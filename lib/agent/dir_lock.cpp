@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,8 +30,11 @@ int flock_holder(const std::string& path) {
   FILE* f = std::fopen("/proc/locks", "re");
   if (!f) return -1;
   // "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234567 0 EOF" (a "->" line is a waiter). Matched by
-  // inode: the device the kernel prints is the superblock's, which stat() may not give (overlay).
-  int holder = -1;
+  // inode, preferring the device too: the device the kernel prints is the superblock's, which
+  // stat() may not give (overlay), so a holder on that inode number with another device counts
+  // only when none matches both.
+  int on_dev = -1, on_ino = -1;
+  bool ambiguous = false;
   char line[256];
   while (std::fgets(line, sizeof line, f)) {
     if (std::strstr(line, "->") || !std::strstr(line, " FLOCK ")) continue;
@@ -40,12 +44,14 @@ int flock_holder(const std::string& path) {
     const char* p = std::strstr(line, "WRITE ");
     if (!p || std::sscanf(p + 6, "%d %x:%x:%lu", &pid, &major, &minor, &ino) != 4) continue;
     if (ino != static_cast<unsigned long>(st.st_ino) || pid <= 0) continue;
-    if (holder > 0 && holder != pid) {  // two locks on this inode number: cannot tell which
-      holder = -1;
-      break;
+    if (major == ::major(st.st_dev) && minor == ::minor(st.st_dev)) {
+      on_dev = pid;
+    } else {
+      ambiguous |= on_ino > 0 && on_ino != pid;
+      on_ino = pid;
     }
-    holder = pid;
   }
+  int holder = on_dev > 0 ? on_dev : ambiguous ? -1 : on_ino;
   std::fclose(f);
   return holder;
 }

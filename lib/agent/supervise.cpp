@@ -392,9 +392,6 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
   }
 }
 
-// Makes the trial dir and writes params.json if it is missing (agent mode: the driver's loop
-// creates no file per trial, the supervisors do, in parallel). Returns true if it made the dir
-// (then nothing else is in it: no earlier attempt's logs to look for).
 // Who holds the trial dir's lock, for a message: a supervisor (forked by tune-agent, or
 // tune-supervisor on an SSH host), or not.
 std::string held_by(int pid) {
@@ -433,11 +430,29 @@ bool same_content(const std::string& path, const std::string& text) {
   return same && got == text.size() && buf == text;
 }
 
-bool make_trial_dir(const Attempt& a, std::string& error) {
+// Makes the trial dir if it is missing, and takes its lock (dir_lock.hpp: held until this
+// process exits), then writes params.json (agent mode: the driver's loop creates no file per
+// trial, the supervisors do, in parallel). Nothing is written where the lock cannot be taken:
+// an earlier attempt's supervisor that still runs there (two would write one stdout.log), or a
+// trial dir that is a symlink. Returns true if it made the dir (then nothing else is in it: no
+// earlier attempt's logs to look for); `lock_fd` is the lock's, or -1 with `error` set.
+bool make_trial_dir(const Attempt& a, std::string& error, bool& dir_busy, int& lock_fd) {
   bool made = ::mkdir(a.dir.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) {
     // Its parent (the experiment dir) exists; a deeper missing path is an error worth naming.
     error = "cannot create trial dir '" + a.dir + "': " + std::strerror(errno);
+    return false;
+  }
+  lock_fd = lock_trial_dir(a.dir);
+  if (lock_fd < 0) {
+    if (errno == EWOULDBLOCK) {
+      dir_busy = true;
+      error = held_by(flock_holder(a.dir)) + ": attempt " + a.attempt + " is not started beside it";
+    } else if (struct stat st{}; ::lstat(a.dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      error = "the trial dir '" + a.dir + "' is a symbolic link: nothing is written through one";
+    } else {
+      error = "cannot lock the trial dir '" + a.dir + "': " + std::strerror(errno);
+    }
     return false;
   }
   if (!a.params_json) return made;
@@ -499,21 +514,9 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
 
   std::string error;  // set: the attempt fails as an exec failure, with this in its record
-  const bool fresh_dir = make_trial_dir(a, error);
-  // Held until this process exits (see dir_lock.hpp). Where it cannot be taken this attempt
-  // never starts: an earlier attempt's supervisor that still runs there (two would write one
-  // stdout.log), or a trial dir that is a symlink (nothing is written through one).
   bool dir_busy = false;
-  if (error.empty() && lock_trial_dir(a.dir) < 0) {
-    if (errno == EWOULDBLOCK) {
-      dir_busy = true;
-      error = held_by(flock_holder(a.dir)) + ": attempt " + a.attempt + " is not started beside it";
-    } else if (errno == ELOOP || errno == ENOTDIR) {
-      error = "the trial dir '" + a.dir + "' is a symbolic link: nothing is written through one";
-    } else {
-      error = "cannot lock the trial dir '" + a.dir + "': " + std::strerror(errno);
-    }
-  }
+  int lock_fd = -1;
+  const bool fresh_dir = make_trial_dir(a, error, dir_busy, lock_fd);
   int in = -1, out = -1, err = -1;  // the trial's stdin, and the write ends of its pipes
   Output outs[2];
   outs[0].name = "stdout.log";
@@ -582,6 +585,9 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   } else {
     reason = dir_busy ? "dir_busy" : "exec_failed";
   }
+  // Nothing of this attempt writes into the trial dir any more: the next attempt, which the
+  // driver may start as soon as the exit below reaches it, can take the dir.
+  if (lock_fd >= 0) ::close(lock_fd);
   if (error.size() > 1024) error.resize(1024);  // an event stays one atomic pipe write
   std::string record =
       "{\"attempt\":" + a.attempt + ",\"nonce\":\"" + a.nonce + "\",\"supervisor\":" + me +

@@ -11,7 +11,7 @@ namespace tune::agent {
 
 struct Attempt {
   std::string id;       // the driver's trial id (agent mode: echoed in events)
-  std::string dir;      // the trial dir; made (with params.json) if missing
+  std::string dir;      // the trial dir; made if missing, and locked while this attempt runs
   std::string attempt;  // decimal
   std::string lease;    // the driver's lease file: its mtime is the driver's heartbeat
   double orphan_timeout = 600;
@@ -21,7 +21,7 @@ struct Attempt {
   char** prog = nullptr;  // the trial's argv (null-terminated), argv[0] searched on PATH
   char** envp = nullptr;  // its environment (nullptr: this process's)
   std::string nonce;      // the attempt's secret (exit_record.hpp)
-  const std::string* params_json = nullptr;  // written to dir/params.json if that is missing
+  const std::string* params_json = nullptr;  // dir/params.json, written if missing or other
 };
 
 // Where the supervisor reports. Per-attempt mode writes the record file; agent mode appends

@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/common.hpp"
 #include "control/stop_requests.hpp"
+#include "exec/attempt_log.hpp"
 #include "exec/local_executor.hpp"
 #include "state/state.hpp"
 #include "util/fs.hpp"
@@ -151,7 +152,7 @@ int StopCommand::execute() {
     // and records the exit as asked for: a resume continues the trial from its checkpoint.
     for (const auto& [name, pid] : targets) {
       std::cerr << "tune: stopping " << name << " (supervisor pid " << pid << ")\n";
-      ::kill(pid, SIGTERM);
+      exec::signal_supervisor(pid, false);  // (SIGTERM, and SIGCONT if it was stopped)
     }
     bool gone = wait_until(
         [&] {

@@ -188,7 +188,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     return;
   }
   std::string why_text = describe_exit(info);
-  if (info.reason != ExitReason::kExecFailed) {
+  // (not for an attempt that never ran: the log's last line is another attempt's)
+  if (info.reason != ExitReason::kExecFailed && info.reason != ExitReason::kDirBusy) {
     std::string tail = util::last_line(trial_dir(t) / "stderr.log");
     if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos &&
         !exec::is_attempt_marker(tail))  // the attempt wrote nothing there

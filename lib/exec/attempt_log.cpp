@@ -160,7 +160,7 @@ void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
   auto signal_all = [&](int sig) {
     for (const auto& a : which)
       if (supervisor_alive(a.supervisor, a.supervisor_started))
-        ::kill(a.supervisor, sig), ::kill(a.supervisor, SIGCONT);  // (one stopped must act)
+        signal_supervisor(a.supervisor, sig == SIGUSR1);
   };
   auto wait_until = [&](double seconds) {
     for (double waited = 0; running() > 0 && waited < seconds; waited += 0.05) {

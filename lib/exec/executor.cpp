@@ -83,6 +83,9 @@ Result<void> prepare_trial_dir(const Launch& l) {
   std::error_code ec;
   fs::create_directories(l.trial_dir, ec);
   if (ec) return fail("cannot create trial dir '", l.trial_dir.string(), "': ", ec.message());
+  if (fs::is_symlink(fs::symlink_status(l.trial_dir, ec)))
+    return fail("the trial dir '", l.trial_dir.string(),
+                "' is a symbolic link: nothing is written through one");
   // Missing or changed (by an earlier attempt): every attempt starts with the trial's config.
   fs::path params = l.trial_dir / "params.json";
   auto same = [&] {

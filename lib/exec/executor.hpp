@@ -32,7 +32,7 @@ struct Launch {
   std::map<std::string, std::string> env;  // the trial's complete environment
   uint64_t stdout_offset = 0;              // where unread output starts in stdout.log
   bool stdin_fifo = false;                 // step mode: commands arrive on stdin.fifo
-  std::string params_json;  // written to trial_dir/params.json if set and the file is missing
+  std::string params_json;  // written to trial_dir/params.json if set and that is missing or other
   std::string job_id;       // attach on Slurm: the job the experiment state names for it, if any
   // attach: the checkpoint dirs the experiment state names for the trial (an SSH host copies
   // those the head lacks with the attempt's syncs, as for checkpoints taken after the attach)

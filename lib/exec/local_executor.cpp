@@ -620,8 +620,8 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
     // The log lost its line (cut or replaced while no driver ran), but the trial dir's lock
     // names a live supervisor: the attempt runs, and is re-attached rather than started again.
     spdlog::warn(
-        "trial {}: {} has no line for attempt {}, but its supervisor runs (pid {}, holding the "
-        "trial dir): re-attached to it; was the log cut or replaced while no driver ran?",
+        "trial {}: {} names no running supervisor for attempt {}, but one holds the trial dir "
+        "(pid {}): re-attached to it; was the log cut or replaced while no driver ran?",
         r.name, impl.log.file().string(), r.attempt, unlogged->supervisor);
     found = Attached::kRunning;
     impl.supervisor_known(r, unlogged->supervisor, unlogged->started, unlogged->trial,
@@ -788,12 +788,18 @@ void LocalExecutor::end_attempts(const std::vector<LiveAttempt>& which, double g
 Result<void> wait_for_agent(const fs::path& attempt_log, double timeout_s) {
   fs::path lock = attempt_log;
   lock += ".agent-lock";
-  int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  // (for writing: an exclusive flock over NFS needs that)
+  int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return {};  // no agent ever ran for this experiment here
   double end = clock_s(CLOCK_MONOTONIC) + timeout_s;
   bool warned = false;
   Result<void> out;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {  // a file system without flock: cannot tell
+      spdlog::warn("cannot lock {} ({}): not waiting for an earlier tune-agent", lock.string(),
+                   std::strerror(errno));
+      break;
+    }
     if (clock_s(CLOCK_MONOTONIC) >= end) {
       // Going on beside it would start a second agent that cannot take the lock, and the old
       // one would launch what it still holds whenever it moves again: stop here, say why.

@@ -33,26 +33,10 @@ constexpr size_t kMaxAnswerDepth = 256;
 // Why `line`, which parse_json_ext() did not take as an object, is not one.
 std::string not_an_object_why(std::string_view line) {
   if (util::invalid_utf8_at(line) != std::string_view::npos) return "not valid UTF-8";
-  size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : line) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  if (deepest > kMaxAnswerDepth)
+  auto shape = util::json_shape(line);
+  if (shape.depth > kMaxAnswerDepth)
     return "it nests deeper than " + std::to_string(kMaxAnswerDepth) + " levels";
+  if (shape.overflow) return "it holds a number beyond a double's range (such as 1e999)";
   return "not a JSON object";
 }
 

@@ -1,65 +1,17 @@
 #include "trial/result_line.hpp"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdlib>
-
 #include "util/json_ext.hpp"
 #include "util/strings.hpp"
 
 namespace tune::trial {
 
 namespace {
-// The deepest nesting of `text`, brackets inside strings not counted.
-size_t nesting(std::string_view text) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// Whether `text` holds a number (outside strings) beyond a double's range, such as 1e999.
-bool has_overflowing_number(std::string_view text) {
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t end = text.find_first_not_of("0123456789+-.eE", i);
-      if (end == std::string_view::npos) end = text.size();
-      std::string token(text.substr(i, end - i));
-      if (token.size() < 400 && !std::isfinite(std::strtod(token.c_str(), nullptr))) return true;
-      i = end - 1;
-    }
-  }
-  return false;
-}
-
 // Why a line that began like an object was not taken (the failing path only: it scans again).
 LineIssue why_not(std::string_view line) {
   if (util::invalid_utf8_at(line) != std::string_view::npos) return LineIssue::kNotUtf8;
-  if (nesting(line) > kMaxResultDepth) return LineIssue::kTooDeep;
-  if (has_overflowing_number(line)) return LineIssue::kTooLarge;
+  auto shape = util::json_shape(line);
+  if (shape.depth > kMaxResultDepth) return LineIssue::kTooDeep;
+  if (shape.overflow) return LineIssue::kTooLarge;
   return LineIssue::kMalformed;
 }
 }  // namespace

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace tune::util {
@@ -205,6 +207,34 @@ json parse_json_ext(std::string_view text, size_t max_depth) noexcept {
 json parse_json_ext(std::string_view text, size_t max_depth,
                     const std::function<void(size_t, size_t)>& progress) noexcept {
   return parse_ext(text, max_depth, &progress);
+}
+
+JsonShape json_shape(std::string_view text) {
+  JsonShape shape;
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      shape.depth = std::max(shape.depth, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+      size_t end = text.find_first_not_of("0123456789+-.eE", i);
+      if (end == std::string_view::npos) end = text.size();
+      std::string token(text.substr(i, std::min<size_t>(end - i, 400)));
+      if (!std::isfinite(std::strtod(token.c_str(), nullptr))) shape.overflow = true;
+      i = end - 1;
+    }
+  }
+  return shape;
 }
 
 bool has_non_finite(const json& j) {

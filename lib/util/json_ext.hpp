@@ -37,6 +37,15 @@ void dump_json_ext(const nlohmann::json& j, std::string& out);
 // Same, returned.
 [[nodiscard]] std::string dump_json_ext(const nlohmann::json& j);
 
+// What a scan of JSON-like text outside its strings finds, to say why it did not parse: its
+// deepest nesting of objects and arrays, and whether a number there is beyond a double's range
+// (1e999). Malformed text is scanned as far as it goes.
+struct JsonShape {
+  size_t depth = 0;
+  bool overflow = false;
+};
+[[nodiscard]] JsonShape json_shape(std::string_view text);
+
 // Whether `j` holds a NaN or infinite float anywhere.
 [[nodiscard]] bool has_non_finite(const nlohmann::json& j);
 

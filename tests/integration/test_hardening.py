@@ -500,13 +500,17 @@ class AgentFaultTest(TuneTest):
         p.communicate(timeout=30)
         [t] = self.trials("held")
         tdir = os.path.join(self.exp_dir("held"), t["trial_name"])
-        holder = subprocess.Popen(["flock", tdir, "sleep", "60"])
+        # (its own session: the sleep it runs holds the lock too, and is killed with it)
+        holder = subprocess.Popen(["flock", tdir, "sleep", "60"], start_new_session=True)
+
+        def locked():
+            with open("/proc/locks") as f:
+                return any(" FLOCK " in line and " %d " % holder.pid in line for line in f)
         try:
-            self.wait_for(lambda: any(" FLOCK " in line and " %d " % holder.pid in line
-                                      for line in open("/proc/locks")), what="the flock")
+            self.wait_for(locked, what="the flock")
             r = self.tune("run", "exp.yaml", "--resume=auto", timeout=60)
         finally:
-            holder.kill()
+            os.killpg(holder.pid, signal.SIGKILL)
             holder.wait()
         self.assertNotEqual(r.returncode, 0)
         self.assertRegex(self.log("held"), r"another process \(pid %d, 'flock'\) holds the trial "

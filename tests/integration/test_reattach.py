@@ -99,8 +99,8 @@ class ReattachTest(TuneTest):
         os.truncate(os.path.join(self.exp_dir("re"), ".tune", "attempts.log"), 0)
         self.tune("run", "exp.yaml", "--resume=auto", check=0)
         self.assertEqual(len(re.findall(
-            r"has no line for attempt 1, but its supervisor runs \(pid \d+, holding the trial "
-            r"dir\): re-attached to it", self.tune_log())), 2, self.tune_log())
+            r"names no running supervisor for attempt 1, but one holds the trial dir "
+            r"\(pid \d+\): re-attached to it", self.tune_log())), 2, self.tune_log())
         self.check_finished_once()
 
 

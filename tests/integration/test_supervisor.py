@@ -188,7 +188,7 @@ class SupervisorTest(TuneTest):
             p.stdin.close()
             return p, record
 
-        first, _ = start(1, [PY, "-c", "import time; print('one', flush=True); time.sleep(3)"])
+        first, _ = start(1, [PY, "-c", "import time; print('one', flush=True); time.sleep(60)"])
         self.wait_for(lambda: "one" in open(os.path.join(d, "stdout.log")).read(),
                       what="attempt 1 running")
         second, record = start(2, [PY, "-c", "print('two', flush=True)"])
@@ -200,7 +200,8 @@ class SupervisorTest(TuneTest):
                       "%d, holds the trial dir): attempt 2 is not started" % first.pid,
                       rec["error"])
         self.assertIsNone(rec["pid"])
-        self.assertEqual(first.wait(timeout=10), 0)
+        first.terminate()  # the supervisor stops its trial and records that
+        self.assertEqual(first.wait(timeout=20), 0)
         with open(os.path.join(d, "stdout.log")) as f:
             self.assertNotIn("two", f.read())
         # Once the first has ended, the next attempt starts as usual.

@@ -495,7 +495,10 @@ TEST_CASE("waiting for an earlier agent that holds the lock fails naming it", "[
     ::_exit(0);
   }
   REQUIRE(child > 0);
-  for (int i = 0; i < 500 && agent::flock_holder(lock.string()) != child; ++i) ::usleep(2000);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, WUNTRACED) == child);  // it holds the lock, and is stopped
+  REQUIRE(WIFSTOPPED(status));
+  CHECK(agent::flock_holder(lock.string()) == child);
   auto held = exec::wait_for_agent(o.attempt_log, 0.1);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
@@ -506,4 +509,30 @@ TEST_CASE("waiting for an earlier agent that holds the lock fails naming it", "[
                  "-CONT " +
                  std::to_string(child) + "`) still holds " + lock.string()) != std::string::npos);
   CHECK(exec::wait_for_agent(o.attempt_log, 1.0));  // gone: free again
+}
+
+TEST_CASE(
+    "local transport: an attempt in a trial dir that is a symlink is not started, and "
+    "nothing is written where it points",
+    "[transport]") {
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  fs::create_directories(s.dir / "victim");
+  std::ofstream(s.dir / "victim" / "params.json") << "precious";
+  fs::create_directory_symlink(s.dir / "victim", s.dir / "trial_e");
+  REQUIRE(ex.start(launch(s.dir, "e", {"true"})));
+  auto o = run_until_exits(ex, 1);
+  REQUIRE(o.exits.count("e"));
+  CHECK(o.exits["e"].reason == exec::ExitReason::kExecFailed);
+  INFO(o.exits["e"].error);
+  CHECK(o.exits["e"].error.find("is a symbolic link: nothing is written through one") !=
+        std::string::npos);
+  CHECK(util::read_file(s.dir / "victim" / "params.json", 100) == "precious");
+  CHECK(fs::directory_iterator(s.dir / "victim")->path().filename() == "params.json");
+  // The driver's own preparation of a trial dir (SSH and Slurm trials) refuses it too.
+  auto l = launch(s.dir, "e", {"true"});
+  auto prepared = exec::prepare_trial_dir(l);
+  REQUIRE_FALSE(prepared);
+  CHECK(prepared.error().message.find("is a symbolic link") != std::string::npos);
+  CHECK(util::read_file(s.dir / "victim" / "params.json", 100) == "precious");
 }
