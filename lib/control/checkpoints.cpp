@@ -6,6 +6,7 @@
 
 #include "control/controller.hpp"
 #include "control/dir_names.hpp"
+#include "trial/result_log.hpp"
 #include "util/fs.hpp"
 
 namespace tune::control {
@@ -77,6 +78,35 @@ void Controller::prepare_restart(trial::Trial& t) {
     }
   }
   reconcile_checkpoints(t, false, nullptr);
+}
+
+void Controller::recover_checkpoint_in_flight(trial::Trial& t) {
+  // Its adoption went on off the loop (on an SSH host, or a copy) while the state was written
+  // with the line's offset past it: that line is not read again. Where its dir is not there
+  // after all, the reconciliation that follows forgets it, as before.
+  int64_t newest = t.checkpoints.empty() ? 0 : t.checkpoints.back().seq;
+  if (t.checkpoint_seq <= newest) return;
+  trial::Checkpoint c;
+  c.seq = t.checkpoint_seq;
+  auto rows = trial::ResultLog::read_results(trial_dir(t));
+  if (!rows) return;
+  for (auto row = rows->rbegin(); row != rows->rend(); ++row) {
+    auto name = row->find("checkpoint_dir_name");
+    if (name == row->end() || !name->is_string() || *name != c.dir_name()) continue;
+    auto iteration = row->find("training_iteration");
+    if (iteration == row->end() || !iteration->is_number_integer() ||
+        iteration->get<int64_t>() > t.iteration)
+      return;
+    c.iteration = iteration->get<int64_t>();
+    if (auto s = row->find("time_total_s"); s != row->end() && s->is_number())
+      c.time_total_s = s->get<double>();
+    c.metrics = checkpoint_metrics(*row);
+    spdlog::info("trial {}: {} was being taken when the driver stopped: registered from its row",
+                 t.name, c.dir_name());
+    t.checkpoints.push_back(std::move(c));
+    mark_dirty();
+    return;
+  }
 }
 
 void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {

@@ -151,6 +151,9 @@ class Controller : private sched::Population {
   void resume_running(trial::Trial& t);
   // Removes checkpoint_* dirs the state does not name (pruned, or adopted after the last state
   // write unless `keep_newer`), and staging leftovers; forgets state checkpoints that are gone.
+  // Registers the checkpoint a crashed driver was taking when it wrote the state (numbered, its
+  // result row written, its line read, its adoption not done yet), from its row in result.json.
+  void recover_checkpoint_in_flight(trial::Trial& t);
   void reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt);
   // Forgets t's checkpoints after `name` (all of them if "" or unknown), deleting their dirs
   // after the next state write: the trial restarts from `name`.

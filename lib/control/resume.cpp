@@ -68,6 +68,7 @@ void Controller::resume_running(trial::Trial& t) {
   l.stdout_offset = t.stdout_offset;
   l.stdin_fifo = step;
   l.job_id = t.job_id;
+  recover_checkpoint_in_flight(t);
   for (const auto& c : t.checkpoints) l.checkpoints.push_back(c.dir_name());
   auto found = ex_.attach(l);
   if (!found) spdlog::warn("trial {}: {}", t.name, found.error().message);
