@@ -348,22 +348,33 @@ class AgentFaultTest(TuneTest):
         super().setUp()
         self.write("counter.py", COUNTER)
 
-    def agents(self):
-        """The tune-agent processes of this test (not the supervisors they fork, which have
-        the same command line: an agent's parent is a driver)."""
-        def serving(pid):
+    def serving(self):
+        """pid -> parent pid of every `tune-agent serve` process of this test: agents and the
+        supervisors they fork (same command line). By command line and stat alone, which any
+        user may read (an agent is not dumpable: as a non-root user its cwd cannot be read)."""
+        found = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
             try:
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
                     argv = f.read().split(b"\0")
+                with open("/proc/%s/stat" % pid) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
-                return False
-            return os.path.basename(argv[0]) == b"tune-agent" and argv[1:2] == [b"serve"]
+                continue
+            if (os.path.basename(argv[0]) == b"tune-agent" and argv[1:2] == [b"serve"]
+                    and self.dir.encode() in argv[2] and fields[0] not in ("Z", "X")):
+                found[int(pid)] = int(fields[1])
+        return found
 
-        def parent(pid):
-            with open("/proc/%d/stat" % pid) as f:
-                return int(f.read().rsplit(")", 1)[1].split()[1])
+    def agents(self):
+        """The tune-agent processes of this test (an agent's parent is a driver)."""
+        procs = self.serving()
+        return [p for p, parent in procs.items() if parent not in procs]
 
-        return [p for p in self.processes_under(self.dir) if serving(p) and not serving(parent(p))]
+    def children_of(self, pid):
+        return [p for p, parent in self.serving().items() if parent == pid]
 
     def reporting(self, name, n):
         return lambda: sum(os.path.exists(os.path.join(self.exp_dir(name), t["trial_name"],
@@ -442,9 +453,8 @@ class AgentFaultTest(TuneTest):
         p = self.start_tune("run", "exp.yaml")
         try:
             self.wait_for(self.reporting("supstop", 2), what="both trials reporting")
-            agent = self.agents()[0]
-            sups = [q for q in self.processes_under(self.dir) if q != agent and q in
-                    self.children_of(agent)]
+            [agent] = self.agents()
+            sups = self.children_of(agent)
             self.assertEqual(len(sups), 2)
             os.kill(sups[0], signal.SIGSTOP)
             p.send_signal(signal.SIGINT)
@@ -456,10 +466,6 @@ class AgentFaultTest(TuneTest):
         self.assertEqual(p.returncode, 130, err[-2000:])
         for t in self.trials("supstop"):
             self.assertEqual(t["status"], "PENDING", t["trial_name"])  # resumable, not lost
-
-    def children_of(self, pid):
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(x) for x in f.read().split()]
 
     def test_a_trial_dir_replaced_by_a_symlink_is_refused_and_what_it_points_to_untouched(self):
         self.write("exp.yaml", """
