@@ -4,6 +4,7 @@
 // a finished trial's leftovers on resume.
 #include <spdlog/spdlog.h>
 
+#include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
 #include "control/dir_names.hpp"
 #include "trial/result_log.hpp"
@@ -80,32 +81,73 @@ void Controller::prepare_restart(trial::Trial& t) {
   reconcile_checkpoints(t, false, nullptr);
 }
 
-void Controller::recover_checkpoint_in_flight(trial::Trial& t) {
-  // Its adoption went on off the loop (on an SSH host, or a copy) while the state was written
-  // with the line's offset past it: that line is not read again. Where its dir is not there
-  // after all, the reconciliation that follows forgets it, as before.
-  int64_t newest = t.checkpoints.empty() ? 0 : t.checkpoints.back().seq;
-  if (t.checkpoint_seq <= newest) return;
-  trial::Checkpoint c;
-  c.seq = t.checkpoint_seq;
-  auto rows = trial::ResultLog::read_results(trial_dir(t));
-  if (!rows) return;
-  for (auto row = rows->rbegin(); row != rows->rend(); ++row) {
-    auto name = row->find("checkpoint_dir_name");
-    if (name == row->end() || !name->is_string() || *name != c.dir_name()) continue;
-    auto iteration = row->find("training_iteration");
-    if (iteration == row->end() || !iteration->is_number_integer() ||
-        iteration->get<int64_t>() > t.iteration)
-      return;
-    c.iteration = iteration->get<int64_t>();
-    if (auto s = row->find("time_total_s"); s != row->end() && s->is_number())
-      c.time_total_s = s->get<double>();
-    c.metrics = checkpoint_metrics(*row);
-    spdlog::info("trial {}: {} was being taken when the driver stopped: registered from its row",
-                 t.name, c.dir_name());
-    t.checkpoints.push_back(std::move(c));
-    mark_dirty();
-    return;
+namespace {
+
+// Puts `c` among t's checkpoints in seq order, unless one has its number already.
+bool insert_checkpoint(trial::Trial& t, trial::Checkpoint c) {
+  auto at = std::find_if(t.checkpoints.begin(), t.checkpoints.end(),
+                         [&](const trial::Checkpoint& k) { return k.seq >= c.seq; });
+  if (at != t.checkpoints.end() && at->seq == c.seq) return false;
+  t.checkpoints.insert(at, std::move(c));
+  return true;
+}
+
+}  // namespace
+
+void Controller::settle_adopting(trial::Trial& t) {
+  // On an SSH host the dir may be complete where the head cannot see it: asked after the
+  // re-attach (retake_adopting: the host's adoption of a dir already moved succeeds).
+  if (t.adopting.empty() || !remote_host(t).empty()) return;
+  fs::path dir = trial_dir(t);
+  std::vector<trial::Adopting> left;
+  for (auto& a : t.adopting) {
+    std::error_code ec;
+    std::string name = a.checkpoint.dir_name();
+    if (fs::symlink_status(dir / name, ec).type() != fs::file_type::directory) {
+      left.push_back(std::move(a));
+      continue;
+    }
+    if (insert_checkpoint(t, std::move(a.checkpoint)))
+      spdlog::info("trial {}: {} was being taken when the driver stopped and is complete: kept",
+                   t.name, name);
+  }
+  t.adopting = std::move(left);
+  mark_dirty();
+}
+
+void Controller::retake_adopting(trial::Trial& t, Runtime& rt) {
+  if (t.adopting.empty()) return;
+  auto left = std::exchange(t.adopting, {});
+  mark_dirty();
+  for (auto& a : left) {
+    std::string name = a.checkpoint.dir_name();
+    spdlog::info("trial {}: {} was being taken when the driver stopped: taking it again from {}",
+                 t.name, name, a.reported);
+    if (auto r = adopt_reported(t, rt, a.reported, std::move(a.checkpoint)); !r)
+      spdlog::warn("trial {}: {}, being taken when the driver stopped, is lost: {}", t.name, name,
+                   r.error().message);
+  }
+}
+
+void Controller::take_adopting_now(trial::Trial& t) {
+  settle_adopting(t);
+  if (t.adopting.empty()) return;
+  auto left = std::exchange(t.adopting, {});
+  mark_dirty();
+  fs::path dir = trial_dir(t);
+  bool here = remote_host(t).empty();
+  for (auto& a : left) {
+    std::string name = a.checkpoint.dir_name();
+    Result<void> r = std::unexpected(Error{"its attempt on " + remote_host(t) + " is gone"});
+    if (here) r = checkpoint::adopt(a.reported, exp_.trial.workdir, dir, name);
+    if (!r) {
+      spdlog::warn("trial {}: {}, being taken when the driver stopped, is lost: {}", t.name, name,
+                   r.error().message);
+      continue;
+    }
+    spdlog::info("trial {}: {} was being taken when the driver stopped: taken from {}", t.name,
+                 name, a.reported);
+    insert_checkpoint(t, std::move(a.checkpoint));
   }
 }
 

@@ -151,9 +151,14 @@ class Controller : private sched::Population {
   void resume_running(trial::Trial& t);
   // Removes checkpoint_* dirs the state does not name (pruned, or adopted after the last state
   // write unless `keep_newer`), and staging leftovers; forgets state checkpoints that are gone.
-  // Registers the checkpoint a crashed driver was taking when it wrote the state (numbered, its
-  // result row written, its line read, its adoption not done yet), from its row in result.json.
-  void recover_checkpoint_in_flight(trial::Trial& t);
+  // Checkpoints a crashed driver was taking when it wrote the state (t.adopting): before the
+  // re-attach, those whose dir is complete on the head are registered (settle_adopting); after
+  // it, the others are taken again from where the trial reported them, as they were the first
+  // time (retake_adopting); an attempt that is gone takes them at once where it can, on this
+  // machine (take_adopting_now), before it restarts.
+  void settle_adopting(trial::Trial& t);
+  void retake_adopting(trial::Trial& t, Runtime& rt);
+  void take_adopting_now(trial::Trial& t);
   void reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt);
   // Forgets t's checkpoints after `name` (all of them if "" or unknown), deleting their dirs
   // after the next state write: the trial restarts from `name`.
@@ -219,10 +224,19 @@ class Controller : private sched::Population {
   // in at once if it lies in the trial's dir, else copied in on the file worker (files.cpp).
   void take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,
                        nlohmann::json& result);
+  // Brings the checkpoint the trial reported at `reported` in as `c` (numbered already): at
+  // once, or on the file worker (then it is registered when done). An error if it cannot be
+  // taken at all.
+  [[nodiscard]] Result<void> adopt_reported(trial::Trial& t, Runtime& rt,
+                                            const std::string& reported, trial::Checkpoint c);
   // Runs an executor's adopt_task (it waits on a host's link) on the file worker; `c` is
   // registered when it is done, and the trial's exit waits for it.
   void adopt_off_loop(trial::Trial& t, Runtime& rt, std::function<Result<void>()> task,
-                      trial::Checkpoint c);
+                      trial::Checkpoint c, const std::string& reported);
+  // A file-worker job that brings `c` in: tracked until done, and named in the state meanwhile
+  // (t.adopting) so that a crash before it is done does not lose it.
+  void track_adoption(trial::Trial& t, Runtime& rt, uint64_t job, trial::Checkpoint c,
+                      const std::string& reported);
   // The newest checkpoint of the trial still being adopted or copied in, if any.
   [[nodiscard]] const trial::Checkpoint* arriving_checkpoint(const std::string& trial) const;
   // Registers the checkpoints whose copies finished; runs exits that waited for them.

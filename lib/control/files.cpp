@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
@@ -64,72 +67,96 @@ void Controller::rewind_checkpoints(trial::Trial& t, const std::string& name) {
   mark_dirty();
 }
 
+namespace {
+
+// Tests only: $TUNE_TEST_ADOPT_DELAY_S seconds of waiting before each adoption on the file
+// worker, so that a test can kill the driver while one is under way.
+void test_adopt_delay(const std::atomic<bool>& cancel) {
+  static const double delay = [] {
+    const char* v = std::getenv("TUNE_TEST_ADOPT_DELAY_S");
+    return v ? std::atof(v) : 0.0;
+  }();
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(delay);
+  while (delay > 0 && !cancel && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+}  // namespace
+
 void Controller::take_checkpoint(trial::Trial& t, Runtime& rt, const std::string& reported,
                                  json& result) {
   trial::Checkpoint c;
   c.seq = t.checkpoint_seq + 1;
   c.iteration = t.iteration;
   c.time_total_s = t.time_total_s;
+  c.metrics = checkpoint_metrics(result);
   std::string dest = c.dir_name();
-  auto done = [&] {
-    result["checkpoint_dir_name"] = dest;
-    c.metrics = checkpoint_metrics(result);
-  };
-  if (rt.adopted_before.erase(dest)) {  // moved in by the driver that crashed: read again
-    done();
-    t.checkpoint_seq = c.seq;
+  result["checkpoint_dir_name"] = dest;
+  t.checkpoint_seq = c.seq;
+  if (rt.adopted_before.erase(dest))  // moved in by the driver that crashed: read again
     return add_checkpoint(t, rt, std::move(c));
+  if (auto r = adopt_reported(t, rt, reported, std::move(c)); !r) {
+    spdlog::warn("trial {}: {}", t.name, r.error().message);
+    result.erase("checkpoint_dir_name");
+    t.checkpoint_seq -= 1;  // nothing bears the number
   }
+}
+
+Result<void> Controller::adopt_reported(trial::Trial& t, Runtime& rt, const std::string& reported,
+                                        trial::Checkpoint c) {
+  std::string dest = c.dir_name();
   if (!remote_host(t).empty()) {  // on its host, by the host's own tools
     auto task = ex_.adopt_task(t.id, reported, exp_.trial.workdir, trial_dir(t), dest);
     if (!task) {
-      auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), dest);
-      if (!r) return spdlog::warn("trial {}: {}", t.name, r.error().message);
-      done();
-      t.checkpoint_seq = c.seq;
-      return add_checkpoint(t, rt, std::move(c));
+      if (auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), dest); !r) return r;
+      add_checkpoint(t, rt, std::move(c));
+      return {};
     }
     // Off the loop (it waits on the host's link), registered when done, in order with the
     // trial's other adoptions; the trial's exit waits for it.
-    done();
-    t.checkpoint_seq = c.seq;
-    return adopt_off_loop(t, rt, std::move(task), std::move(c));
+    adopt_off_loop(t, rt, std::move(task), std::move(c), reported);
+    return {};
   }
   fs::path dir = trial_dir(t);
   auto src = checkpoint::locate(reported, {dir, exp_.dir(), exp_.trial.workdir});
-  if (!src) return spdlog::warn("trial {}: {}", t.name, src.error().message);
-  done();
-  t.checkpoint_seq = c.seq;
+  if (!src) return std::unexpected(src.error());
   if (src->how == checkpoint::Source::How::kMove && rt.copies_in_flight == 0) {
-    if (auto r = checkpoint::move_in(*src, dir, dest); !r) {
-      result.erase("checkpoint_dir_name");
-      return spdlog::warn("trial {}: {}", t.name, r.error().message);
-    }
-    return add_checkpoint(t, rt, std::move(c));
+    if (auto r = checkpoint::move_in(*src, dir, dest); !r) return r;
+    add_checkpoint(t, rt, std::move(c));
+    return {};
   }
   // A copy (or a move queued behind one, to keep the order): done on the worker, registered
   // when it completes; the trial's exit waits for it.
   uint64_t job = worker_.submit(
       [src = *src, dir, dest](const std::atomic<bool>& cancel) -> Result<std::string> {
+        test_adopt_delay(cancel);
         auto r = src.how == checkpoint::Source::How::kMove
                      ? checkpoint::move_in(src, dir, dest)
                      : checkpoint::copy_in(src, dir, dest, cancel);
         if (!r) return std::unexpected(r.error());
         return std::string();
       });
-  rt.copies_in_flight += 1;
-  adoptions_[job] = {t.id, std::move(c)};
+  track_adoption(t, rt, job, std::move(c), reported);
+  return {};
 }
 
 void Controller::adopt_off_loop(trial::Trial& t, Runtime& rt, std::function<Result<void>()> task,
-                                trial::Checkpoint c) {
-  uint64_t job =
-      worker_.submit([task = std::move(task)](const std::atomic<bool>&) -> Result<std::string> {
+                                trial::Checkpoint c, const std::string& reported) {
+  uint64_t job = worker_.submit(
+      [task = std::move(task)](const std::atomic<bool>& cancel) -> Result<std::string> {
+        test_adopt_delay(cancel);
         if (auto r = task(); !r) return std::unexpected(r.error());
         return std::string();
       });
+  track_adoption(t, rt, job, std::move(c), reported);
+}
+
+void Controller::track_adoption(trial::Trial& t, Runtime& rt, uint64_t job, trial::Checkpoint c,
+                                const std::string& reported) {
   rt.copies_in_flight += 1;
+  t.adopting.push_back({c, reported});
   adoptions_[job] = {t.id, std::move(c)};
+  mark_dirty();
 }
 
 const trial::Checkpoint* Controller::arriving_checkpoint(const std::string& trial) const {
@@ -151,9 +178,11 @@ void Controller::on_file_jobs_done() {
     }
     auto [id, c] = std::move(it->second);
     adoptions_.erase(it);
+    auto& t = trial(id);
+    std::erase_if(t.adopting, [&](const trial::Adopting& a) { return a.checkpoint.seq == c.seq; });
+    mark_dirty();
     auto rit = running_.find(id);
     if (rit == running_.end()) continue;
-    auto& t = trial(id);
     Runtime& rt = rit->second;
     rt.copies_in_flight -= 1;
     if (d.result)

@@ -42,6 +42,8 @@ void Controller::restore(state::ExperimentState resume) {
   for (auto& t : state_.trials) {
     // Attempts that outlived the crashed driver are re-attached; other trials that did not
     // end go back to the queue and restart from their latest checkpoint.
+    if (t.status != trial::Status::kRunning && !t.adopting.empty())
+      take_adopting_now(t);  // (a trial leaves RUNNING only once its checkpoints are in)
     if (t.status == trial::Status::kRunning)
       resume_running(t);
     else if (t.status == trial::Status::kPending)
@@ -68,12 +70,13 @@ void Controller::resume_running(trial::Trial& t) {
   l.stdout_offset = t.stdout_offset;
   l.stdin_fifo = step;
   l.job_id = t.job_id;
-  recover_checkpoint_in_flight(t);
+  settle_adopting(t);
   for (const auto& c : t.checkpoints) l.checkpoints.push_back(c.dir_name());
   auto found = ex_.attach(l);
   if (!found) spdlog::warn("trial {}: {}", t.name, found.error().message);
   if (!found || *found == exec::Attached::kGone) {
     spdlog::info("trial {} attempt {}: not running any more; it restarts", t.name, t.attempt);
+    take_adopting_now(t);
     set_pending(t);
     return;
   }
@@ -124,6 +127,7 @@ void Controller::resume_running(trial::Trial& t) {
     if (!step) {
       if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
     }
+    retake_adopting(t, rt);  // (a pause restarts from it)
     return;
   }
   if (step) {
@@ -135,6 +139,7 @@ void Controller::resume_running(trial::Trial& t) {
       ex_.stop(t.id, false);
       rt.term_sent = true;
     }
+    retake_adopting(t, rt);
     return;
   }
   // Results recorded after the last state write are read again from the saved offset: drop
@@ -142,6 +147,7 @@ void Controller::resume_running(trial::Trial& t) {
   if (auto r = trial::ResultLog::truncate_after(dir, t.iteration); !r)
     spdlog::warn("trial {}: {}", t.name, r.error().message);
   reconcile_checkpoints(t, true, &rt);
+  retake_adopting(t, rt);  // after the reconciliation, which would take its dir for a stray
   if (auto r = rt.log.open(dir); !r) spdlog::warn("trial {}: {}", t.name, r.error().message);
   spdlog::info("trial {} attempt {}: re-attached ({}), reading from byte {}", t.name, t.attempt,
                *found == exec::Attached::kRunning ? "running" : "ended meanwhile", t.stdout_offset);

@@ -99,7 +99,7 @@ void Controller::step_saved(trial::Trial& t, Runtime& rt, const json& reply) {
     c.time_total_s = t.time_total_s;
     c.metrics = checkpoint_metrics(result);
     t.checkpoint_seq = std::max(t.checkpoint_seq, c.seq);
-    adopt_off_loop(t, rt, std::move(task), std::move(c));
+    adopt_off_loop(t, rt, std::move(task), std::move(c), reported);
   } else if (auto r = ex_.adopt(t.id, reported, exp_.trial.workdir, trial_dir(t), c.dir_name());
              !r) {
     spdlog::warn("trial {}: cannot register checkpoint {}: {}", t.name, c.dir_name(),

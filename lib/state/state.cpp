@@ -42,34 +42,45 @@ json trial_to_json(const trial::Trial& t) {
                      {"iteration", c.iteration},
                      {"time_total_s", c.time_total_s},
                      {"metrics", c.metrics}});
-  return {{"trial_id", t.id},
-          {"trial_name", t.name},
-          {"index", t.index},
-          {"config", t.config},
-          {"status", trial::status_name(t.status)},
-          {"reason", trial::reason_name(t.reason)},
-          {"cause", trial::cause_name(t.cause)},
-          {"decided_at", t.decided_at},
-          {"exploited_from", t.exploited_from},
-          {"exploited_at", t.exploited_at},
-          {"exploits", t.exploits},
-          {"pending_exploit", t.pending_exploit},
-          {"attempt", t.attempt},
-          {"failures", t.failures},
-          {"host", t.host},
-          {"error", t.error},
-          {"iteration", t.iteration},
-          {"time_total_s", t.time_total_s},
-          {"last_result", t.last_result},
-          {"metrics", metrics},
-          {"checkpoints", ckpts},
-          {"checkpoint_seq", t.checkpoint_seq},
-          {"stdout_offset", t.stdout_offset},
-          {"attempt_started", t.attempt_started},
-          {"restore_iteration", t.restore_iteration},
-          {"time_base", t.time_base},
-          {"gpu_ids", t.gpu_ids},
-          {"job_id", t.job_id}};
+  json out = {{"trial_id", t.id},
+              {"trial_name", t.name},
+              {"index", t.index},
+              {"config", t.config},
+              {"status", trial::status_name(t.status)},
+              {"reason", trial::reason_name(t.reason)},
+              {"cause", trial::cause_name(t.cause)},
+              {"decided_at", t.decided_at},
+              {"exploited_from", t.exploited_from},
+              {"exploited_at", t.exploited_at},
+              {"exploits", t.exploits},
+              {"pending_exploit", t.pending_exploit},
+              {"attempt", t.attempt},
+              {"failures", t.failures},
+              {"host", t.host},
+              {"error", t.error},
+              {"iteration", t.iteration},
+              {"time_total_s", t.time_total_s},
+              {"last_result", t.last_result},
+              {"metrics", metrics},
+              {"checkpoints", ckpts},
+              {"checkpoint_seq", t.checkpoint_seq},
+              {"stdout_offset", t.stdout_offset},
+              {"attempt_started", t.attempt_started},
+              {"restore_iteration", t.restore_iteration},
+              {"time_base", t.time_base},
+              {"gpu_ids", t.gpu_ids},
+              {"job_id", t.job_id}};
+  if (!t.adopting.empty()) {  // (only while a checkpoint is being taken)
+    json adopting = json::array();
+    for (const auto& a : t.adopting)
+      adopting.push_back({{"seq", a.checkpoint.seq},
+                          {"iteration", a.checkpoint.iteration},
+                          {"time_total_s", a.checkpoint.time_total_s},
+                          {"metrics", a.checkpoint.metrics},
+                          {"reported", a.reported}});
+    out["adopting"] = std::move(adopting);
+  }
+  return out;
 }
 
 // Whether `j` converts to T without nlohmann's plain cast of a float (or an out-of-range
@@ -292,6 +303,28 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
       if (c.seq < 1 || c.seq > 999'999'999) return fail(where, ": ", ctx, ": bad checkpoint seq");
       t.checkpoints.push_back(std::move(c));
     }
+    if (tj.contains("adopting")) {  // (absent unless a checkpoint was being taken)
+      json adopting = r.get<json>(tj, "adopting", ctx);
+      if (r.ok && !adopting.is_array()) return fail(where, ": ", ctx, ": 'adopting' is not a list");
+      for (const auto& aj : adopting) {
+        trial::Adopting a;
+        std::string actx = ctx + ".adopting";
+        a.checkpoint.seq = r.get<int64_t>(aj, "seq", actx);
+        a.checkpoint.iteration = r.get<int64_t>(aj, "iteration", actx);
+        a.checkpoint.time_total_s = r.get<double>(aj, "time_total_s", actx);
+        a.checkpoint.metrics = r.get<json>(aj, "metrics", actx);
+        a.reported = r.get<std::string>(aj, "reported", actx);
+        if (!r.ok) return std::unexpected(r.err);
+        if (a.checkpoint.seq < 1 || a.checkpoint.seq > t.checkpoint_seq)
+          return fail(where, ": ", actx, ": bad checkpoint seq");
+        if (!a.checkpoint.metrics.is_object())
+          return fail(where, ": ", actx, ": 'metrics' is not an object");
+        if (a.reported.empty() || a.reported.size() > 4096 ||
+            a.reported.find('\0') != std::string::npos)
+          return fail(where, ": ", actx, ": bad reported path");
+        t.adopting.push_back(std::move(a));
+      }
+    }
     s.trials.push_back(std::move(t));
   }
   if (progress) progress(trials.size(), trials.size());
@@ -333,7 +366,9 @@ Result<void> StateWriter::save(const fs::path& exp_dir, const ExperimentState& s
             t.decided_at,
             t.exploits,
             !t.pending_exploit.is_null(),
-            t.job_id};
+            t.job_id,
+            t.adopting.size(),
+            t.adopting.empty() ? 0 : t.adopting.back().checkpoint.seq};
     Entry& e = cache_[i];
     if (e.text.empty() || !(e.key == key)) {
       e.key = std::move(key);

@@ -116,6 +116,8 @@ class StateWriter {
     int exploits = 0;
     bool exploit_pending = false;
     std::string job_id;
+    size_t adopting = 0;
+    int64_t adopting_seq = 0;  // the newest being taken
     bool operator==(const Key&) const = default;
   };
   struct Entry {

@@ -66,6 +66,14 @@ struct Checkpoint {
   [[nodiscard]] std::string dir_name() const;
 };
 
+// A checkpoint whose adoption (a copy on the driver's file worker, or a move on the trial's SSH
+// host) was under way when the state was written: a resume registers it if it completed, and
+// otherwise takes it again from where the trial reported it.
+struct Adopting {
+  Checkpoint checkpoint;
+  std::string reported;  // the path the trial reported
+};
+
 struct Trial {
   std::string id;    // "00003"
   std::string name;  // "trial_00003_lr=0.001,layers=2"
@@ -85,6 +93,7 @@ struct Trial {
   std::map<std::string, MetricStats> metrics;
   std::vector<Checkpoint> checkpoints;  // retained, in seq order
   int64_t checkpoint_seq = 0;           // highest seq ever taken
+  std::vector<Adopting> adopting;       // taken (seq counted) but not registered yet, in seq order
   uint64_t stdout_offset = 0;           // bytes of stdout.log consumed as whole lines
   // The running attempt (re-attach after a driver crash continues its clocks and counters).
   double attempt_started = 0;     // wall clock when it started

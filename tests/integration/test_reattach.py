@@ -129,5 +129,90 @@ class ArrivalTimesTest(TuneTest):
         self.assertEqual([r["step"] for r in rows], list(range(1, 15)))
         self.check_arrival_times(rows, gap=0.3, outage=3)
 
+class CheckpointInFlightTest(TuneTest):
+    """A driver killed while a checkpoint it had read was still being copied in (on the file
+    worker: the trial reported a dir in its workdir): the state it wrote names the checkpoint as
+    being taken, and the resume takes it again, so it is not lost."""
+
+    TRIAL = """
+        import json, os, sys, time
+        for i in range(1, 13):
+            result = {"loss": 1.0 / i}
+            if i == 2:  # in the workdir: copied in, the original left alone
+                os.makedirs("ck", exist_ok=True)
+                with open(os.path.join("ck", "state.json"), "w") as f:
+                    json.dump({"i": i}, f)
+                result["checkpoint"] = "ck"
+            print(json.dumps(result), flush=True)
+            if i == 4:  # the rest once the test has killed the driver
+                while not os.path.exists(os.environ["GO_FILE"]):
+                    time.sleep(0.05)
+            time.sleep(0.05)
+        """
+
+    def setUp(self):
+        super().setUp()
+        self.write("trial.py", self.TRIAL)
+        self.go = os.path.join(self.dir, "go")
+        self.write("exp.yaml", f"""
+            name: inflight
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'trial.py')}"]
+              workdir: {self.dir}
+              env: {{GO_FILE: "{self.go}"}}
+            param_space: {{x: 1}}
+            """)
+
+    def kill_while_copying(self):
+        env = dict(self.env, TUNE_TEST_ADOPT_DELAY_S="60", TUNE_GLOBAL_CHECKPOINT_S="0.1")
+        p = self.start_tune("run", "exp.yaml", env=env)
+        self.wait_for(lambda: len(self.trials("inflight")) == 1 and
+                      self.trials("inflight")[0]["checkpoint_seq"] == 1 and
+                      self.trials("inflight")[0]["iteration"] >= 4, what="the checkpoint counted")
+        p.kill()
+        p.communicate()
+        t = self.trials("inflight")[0]
+        self.assertEqual(t["checkpoints"], [], "the copy was done before the kill")
+        self.assertEqual([a["seq"] for a in t.get("adopting", [])], [1])
+        return t
+
+    def check_kept(self):
+        t = self.trials("inflight")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        self.assertEqual(t["attempt"], 1)
+        self.assertNotIn("adopting", t)
+        self.assertEqual([(c["dir"], c["iteration"]) for c in t["checkpoints"]],
+                         [("checkpoint_000001", 2)])
+        with open(os.path.join(self.exp_dir("inflight"), t["trial_name"], "checkpoint_000001",
+                               "state.json")) as f:
+            self.assertEqual(json.load(f), {"i": 2})
+        rows = self.results("inflight", t)
+        self.assertEqual([r["training_iteration"] for r in rows], list(range(1, 13)))
+        self.assertEqual([r.get("checkpoint_dir_name") for r in rows][:3],
+                         [None, "checkpoint_000001", None])
+        with open(os.path.join(self.exp_dir("inflight"), "tune.log")) as f:
+            log = f.read()
+        self.assertIn("checkpoint_000001 was being taken when the driver stopped: taking it "
+                      "again from ck", log)
+        out = self.tune("checkpoints", "ls", "inflight", check=0)
+        self.assertIn("checkpoint_000001", out.stdout)
+
+    def test_a_checkpoint_being_copied_when_the_driver_is_killed_is_taken_again(self):
+        self.kill_while_copying()
+        with open(self.go, "w"):
+            pass
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.check_kept()
+
+    def test_the_same_when_the_trial_ended_while_no_driver_ran(self):
+        t = self.kill_while_copying()
+        with open(self.go, "w"):
+            pass
+        self.wait_for(lambda: self.exit_record("inflight", t["trial_name"]) is not None,
+                      what="trial end")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.check_kept()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -230,6 +230,64 @@ TEST_CASE("pbt fields round-trip; a malformed pending exploit is refused", "[sta
   }
 }
 
+TEST_CASE("checkpoints being taken round-trip, through the cached writer too; bad ones are refused",
+          "[state]") {
+  using json = nlohmann::json;
+  auto s = sample();
+  s.trials[0].status = trial::Status::kRunning;
+  s.trials[0].checkpoint_seq = 5;
+  trial::Adopting a;
+  a.checkpoint.seq = 5;
+  a.checkpoint.iteration = 11;
+  a.checkpoint.time_total_s = 2.5;
+  a.checkpoint.metrics = {{"loss", 0.05}};
+  a.reported = "/tmp/ck dir";
+  s.trials[0].adopting.push_back(a);
+  auto back = state::from_json(state::to_json(s), "f");
+  REQUIRE(back);
+  REQUIRE(back->trials[0].adopting.size() == 1);
+  const auto& b = back->trials[0].adopting[0];
+  CHECK(b.checkpoint.seq == 5);
+  CHECK(b.checkpoint.iteration == 11);
+  CHECK(b.checkpoint.time_total_s == 2.5);
+  CHECK(b.checkpoint.metrics == a.checkpoint.metrics);
+  CHECK(b.reported == "/tmp/ck dir");
+  CHECK(back->trials[1].adopting.empty());
+  CHECK_FALSE(state::to_json(s)["trials"][1].contains("adopting"));  // only while taking one
+
+  // The writer that serializes only changed trials sees the record come and go.
+  testing::ScratchDir d;
+  state::StateWriter w;
+  REQUIRE(w.save(d.path, s, false));
+  s.trials[0].adopting.clear();
+  REQUIRE(w.save(d.path, s, false));
+  CHECK(w.last_serialized() == 1);
+  auto loaded = state::load(d.path);
+  REQUIRE(loaded);
+  CHECK(loaded->trials[0].adopting.empty());
+
+  for (auto [field, bad] : std::vector<std::pair<std::string, json>>{
+           {"seq", 6}, {"seq", 0}, {"reported", ""}, {"reported", 7}, {"metrics", nullptr}}) {
+    auto j = state::to_json(sample());
+    j["trials"][0]["checkpoint_seq"] = 5;
+    j["trials"][0]["adopting"] = json::array({{{"seq", 5},
+                                               {"iteration", 11},
+                                               {"time_total_s", 2.5},
+                                               {"metrics", json::object()},
+                                               {"reported", "ck"}}});
+    j["trials"][0]["adopting"][0][field] = bad;
+    INFO(field << " = " << bad.dump());
+    auto r = state::from_json(j, "f");
+    REQUIRE(!r);
+    CHECK(r.error().message.find("trials[0].adopting") != std::string::npos);
+  }
+  auto j = state::to_json(sample());
+  j["trials"][0]["adopting"] = "x";
+  auto r = state::from_json(j, "f");
+  REQUIRE(!r);
+  CHECK(r.error().message.find("'adopting' is not a list") != std::string::npos);
+}
+
 TEST_CASE("the scheduler log's length round-trips; a state without it counts 0", "[state]") {
   auto s = sample();
   s.scheduler_log_bytes = 4567;
