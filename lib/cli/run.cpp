@@ -325,6 +325,7 @@ int RunCommand::execute() {
   if (auto w = exec::wait_for_agent(lo.attempt_log, env_seconds("TUNE_AGENT_WAIT_S").value_or(10));
       !w)
     throw Fatal(w.error());
+  lo.agent_waited_for = true;
   lo.lease_file = dir / ".tune" / "lease";
   lo.orphan_timeout_s = exp.orphan_timeout_s;
   lo.grace_s = env_seconds("TUNE_STOP_GRACE_S").value_or(10);

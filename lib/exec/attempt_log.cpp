@@ -16,6 +16,7 @@
 
 #include "util/fs.hpp"
 #include "util/json_ext.hpp"
+#include "util/process.hpp"
 
 namespace tune::exec {
 
@@ -38,26 +39,11 @@ void signal_supervisor(int pid, bool now) {
 
 bool supervisor_alive(int pid, uint64_t ticks) {
   if (pid <= 0 || ticks == 0) return false;
-  auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
-  if (!text) return false;
-  // Fields after the command name (which may hold spaces and parentheses): 3 state, 6 session,
-  // 22 start time.
-  auto close = text->rfind(')');
-  if (close == std::string::npos) return false;
-  std::vector<std::string_view> fields;
-  std::string_view rest = std::string_view(*text).substr(close + 1);
-  for (size_t at = 0; fields.size() < 20 && at < rest.size();) {
-    size_t from = rest.find_first_not_of(' ', at);
-    if (from == std::string_view::npos) break;
-    size_t to = rest.find(' ', from);
-    if (to == std::string_view::npos) to = rest.size();
-    fields.push_back(rest.substr(from, to - from));
-    at = to;
-  }
-  if (fields.size() < 20) return false;
-  if (fields[0] == "Z" || fields[0] == "X") return false;  // ended, not reaped yet
-  if (fields[3] != std::to_string(pid)) return false;      // a supervisor leads its session
-  if (fields[19] != std::to_string(ticks)) return false;   // the pid was reused
+  auto st = util::proc_stat(pid);
+  if (!st) return false;
+  if (st->state == 'Z' || st->state == 'X') return false;  // ended, not reaped yet
+  if (st->session != pid) return false;                    // a supervisor leads its session
+  if (st->start != ticks) return false;                    // the pid was reused
   // and it is a tune-agent process (a line naming the user's editor is not believed): by its
   // executable where that can be read, else by its name. A supervisor is not dumpable (its
   // nonce), and the kernel lets only root read such a process's exe link, even to its own
@@ -66,9 +52,7 @@ bool supervisor_alive(int pid, uint64_t ticks) {
   auto exe = fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).filename().string();
   if (!ec) return exe.starts_with("tune-agent");
   if (ec != std::errc::permission_denied && ec != std::errc::operation_not_permitted) return false;
-  auto open = text->find('(');
-  return open != std::string::npos &&
-         std::string_view(*text).substr(open + 1, close - open - 1) == "tune-agent";
+  return st->comm == "tune-agent";
 }
 
 void AttemptLog::refresh() {

@@ -89,10 +89,9 @@ std::unordered_map<std::string, pid_t> live_supervisors(const fs::path& exp_dir)
 namespace {
 // What /proc says process `pid` is doing, for a message; `hint`: with what to do about it.
 std::string process_state(int pid, bool hint) {
-  auto text = util::read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
-  auto close = text ? text->rfind(')') : std::string::npos;
-  if (close == std::string::npos || close + 2 >= text->size()) return "gone";
-  switch ((*text)[close + 2]) {
+  auto st = util::proc_stat(pid);
+  if (!st) return "gone";
+  switch (st->state) {
     case 'T':
       return "stopped (by SIGSTOP or a terminal)" +
              (hint ? ": `kill -CONT " + std::to_string(pid) + "`" : std::string());
@@ -127,7 +126,8 @@ struct LocalExecutor::Impl {
   bool waited_for_old_agent = false;
   std::string agent_said;  // the running agent's last error that named no launch
 
-  explicit Impl(LocalOptions o) : opts(std::move(o)), log(opts.attempt_log) {}
+  explicit Impl(LocalOptions o)
+      : opts(std::move(o)), log(opts.attempt_log), waited_for_old_agent(opts.agent_waited_for) {}
 
   std::unordered_map<std::string, std::string> resolved;  // "PATH\0prog" -> absolute path
 
@@ -804,9 +804,8 @@ Result<void> wait_for_agent(const fs::path& attempt_log, double timeout_s) {
       // Going on beside it would start a second agent that cannot take the lock, and the old
       // one would launch what it still holds whenever it moves again: stop here, say why.
       int pid = agent::flock_holder(lock.string());
-      std::string comm =
-          pid > 0 ? util::read_file("/proc/" + std::to_string(pid) + "/comm", 64).value_or("") : "";
-      comm = util::printable(comm.substr(0, comm.find('\n')), 40);
+      auto st = util::proc_stat(pid);
+      std::string comm = util::printable(st ? st->comm : std::string(), 40);
       bool agent = comm.starts_with("tune-agent");
       out = fail(agent || pid <= 0 ? "the tune-agent of an earlier driver"
                                    : "a process that is not a tune-agent ('" + comm + "')",

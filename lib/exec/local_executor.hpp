@@ -20,6 +20,9 @@ struct LocalOptions {
   double orphan_timeout_s = 600;
   double grace_s = 10;     // SIGTERM -> SIGKILL delay
   std::string record_key;  // the experiment's key for attempt nonces (exit_record.hpp)
+  // The caller waited for an earlier driver's agent already (wait_for_agent); otherwise the
+  // first attach() or live_attempts() does, for at most 10 s.
+  bool agent_waited_for = false;
 };
 
 // Owns a signalfd (SIGINT, SIGTERM, SIGCHLD), an inotify fd and the agent's event pipe; wait()

@@ -242,19 +242,36 @@ std::string last_line(const fs::path& log) {
   return printable(nl == std::string::npos ? s : s.substr(nl + 1), 300);
 }
 
-uint64_t process_start_ticks(pid_t pid) {
-  if (pid <= 0) return 0;
+std::optional<ProcStat> proc_stat(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
   auto text = read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
-  if (!text) return 0;
-  auto close = text->rfind(')');  // the command name may contain spaces and parentheses
-  if (close == std::string::npos) return 0;
-  size_t pos = close + 2;  // field 3 starts here
-  for (int field = 3; field < 22; ++field) {
-    pos = text->find(' ', pos);
-    if (pos == std::string::npos) return 0;
-    ++pos;
+  if (!text) return std::nullopt;
+  // The fields after the command name, which may hold spaces and parentheses: field 3 first.
+  auto open = text->find('('), close = text->rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  std::string_view rest = std::string_view(*text).substr(close + 1);
+  std::string_view fields[20];
+  size_t n = 0;
+  for (size_t at = 0; n < 20 && at < rest.size();) {
+    size_t from = rest.find_first_not_of(' ', at);
+    if (from == std::string_view::npos) break;
+    size_t to = rest.find(' ', from);
+    if (to == std::string_view::npos) to = rest.size();
+    fields[n++] = rest.substr(from, to - from);
+    at = to;
   }
-  return std::strtoull(text->c_str() + pos, nullptr, 10);
+  if (n < 20 || fields[0].size() != 1) return std::nullopt;
+  ProcStat st;
+  st.comm = text->substr(open + 1, close - open - 1);
+  st.state = fields[0][0];
+  st.session = std::strtol(std::string(fields[3]).c_str(), nullptr, 10);
+  st.start = std::strtoull(std::string(fields[19]).c_str(), nullptr, 10);
+  return st;
+}
+
+uint64_t process_start_ticks(pid_t pid) {
+  auto st = proc_stat(pid);
+  return st ? st->start : 0;
 }
 
 void tie_helpers_to_this_thread() {

@@ -66,6 +66,16 @@ inline constexpr int kRsyncVanished = 24;
 // Kills the process group of `pid` and reaps it.
 void kill_and_reap(pid_t pid);
 
+// What /proc/PID/stat says of process `pid`, as far as it is read here; nullopt if there is no
+// such process (or the file is not as the kernel writes it).
+struct ProcStat {
+  std::string comm;    // field 2: its name (at most 15 bytes; the parentheses removed)
+  char state = '?';    // field 3: R, S, D, T (stopped), t (traced), Z, X, ...
+  long session = 0;    // field 6
+  uint64_t start = 0;  // field 22: the start time in clock ticks since boot
+};
+[[nodiscard]] std::optional<ProcStat> proc_stat(pid_t pid);
+
 // The start time of process `pid` in clock ticks since boot (field 22 of /proc/PID/stat), which
 // tells a live process from a later one that reused its pid; 0 if there is no such process.
 [[nodiscard]] uint64_t process_start_ticks(pid_t pid);

@@ -1,5 +1,6 @@
 // util: shell splitting, suggestions, atomic files, safe deletion, name safety.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -297,4 +298,39 @@ TEST_CASE("posix_cksum is what cksum prints", "[util][cksum]") {
   }
   ::unlink(tmpl);
   CHECK(out.substr(0, out.find(' ')) == std::to_string(util::posix_cksum(data)));
+}
+
+TEST_CASE("proc_stat reads a process's name, state, session and start, whatever its name holds",
+          "[util]") {
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::setsid();
+    ::prctl(PR_SET_NAME, "a) S 1 (b c", 0, 0, 0);  // looks like the fields that follow
+    char byte = 1;
+    (void)!::write(ready[1], &byte, 1);
+    (void)!::read(go[0], &byte, 1);
+    ::_exit(0);
+  }
+  char byte;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  auto st = util::proc_stat(child);
+  REQUIRE(st);
+  CHECK(st->comm == "a) S 1 (b c");
+  CHECK(st->state == 'S');  // blocked in read()
+  CHECK(st->session == child);
+  CHECK(st->start == util::process_start_ticks(child));
+  CHECK(st->start > 0);
+  ::kill(child, SIGSTOP);
+  for (int i = 0; i < 200 && util::proc_stat(child)->state != 'T'; ++i) ::usleep(5000);
+  CHECK(util::proc_stat(child)->state == 'T');
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK_FALSE(util::proc_stat(child));
+  CHECK_FALSE(util::proc_stat(0));
+  CHECK_FALSE(util::proc_stat(-1));
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
 }
