@@ -67,5 +67,59 @@ class ScaleTest(TuneTest):
         self.assertGreaterEqual(sum(t["failures"] == 1 for t in trials), 250)
 
 
+# The same, but each checkpoint is written in the workdir, so the driver copies it in on its
+# file worker (not a rename): a kill -9 finds copies under way.
+COPIED_TRIAL = TRIAL.replace("c = tempfile.mkdtemp(dir=d)",
+                             "c = tempfile.mkdtemp(dir=os.path.join(os.getcwd(), 'cks'))")
+
+
+class CopiedCheckpointsScaleTest(TuneTest):
+    def test_200_trials_whose_checkpoints_are_copied_in_survive_a_kill_9(self):
+        self.write("t.py", COPIED_TRIAL)
+        os.makedirs(os.path.join(self.dir, "cks"))
+        self.write("exp.yaml", """
+            name: copied
+            trial: {command: ["%s", "t.py"], workdir: "%s"}
+            param_space: {x: {grid_search: [%s]}}
+            num_samples: 5
+            seed: 12
+            max_concurrent_trials: 4
+            failure_config: {max_failures: 1}
+            checkpoint_config: {num_to_keep: 1}
+        """ % (PY, self.dir, ", ".join(str(i) for i in range(40))))
+        # Each copy waits 50 ms first (a test-only delay), and the state is written every
+        # 0.1 s: the kill comes right after a state that names copies under way.
+        env = dict(self.env, TUNE_TEST_ADOPT_DELAY_S="0.05", TUNE_GLOBAL_CHECKPOINT_S="0.1")
+        p = self.start_tune("run", "exp.yaml", "--quiet", env=env)
+
+        def far_enough():
+            st = self.state("copied")
+            return sum(t["status"] == "TERMINATED" for t in st["trials"]) >= 60 and any(
+                t.get("adopting") for t in st["trials"])
+        self.wait_for(far_enough, timeout=300, what="60 trials done, copies under way")
+        p.kill()
+        out, err = p.communicate(timeout=60)
+        self.assertNotIn("Sanitizer", err)
+        r = self.tune("run", "exp.yaml", "--resume=auto", "--quiet", timeout=900)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        trials = self.trials("copied")
+        self.assertEqual(len(trials), 200)
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertIn(t["failures"], (0, 1), t["trial_name"])
+            self.assertNotIn("adopting", t, t["trial_name"])
+            rows = self.results("copied", t)
+            self.assertEqual([x["training_iteration"] for x in rows], [1, 2, 3], t["trial_name"])
+            self.assertEqual([x["i"] for x in rows], [1, 2, 3], t["trial_name"])
+            # The newest checkpoint is kept (keep 1), complete, and holds what it says.
+            self.assertEqual([c["iteration"] for c in t["checkpoints"]], [3], t["trial_name"])
+            ck = os.path.join(self.exp_dir("copied"), t["trial_name"], t["checkpoints"][0]["dir"])
+            with open(os.path.join(ck, "i")) as f:
+                self.assertEqual(f.read(), "3", t["trial_name"])
+        # Every trial failed once at iteration 2 and went on from its checkpoint at 1.
+        self.assertEqual(sum(t["failures"] == 1 for t in trials), 200)
+
+
 if __name__ == "__main__":
     unittest.main()
