@@ -115,17 +115,36 @@ void Controller::settle_adopting(trial::Trial& t) {
   mark_dirty();
 }
 
+namespace {
+
+// Says that a checkpoint being taken when the driver stopped is lost: the first few, then how
+// many more (a state can name thousands).
+void say_lost(const trial::Trial& t, const std::string& name, const std::string& why, size_t& n,
+              size_t of) {
+  constexpr size_t kSaid = 10;
+  if (n < kSaid)
+    spdlog::warn("trial {}: {}, being taken when the driver stopped, is lost: {}", t.name, name,
+                 why);
+  else if (n == kSaid)
+    spdlog::warn("trial {}: ... and more of the {} being taken are lost (not named)", t.name, of);
+  ++n;
+}
+
+}  // namespace
+
 void Controller::retake_adopting(trial::Trial& t, Runtime& rt) {
   if (t.adopting.empty()) return;
   auto left = std::exchange(t.adopting, {});
   mark_dirty();
+  size_t lost = 0;
   for (auto& a : left) {
     std::string name = a.checkpoint.dir_name();
-    spdlog::info("trial {}: {} was being taken when the driver stopped: taking it again from {}",
-                 t.name, name, a.reported);
+    spdlog::info(
+        "trial {}: {} was being taken when the driver stopped: taking it again from {}, as it "
+        "is now",
+        t.name, name, a.reported);
     if (auto r = adopt_reported(t, rt, a.reported, std::move(a.checkpoint)); !r)
-      spdlog::warn("trial {}: {}, being taken when the driver stopped, is lost: {}", t.name, name,
-                   r.error().message);
+      say_lost(t, name, r.error().message, lost, left.size());
   }
 }
 
@@ -136,17 +155,19 @@ void Controller::take_adopting_now(trial::Trial& t) {
   mark_dirty();
   fs::path dir = trial_dir(t);
   bool here = remote_host(t).empty();
+  size_t lost = 0;
   for (auto& a : left) {
     std::string name = a.checkpoint.dir_name();
     Result<void> r = std::unexpected(Error{"its attempt on " + remote_host(t) + " is gone"});
     if (here) r = checkpoint::adopt(a.reported, exp_.trial.workdir, dir, name);
     if (!r) {
-      spdlog::warn("trial {}: {}, being taken when the driver stopped, is lost: {}", t.name, name,
-                   r.error().message);
+      say_lost(t, name, r.error().message, lost, left.size());
       continue;
     }
-    spdlog::info("trial {}: {} was being taken when the driver stopped: taken from {}", t.name,
-                 name, a.reported);
+    spdlog::info(
+        "trial {}: {} was being taken when the driver stopped: taken from {}, as it is "
+        "now",
+        t.name, name, a.reported);
     insert_checkpoint(t, std::move(a.checkpoint));
   }
 }

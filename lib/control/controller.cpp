@@ -180,7 +180,8 @@ void Controller::check_experiment_dir(double now) {
     dir_identity_ = {st.st_dev, st.st_ino};
     return;
   }
-  if (!gone && st.st_dev == dir_identity_.first && st.st_ino == dir_identity_.second) return;
+  if (!gone && st.st_dev == dir_identity_.first && st.st_ino == dir_identity_.second)
+    return check_trial_dirs();
   lost_ = true;
   stopping_ = true;
   // Said once, as the run's one-line error (lost_exit); its tune.log went with the dir.
@@ -188,6 +189,34 @@ void Controller::check_experiment_dir(double now) {
                 exp_.dir().string(), gone ? "deleted" : "replaced");
   for (auto& [id, rt] : running_)
     if (!rt.deferred_exit) ex_.stop(id, true);
+}
+
+void Controller::note_trial_dir(const trial::Trial& t, Runtime& rt) {
+  struct stat st {};
+  if (::lstat(trial_dir(t).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    rt.dir_identity = {st.st_dev, st.st_ino};
+}
+
+void Controller::check_trial_dirs() {
+  for (auto& [id, rt] : running_) {
+    if (rt.stop_why == StopWhy::kDirLost || rt.deferred_exit) continue;
+    if (rt.dir_identity.first == 0 && rt.dir_identity.second == 0) {
+      note_trial_dir(trial(id), rt);  // (or not made yet: its host's agent makes it)
+      continue;
+    }
+    struct stat st {};
+    bool gone = ::lstat(trial_dir(trial(id)).c_str(), &st) != 0;
+    if (!gone && st.st_dev == rt.dir_identity.first && st.st_ino == rt.dir_identity.second)
+      continue;
+    auto& t = trial(id);
+    spdlog::error(
+        "trial {}: its dir '{}' was {} while it ran: what it wrote there is lost; "
+        "stopping it (a failure: it is retried per failure_config)",
+        t.name, trial_dir(t).string(), gone ? "deleted" : "replaced");
+    rt.stop_why = StopWhy::kDirLost;
+    ex_.stop(id, true);
+    rt.term_sent = true;
+  }
 }
 
 void Controller::lost_exit() {

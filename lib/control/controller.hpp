@@ -80,13 +80,14 @@ class Controller : private sched::Population {
     kFailFast,
     kResync,
     kScheduler,
-    kPause
+    kPause,
+    kDirLost,  // its trial dir was deleted or replaced while it ran: a failure
   };
   enum class StepOp { kNone, kStep, kSave, kStop };
   // Stops that a later Ctrl-C does not turn into an interruption.
   static bool is_final(StopWhy w) {
     return w == StopWhy::kCriterion || w == StopWhy::kDone || w == StopWhy::kScheduler ||
-           w == StopWhy::kPause;
+           w == StopWhy::kPause || w == StopWhy::kDirLost;
   }
 
   // What the controller knows about a running attempt (not persisted).
@@ -114,6 +115,9 @@ class Controller : private sched::Population {
     std::set<std::string> adopted_before;
     // Checkpoints being copied in on the file worker; the attempt's exit waits for them.
     int copies_in_flight = 0;
+    // Its trial dir on the head, once it exists (device, inode): one deleted or replaced while
+    // the attempt runs is noticed within a second (check_trial_dirs).
+    std::pair<dev_t, ino_t> dir_identity{0, 0};
     std::optional<exec::ExitInfo> deferred_exit;
     // When its output arrived, on its host's clocks (exec/arrivals.hpp), when the host notes
     // it: results then get the trial's times even when read late.
@@ -333,6 +337,11 @@ class Controller : private sched::Population {
   void notice_gap(double overslept);
   // Notices (once a second) that the experiment dir was deleted or replaced under the driver.
   void check_experiment_dir(double now);
+  // Stops (as a failure, retried) attempts whose trial dir was deleted or replaced: what they
+  // write there from then on would be lost without a word.
+  void check_trial_dirs();
+  // Remembers which dir the attempt works in, once it exists (at its first output at the latest).
+  void note_trial_dir(const trial::Trial& t, Runtime& rt);
   // After the dir was lost: stops what runs and throws the one-line error (exit 1).
   [[noreturn]] void lost_exit();
   // Waits for the file worker's jobs (copies, deletions) at the end of a run.

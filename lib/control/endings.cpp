@@ -154,8 +154,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   // latest checkpoint, whatever its exit code, and never counted as a failure. A supervisor
   // that stopped its trial because the driver went silent (a stopped or suspended driver)
   // counts as the driver's doing too, as does a host lost for longer than host_timeout_s.
-  bool interrupted =
-      !terminated && (why == StopWhy::kUser || why == StopWhy::kFailFast || by_supervisor);
+  bool interrupted = !terminated && why != StopWhy::kDirLost &&
+                     (why == StopWhy::kUser || why == StopWhy::kFailFast || by_supervisor);
   if (auto r = terminated ? rt.log.mark_last_done() : rt.log.flush(); !r)
     spdlog::warn("trial {}: {}", t.name, r.error().message);
   rt.log.close();
@@ -187,9 +187,12 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     interrupt(t);
     return;
   }
-  std::string why_text = describe_exit(info);
+  std::string why_text = why == StopWhy::kDirLost
+                             ? "its trial dir was deleted or replaced while it ran"
+                             : describe_exit(info);
   // (not for an attempt that never ran: the log's last line is another attempt's)
-  if (info.reason != ExitReason::kExecFailed && info.reason != ExitReason::kDirBusy) {
+  if (info.reason != ExitReason::kExecFailed && info.reason != ExitReason::kDirBusy &&
+      why != StopWhy::kDirLost) {
     std::string tail = util::last_line(trial_dir(t) / "stderr.log");
     if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos &&
         !exec::is_attempt_marker(tail))  // the attempt wrote nothing there

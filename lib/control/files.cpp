@@ -179,14 +179,24 @@ void Controller::on_file_jobs_done() {
     auto [id, c] = std::move(it->second);
     adoptions_.erase(it);
     auto& t = trial(id);
-    std::erase_if(t.adopting, [&](const trial::Adopting& a) { return a.checkpoint.seq == c.seq; });
-    mark_dirty();
+    // One that gave up because the run is ending (a second Ctrl-C) stays named as being
+    // taken: the next run takes it again from the trial's original.
+    if (d.result || !worker_.cancelled()) {
+      std::erase_if(t.adopting,
+                    [&](const trial::Adopting& a) { return a.checkpoint.seq == c.seq; });
+      mark_dirty();
+    }
     auto rit = running_.find(id);
     if (rit == running_.end()) continue;
     Runtime& rt = rit->second;
     rt.copies_in_flight -= 1;
     if (d.result)
       add_checkpoint(t, rt, std::move(c));
+    else if (worker_.cancelled())
+      spdlog::warn(
+          "trial {}: checkpoint {} was cut short as the run ends: the next run takes "
+          "it again",
+          t.name, c.dir_name());
     else
       spdlog::warn("trial {}: checkpoint {} not taken: {}", t.name, c.dir_name(),
                    d.result.error().message);

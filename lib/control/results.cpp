@@ -46,6 +46,7 @@ void Controller::on_output(const exec::OutputEvent& ev) {
   if (it == running_.end()) return;  // output of an attempt we no longer track
   auto& t = trial(ev.trial_id);
   Runtime& rt = it->second;
+  if (rt.dir_identity.first == 0 && rt.dir_identity.second == 0) note_trial_dir(t, rt);
   // The executor says where this attempt's output starts (SSH: learnt once it started).
   if (ev.from && rt.splitter.pending() == 0 && *ev.from != t.stdout_offset) {
     t.stdout_offset = *ev.from;
@@ -231,6 +232,11 @@ void Controller::register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq,
 }
 
 void Controller::add_checkpoint(trial::Trial& t, Runtime& rt, trial::Checkpoint c) {
+  if (std::any_of(t.checkpoints.begin(), t.checkpoints.end(),
+                  [&](const trial::Checkpoint& k) { return k.seq == c.seq; })) {
+    spdlog::warn("trial {}: {} is registered already: not twice", t.name, c.dir_name());
+    return;
+  }
   rt.last_checkpoint_iteration = std::max(rt.last_checkpoint_iteration, c.iteration);
   spdlog::info("trial {}: checkpoint {} at iteration {}", t.name, c.dir_name(), c.iteration);
   if (const auto& attr = exp_.checkpoint.score_attribute) {

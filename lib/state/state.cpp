@@ -300,7 +300,9 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
       c.time_total_s = r.get<double>(cj, "time_total_s", ctx + ".checkpoints");
       c.metrics = r.get<json>(cj, "metrics", ctx + ".checkpoints");
       if (!r.ok) return std::unexpected(r.err);
-      if (c.seq < 1 || c.seq > 999'999'999) return fail(where, ": ", ctx, ": bad checkpoint seq");
+      if (c.seq < 1 || c.seq > 999'999'999 ||
+          (!t.checkpoints.empty() && c.seq <= t.checkpoints.back().seq))
+        return fail(where, ": ", ctx, ": bad checkpoint seq (out of range or not rising)");
       t.checkpoints.push_back(std::move(c));
     }
     if (tj.contains("adopting")) {  // (absent unless a checkpoint was being taken)
@@ -315,8 +317,12 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
         a.checkpoint.metrics = r.get<json>(aj, "metrics", actx);
         a.reported = r.get<std::string>(aj, "reported", actx);
         if (!r.ok) return std::unexpected(r.err);
-        if (a.checkpoint.seq < 1 || a.checkpoint.seq > t.checkpoint_seq)
-          return fail(where, ": ", actx, ": bad checkpoint seq");
+        if (a.checkpoint.seq < 1 || a.checkpoint.seq > t.checkpoint_seq ||
+            (!t.adopting.empty() && a.checkpoint.seq <= t.adopting.back().checkpoint.seq) ||
+            std::any_of(t.checkpoints.begin(), t.checkpoints.end(),
+                        [&](const trial::Checkpoint& c) { return c.seq == a.checkpoint.seq; }))
+          return fail(where, ": ", actx,
+                      ": bad checkpoint seq (above checkpoint_seq, not rising, or registered)");
         if (!a.checkpoint.metrics.is_object())
           return fail(where, ": ", actx, ": 'metrics' is not an object");
         if (a.reported.empty() || a.reported.size() > 4096 ||

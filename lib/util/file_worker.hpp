@@ -43,6 +43,8 @@ class FileWorker {
   bool drain(double timeout_s);
   // Tells running and queued jobs to give up.
   void cancel() { cancel_ = true; }
+  // Whether cancel() was called: jobs that failed since may have given up, not failed.
+  [[nodiscard]] bool cancelled() const { return cancel_; }
 
  private:
   void loop();

@@ -63,6 +63,43 @@ class HardeningTest(TuneTest):
             self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 1), t["trial_name"])
             self.assertEqual(self.iterations("flaky", t), [1, 2, 3])
 
+    def test_a_trial_dir_deleted_or_replaced_under_a_running_trial_fails_the_attempt(self):
+        # What the attempt would write there from then on went nowhere, without a word, and the
+        # trial ended TERMINATED with no result.json. Now the attempt is stopped within a second
+        # as a failure, named, and the retry starts over in a new dir (its checkpoints went too).
+        self.write("exp.yaml", """
+            name: rmdir
+            trial: {command: ["%s", "counter.py", "40", "3", "0", "0.1"]}
+            param_space: {x: {grid_search: [1, 2]}}
+            failure_config: {max_failures: 1}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("rmdir")) == 2 and all(
+            len(self.results("rmdir", t)) >= 4 for t in self.trials("rmdir")), what="results")
+        gone, moved = [os.path.join(self.exp_dir("rmdir"), t["trial_name"])
+                       for t in self.trials("rmdir")]
+        subprocess.run(["rm", "-rf", gone], check=True)
+        os.rename(moved, moved + ".old")  # replaced: moved away, a new dir in its place
+        os.mkdir(moved)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        log = self.log("rmdir")
+        # (the trial's helper may have made it again before the driver looked: "replaced")
+        self.assertRegex(log, "its dir '%s' was (deleted|replaced) while it ran" % re.escape(gone))
+        self.assertIn("its dir '%s' was replaced while it ran" % moved, log)
+        for t in self.trials("rmdir"):
+            self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 1))
+            # The retry went on from the newest checkpoint in the new dir (one the trial saved
+            # after the dir was gone, or none); the rows before it went with the old dir.
+            rows = self.results("rmdir", t)
+            got = [r["training_iteration"] for r in rows]
+            self.assertEqual(got, list(range(got[0], 41)))
+            self.assertEqual(rows[0]["iterations_since_restore"], 1)
+            self.assertEqual(t["checkpoints"][-1]["iteration"], 39)
+            for c in t["checkpoints"]:  # each one the state names is there
+                self.assertTrue(os.path.isdir(os.path.join(
+                    self.exp_dir("rmdir"), t["trial_name"], c["dir"])), c["dir"])
+
     def test_item8_experiment_dir_deleted_under_a_running_driver(self):
         self.write("exp.yaml", """
             name: doomed

@@ -4,6 +4,7 @@ ended meanwhile from their output and exit status; no result is lost or recorded
 import json
 import os
 import re
+import signal
 import time
 import unittest
 
@@ -136,7 +137,9 @@ class CheckpointInFlightTest(TuneTest):
 
     TRIAL = """
         import json, os, sys, time
-        for i in range(1, 13):
+        ck = os.environ.get("TUNE_RESTORE_CHECKPOINT")
+        start = json.load(open(os.path.join(ck, "state.json")))["i"] if ck else 0
+        for i in range(start + 1, 13):
             result = {"loss": 1.0 / i}
             if i == 2:  # in the workdir: copied in, the original left alone
                 os.makedirs("ck", exist_ok=True)
@@ -203,6 +206,39 @@ class CheckpointInFlightTest(TuneTest):
             pass
         self.tune("run", "exp.yaml", "--resume=auto", check=0)
         self.check_kept()
+
+    def test_copies_a_second_ctrl_c_cut_short_are_taken_by_the_next_run(self):
+        env = dict(self.env, TUNE_TEST_ADOPT_DELAY_S="60", TUNE_GLOBAL_CHECKPOINT_S="0.1")
+        p = self.start_tune("run", "exp.yaml", env=env)
+        self.wait_for(lambda: len(self.trials("inflight")) == 1 and
+                      self.trials("inflight")[0].get("adopting") and
+                      self.trials("inflight")[0]["iteration"] >= 4, what="the copy under way")
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err)
+        t = self.trials("inflight")[0]
+        self.assertEqual((t["status"], t["checkpoints"]), ("PENDING", []))
+        self.assertEqual([a["seq"] for a in t["adopting"]], [1])
+        with open(self.go, "w"):
+            pass
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        t = self.trials("inflight")[0]
+        self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 0))
+        self.assertNotIn("adopting", t)
+        self.assertEqual([(c["dir"], c["iteration"]) for c in t["checkpoints"]],
+                         [("checkpoint_000001", 2)])
+        rows = self.results("inflight", t)
+        self.assertEqual([r["training_iteration"] for r in rows], list(range(1, 13)))
+        self.assertEqual([r["loss"] for r in rows], [1.0 / i for i in range(1, 13)])
+        self.assertEqual(rows[2]["iterations_since_restore"], 1)  # went on from iteration 2
+        with open(os.path.join(self.exp_dir("inflight"), "tune.log")) as f:
+            log = f.read()
+        self.assertIn("checkpoint_000001 was cut short as the run ends: the next run takes it "
+                      "again", log)
+        self.assertIn("checkpoint_000001 was being taken when the driver stopped: taken from ck",
+                      log)
 
     def test_the_same_when_the_trial_ended_while_no_driver_ran(self):
         t = self.kill_while_copying()

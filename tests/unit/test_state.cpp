@@ -266,8 +266,12 @@ TEST_CASE("checkpoints being taken round-trip, through the cached writer too; ba
   REQUIRE(loaded);
   CHECK(loaded->trials[0].adopting.empty());
 
-  for (auto [field, bad] : std::vector<std::pair<std::string, json>>{
-           {"seq", 6}, {"seq", 0}, {"reported", ""}, {"reported", 7}, {"metrics", nullptr}}) {
+  for (auto [field, bad] : std::vector<std::pair<std::string, json>>{{"seq", 6},
+                                                                     {"seq", 0},
+                                                                     {"seq", 3},
+                                                                     {"reported", ""},
+                                                                     {"reported", 7},
+                                                                     {"metrics", nullptr}}) {
     auto j = state::to_json(sample());
     j["trials"][0]["checkpoint_seq"] = 5;
     j["trials"][0]["adopting"] = json::array({{{"seq", 5},
@@ -286,6 +290,26 @@ TEST_CASE("checkpoints being taken round-trip, through the cached writer too; ba
   auto r = state::from_json(j, "f");
   REQUIRE(!r);
   CHECK(r.error().message.find("'adopting' is not a list") != std::string::npos);
+  // The same checkpoint twice (it would be registered twice), or out of order.
+  j["trials"][0]["checkpoint_seq"] = 9;
+  json entry = {{"seq", 5},
+                {"iteration", 11},
+                {"time_total_s", 2.5},
+                {"metrics", json::object()},
+                {"reported", "ck"}};
+  j["trials"][0]["adopting"] = json::array({entry, entry});
+  CHECK(!state::from_json(j, "f"));
+  json later = entry;
+  later["seq"] = 7;
+  j["trials"][0]["adopting"] = json::array({later, entry});
+  CHECK(!state::from_json(j, "f"));
+  j["trials"][0]["adopting"] = json::array({entry, later});
+  CHECK(state::from_json(j, "f"));
+  // Registered checkpoints too: rising, each once.
+  j["trials"][0]["checkpoints"].push_back(j["trials"][0]["checkpoints"][0]);
+  r = state::from_json(j, "f");
+  REQUIRE(!r);
+  CHECK(r.error().message.find("not rising") != std::string::npos);
 }
 
 TEST_CASE("the scheduler log's length round-trips; a state without it counts 0", "[state]") {
