@@ -81,18 +81,13 @@ void Controller::prepare_restart(trial::Trial& t) {
   reconcile_checkpoints(t, false, nullptr);
 }
 
-namespace {
-
-// Puts `c` among t's checkpoints in seq order, unless one has its number already.
-bool insert_checkpoint(trial::Trial& t, trial::Checkpoint c) {
+bool Controller::insert_checkpoint(trial::Trial& t, trial::Checkpoint c) {
   auto at = std::find_if(t.checkpoints.begin(), t.checkpoints.end(),
                          [&](const trial::Checkpoint& k) { return k.seq >= c.seq; });
   if (at != t.checkpoints.end() && at->seq == c.seq) return false;
   t.checkpoints.insert(at, std::move(c));
   return true;
 }
-
-}  // namespace
 
 void Controller::settle_adopting(trial::Trial& t) {
   // On an SSH host the dir may be complete where the head cannot see it: asked after the

@@ -161,6 +161,9 @@ class Controller : private sched::Population {
   // time (retake_adopting); an attempt that is gone takes them at once where it can, on this
   // machine (take_adopting_now), before it restarts.
   void settle_adopting(trial::Trial& t);
+  // Puts `c` among t's checkpoints in seq order, unless one has its number already (no
+  // retention, no events: for checkpoints found complete, not taken by a running attempt).
+  static bool insert_checkpoint(trial::Trial& t, trial::Checkpoint c);
   void retake_adopting(trial::Trial& t, Runtime& rt);
   void take_adopting_now(trial::Trial& t);
   void reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt);

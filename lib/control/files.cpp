@@ -187,7 +187,10 @@ void Controller::on_file_jobs_done() {
       mark_dirty();
     }
     auto rit = running_.find(id);
-    if (rit == running_.end()) continue;
+    if (rit == running_.end()) {  // (its attempt was handed on first: kept all the same)
+      if (d.result && insert_checkpoint(t, c)) apply_retention(t, !t.finished());
+      continue;
+    }
     Runtime& rt = rit->second;
     rt.copies_in_flight -= 1;
     if (d.result)

@@ -121,5 +121,74 @@ class CopiedCheckpointsScaleTest(TuneTest):
         self.assertEqual(sum(t["failures"] == 1 for t in trials), 200)
 
 
+# For HyperBand: its loss depends on x (so the rungs have something to rank), it checkpoints every
+# iteration in its trial dir and goes on from the checkpoint it is given (after a pause, a
+# failure or a kill), and it fails its first attempt at iteration 2. `i` is its own count.
+HYPERBAND_TRIAL = """
+import json, os, sys, tempfile, time
+d = os.environ["TUNE_TRIAL_DIR"]
+x = json.loads(os.environ["TUNE_CONFIG"])["x"]
+ck = os.environ.get("TUNE_RESTORE_CHECKPOINT")
+start = int(open(os.path.join(ck, "i")).read()) if ck else 0
+for i in range(start + 1, 10):
+    if i == 2 and not os.path.exists(os.path.join(d, "failed")):
+        open(os.path.join(d, "failed"), "w").close()
+        sys.exit(1)
+    c = tempfile.mkdtemp(dir=d)
+    open(os.path.join(c, "i"), "w").write(str(i))
+    print(json.dumps({"i": i, "loss": (x % 7 + 1.0) / i, "checkpoint": c}), flush=True)
+    time.sleep(0.01)
+"""
+
+
+class HyperbandScaleTest(TuneTest):
+    def test_200_hyperband_trials_pause_fail_resume_after_a_kill_9(self):
+        self.write("t.py", HYPERBAND_TRIAL)
+        self.write("exp.yaml", """
+            name: hb
+            trial: {command: ["%s", "t.py"]}
+            param_space: {x: {grid_search: [%s]}}
+            num_samples: 5
+            seed: 13
+            metric: loss
+            mode: min
+            max_concurrent_trials: 4
+            scheduler: {type: hyperband, max_t: 9, reduction_factor: 3}
+            failure_config: {max_failures: 1}
+            checkpoint_config: {num_to_keep: 1}
+        """ % (PY, ", ".join(str(i) for i in range(40))))
+        p = self.start_tune("run", "exp.yaml", "--quiet")
+
+        def far_enough():
+            st = self.state("hb")["trials"]
+            return len(st) >= 60 and any(t["status"] == "PAUSED" for t in st)
+        self.wait_for(far_enough, timeout=300, what="60 trials, some paused")
+        p.kill()
+        out, err = p.communicate(timeout=60)
+        self.assertNotIn("Sanitizer", err)
+        r = self.tune("run", "exp.yaml", "--resume=auto", "--quiet", timeout=900)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        trials = self.trials("hb")
+        self.assertEqual(len(trials), 200)
+        longest = 0
+        for t in trials:
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertIn(t["failures"], (0, 1), t["trial_name"])
+            rows = self.results("hb", t)
+            its = [x["training_iteration"] for x in rows]
+            # Each iteration once, in order, and the trial's own count agrees: every pause,
+            # failure and kill went on from the right checkpoint.
+            self.assertEqual(its, list(range(1, len(its) + 1)), t["trial_name"])
+            self.assertEqual([x["i"] for x in rows], its, t["trial_name"])
+            longest = max(longest, len(its))
+            for c in t["checkpoints"]:
+                self.assertTrue(os.path.isdir(os.path.join(
+                    self.exp_dir("hb"), t["trial_name"], c["dir"])), t["trial_name"])
+        self.assertEqual(longest, 9)
+        stopped = sum(t["reason"] == "stopped" for t in trials)
+        self.assertGreater(stopped, 50, "hyperband stopped few trials at its rungs")
+
+
 if __name__ == "__main__":
     unittest.main()
