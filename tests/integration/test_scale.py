@@ -67,10 +67,18 @@ class ScaleTest(TuneTest):
         self.assertGreaterEqual(sum(t["failures"] == 1 for t in trials), 250)
 
 
+def variant(text, *changes):
+    """TRIAL with (old, new) replacements, each of which must apply."""
+    for old, new in changes:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
 # The same, but each checkpoint is written in the workdir, so the driver copies it in on its
 # file worker (not a rename): a kill -9 finds copies under way.
-COPIED_TRIAL = TRIAL.replace("c = tempfile.mkdtemp(dir=d)",
-                             "c = tempfile.mkdtemp(dir=os.path.join(os.getcwd(), 'cks'))")
+COPIED_TRIAL = variant(TRIAL, ("c = tempfile.mkdtemp(dir=d)",
+                              "c = tempfile.mkdtemp(dir=os.path.join(os.getcwd(), 'cks'))"))
 
 
 class CopiedCheckpointsScaleTest(TuneTest):
@@ -121,24 +129,14 @@ class CopiedCheckpointsScaleTest(TuneTest):
         self.assertEqual(sum(t["failures"] == 1 for t in trials), 200)
 
 
-# For HyperBand: its loss depends on x (so the rungs have something to rank), it checkpoints every
-# iteration in its trial dir and goes on from the checkpoint it is given (after a pause, a
-# failure or a kill), and it fails its first attempt at iteration 2. `i` is its own count.
-HYPERBAND_TRIAL = """
-import json, os, sys, tempfile, time
-d = os.environ["TUNE_TRIAL_DIR"]
-x = json.loads(os.environ["TUNE_CONFIG"])["x"]
-ck = os.environ.get("TUNE_RESTORE_CHECKPOINT")
-start = int(open(os.path.join(ck, "i")).read()) if ck else 0
-for i in range(start + 1, 10):
-    if i == 2 and not os.path.exists(os.path.join(d, "failed")):
-        open(os.path.join(d, "failed"), "w").close()
-        sys.exit(1)
-    c = tempfile.mkdtemp(dir=d)
-    open(os.path.join(c, "i"), "w").write(str(i))
-    print(json.dumps({"i": i, "loss": (x % 7 + 1.0) / i, "checkpoint": c}), flush=True)
-    time.sleep(0.01)
-"""
+# For HyperBand: the same, up to iteration 9, with a loss that depends on x (so that the rungs
+# have something to rank). `i` is its own count.
+HYPERBAND_TRIAL = variant(
+    TRIAL,
+    ('d = os.environ["TUNE_TRIAL_DIR"]',
+     'd = os.environ["TUNE_TRIAL_DIR"]\nx = json.loads(os.environ["TUNE_CONFIG"])["x"]'),
+    ("range(start + 1, 4)", "range(start + 1, 10)"),
+    ('"loss": 1.0 / i', '"loss": (x % 7 + 1.0) / i'))
 
 
 class HyperbandScaleTest(TuneTest):
