@@ -4,6 +4,8 @@
 // a finished trial's leftovers on resume.
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 #include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
 #include "control/dir_names.hpp"
@@ -52,15 +54,17 @@ void Controller::fetch_remote_only(trial::Trial& t, const std::vector<std::strin
 
 void Controller::prepare_restart(trial::Trial& t) {
   fs::path dir = trial_dir(t);
-  // A trial that ran on an SSH host restarts from the newest checkpoint the head holds (its
-  // host may be gone); newer ones that never reached the head are forgotten.
-  if (!remote_host(t).empty()) {
-    std::error_code ec;
-    while (!t.checkpoints.empty() && !fs::is_directory(dir / t.checkpoints.back().dir_name(), ec)) {
-      spdlog::warn("trial {}: {} never reached the head: restarting from an earlier one", t.name,
-                   t.checkpoints.back().dir_name());
-      t.checkpoints.pop_back();
-    }
+  // It restarts from the newest checkpoint the head holds: one that ran on an SSH host may have
+  // newer ones that never reached the head (its host may be gone), and any trial's dir may have
+  // been deleted or replaced under it. The missing ones are forgotten first.
+  bool remote = !remote_host(t).empty();
+  std::error_code ec;
+  while (!t.checkpoints.empty() && !fs::is_directory(dir / t.checkpoints.back().dir_name(), ec)) {
+    spdlog::warn("trial {}: {} {}: restarting from an earlier one", t.name,
+                 t.checkpoints.back().dir_name(),
+                 remote ? "never reached the head" : "is missing on disk");
+    t.checkpoints.pop_back();
+    mark_dirty();
   }
   const trial::Checkpoint* c = t.latest_checkpoint();
   int64_t keep = c ? c->iteration : 0;
@@ -90,11 +94,13 @@ bool Controller::insert_checkpoint(trial::Trial& t, trial::Checkpoint c) {
 }
 
 void Controller::settle_adopting(trial::Trial& t) {
-  // On an SSH host the dir may be complete where the head cannot see it: asked after the
-  // re-attach (retake_adopting: the host's adoption of a dir already moved succeeds).
-  if (t.adopting.empty() || !remote_host(t).empty()) return;
+  // Those complete on the head (on an SSH host one may be complete where the head cannot see
+  // it: its host is asked after the re-attach, where its adoption of a dir already moved
+  // succeeds, or by take_adopting_now).
+  if (t.adopting.empty()) return;
   fs::path dir = trial_dir(t);
   std::vector<trial::Adopting> left;
+  bool added = false;
   for (auto& a : t.adopting) {
     std::error_code ec;
     std::string name = a.checkpoint.dir_name();
@@ -102,28 +108,44 @@ void Controller::settle_adopting(trial::Trial& t) {
       left.push_back(std::move(a));
       continue;
     }
-    if (insert_checkpoint(t, std::move(a.checkpoint)))
-      spdlog::info("trial {}: {} was being taken when the driver stopped and is complete: kept",
-                   t.name, name);
+    if (insert_checkpoint(t, std::move(a.checkpoint))) {
+      added = true;
+      spdlog::debug("trial {}: {} was being taken when the driver stopped and is complete: kept",
+                    t.name, name);
+    }
   }
   t.adopting = std::move(left);
   mark_dirty();
+  if (added) apply_retention(t, !t.finished());
 }
 
 namespace {
 
-// Says that a checkpoint being taken when the driver stopped is lost: the first few, then how
-// many more (a state can name thousands).
-void say_lost(const trial::Trial& t, const std::string& name, const std::string& why, size_t& n,
-              size_t of) {
-  constexpr size_t kSaid = 10;
-  if (n < kSaid)
-    spdlog::warn("trial {}: {}, being taken when the driver stopped, is lost: {}", t.name, name,
-                 why);
-  else if (n == kSaid)
-    spdlog::warn("trial {}: ... and more of the {} being taken are lost (not named)", t.name, of);
-  ++n;
-}
+// What became of the checkpoints being taken when the driver stopped, said of the first few
+// only, then counted (a state can name thousands).
+struct Retakes {
+  static constexpr int kNamed = 10;
+  const trial::Trial& t;
+  int said = 0, unsaid = 0, lost = 0;
+  template <typename... Args>
+  void say(spdlog::level::level_enum level, fmt::format_string<Args...> f, Args&&... args) {
+    if (said++ < kNamed)
+      spdlog::log(level, "trial {}: {}", t.name, fmt::format(f, std::forward<Args>(args)...));
+    else
+      ++unsaid;
+  }
+  void lost_one(const std::string& name, const std::string& why) {
+    ++lost;
+    say(spdlog::level::warn, "{}, being taken when the driver stopped, is lost: {}", name, why);
+  }
+  ~Retakes() {
+    if (unsaid > 0)
+      spdlog::warn(
+          "trial {}: ... and {} more checkpoint(s) being taken when the driver stopped "
+          "(not named; {} lost in all)",
+          t.name, unsaid, lost);
+  }
+};
 
 }  // namespace
 
@@ -131,15 +153,14 @@ void Controller::retake_adopting(trial::Trial& t, Runtime& rt) {
   if (t.adopting.empty()) return;
   auto left = std::exchange(t.adopting, {});
   mark_dirty();
-  size_t lost = 0;
+  Retakes said{t};
   for (auto& a : left) {
     std::string name = a.checkpoint.dir_name();
-    spdlog::info(
-        "trial {}: {} was being taken when the driver stopped: taking it again from {}, as it "
-        "is now",
-        t.name, name, a.reported);
+    said.say(spdlog::level::info,
+             "{} was being taken when the driver stopped: taking it again from {}, as it is now",
+             name, a.reported);
     if (auto r = adopt_reported(t, rt, a.reported, std::move(a.checkpoint)); !r)
-      say_lost(t, name, r.error().message, lost, left.size());
+      said.lost_one(name, r.error().message);
   }
 }
 
@@ -149,22 +170,32 @@ void Controller::take_adopting_now(trial::Trial& t) {
   auto left = std::exchange(t.adopting, {});
   mark_dirty();
   fs::path dir = trial_dir(t);
-  bool here = remote_host(t).empty();
-  size_t lost = 0;
+  std::string host = remote_host(t);
+  // On an SSH host: those its host moved in are brought to the head now (none is moved there
+  // any more: its attempt is gone).
+  std::set<std::string> fetched;
+  if (!host.empty()) {
+    std::vector<std::string> names;
+    for (const auto& a : left) names.push_back(a.checkpoint.dir_name());
+    for (auto& n : ex_.fetch_checkpoints(host, dir, names)) fetched.insert(std::move(n));
+  }
+  Retakes said{t};
+  bool added = false;
   for (auto& a : left) {
     std::string name = a.checkpoint.dir_name();
-    Result<void> r = std::unexpected(Error{"its attempt on " + remote_host(t) + " is gone"});
-    if (here) r = checkpoint::adopt(a.reported, exp_.trial.workdir, dir, name);
+    Result<void> r = fetched.count(name)
+                         ? Result<void>{}
+                         : std::unexpected(Error{"its host " + host + " does not have it either"});
+    if (host.empty()) r = checkpoint::adopt(a.reported, exp_.trial.workdir, dir, name);
     if (!r) {
-      say_lost(t, name, r.error().message, lost, left.size());
+      said.lost_one(name, r.error().message);
       continue;
     }
-    spdlog::info(
-        "trial {}: {} was being taken when the driver stopped: taken from {}, as it is "
-        "now",
-        t.name, name, a.reported);
-    insert_checkpoint(t, std::move(a.checkpoint));
+    said.say(spdlog::level::info, "{} was being taken when the driver stopped: {} {}", name,
+             host.empty() ? "taken from" : "brought from", host.empty() ? a.reported : host);
+    added |= insert_checkpoint(t, std::move(a.checkpoint));
   }
+  if (added) apply_retention(t, !t.finished());
 }
 
 void Controller::reconcile_checkpoints(trial::Trial& t, bool keep_newer, Runtime* rt) {

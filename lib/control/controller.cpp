@@ -198,8 +198,10 @@ void Controller::note_trial_dir(const trial::Trial& t, Runtime& rt) {
 }
 
 void Controller::check_trial_dirs() {
+  if (stopping_) return;  // (its trials end anyway, and resume later)
   for (auto& [id, rt] : running_) {
-    if (rt.stop_why == StopWhy::kDirLost || rt.deferred_exit) continue;
+    // One already stopping for a reason of its own ends for that reason.
+    if (rt.stop_why != StopWhy::kNone || rt.deferred_exit) continue;
     if (rt.dir_identity.first == 0 && rt.dir_identity.second == 0) {
       note_trial_dir(trial(id), rt);  // (or not made yet: its host's agent makes it)
       continue;

@@ -187,7 +187,7 @@ void Controller::on_file_jobs_done() {
       mark_dirty();
     }
     auto rit = running_.find(id);
-    if (rit == running_.end()) {  // (its attempt was handed on first: kept all the same)
+    if (rit == running_.end()) {  // (not expected: its exit waits for it; kept all the same)
       if (d.result && insert_checkpoint(t, c)) apply_retention(t, !t.finished());
       continue;
     }

@@ -42,8 +42,8 @@ void Controller::restore(state::ExperimentState resume) {
   for (auto& t : state_.trials) {
     // Attempts that outlived the crashed driver are re-attached; other trials that did not
     // end go back to the queue and restart from their latest checkpoint.
-    if (t.status != trial::Status::kRunning && !t.adopting.empty())
-      take_adopting_now(t);  // (a trial leaves RUNNING only once its checkpoints are in)
+    // (a copy a second Ctrl-C cut short leaves it named by a trial that is no longer RUNNING)
+    if (t.status != trial::Status::kRunning && !t.adopting.empty()) take_adopting_now(t);
     if (t.status == trial::Status::kRunning)
       resume_running(t);
     else if (t.status == trial::Status::kPending)

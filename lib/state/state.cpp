@@ -185,6 +185,39 @@ json to_json(const ExperimentState& s) {
   return j;
 }
 
+namespace {
+
+// A trial's checkpoints being taken (after its checkpoints and checkpoint_seq are read): each
+// one numbered, not registered, above the one before and at most checkpoint_seq.
+Result<void> read_adopting(Reader& r, const json& list, const std::string& ctx, trial::Trial& t) {
+  if (!list.is_array()) return fail(r.where, ": ", ctx, ": not a list");
+  for (const auto& aj : list) {
+    trial::Adopting a;
+    a.checkpoint.seq = r.get<int64_t>(aj, "seq", ctx);
+    a.checkpoint.iteration = r.get<int64_t>(aj, "iteration", ctx);
+    a.checkpoint.time_total_s = r.get<double>(aj, "time_total_s", ctx);
+    a.checkpoint.metrics = r.get<json>(aj, "metrics", ctx);
+    a.reported = r.get<std::string>(aj, "reported", ctx);
+    if (!r.ok) return std::unexpected(r.err);
+    int64_t seq = a.checkpoint.seq;
+    if (seq < 1 || seq > t.checkpoint_seq ||
+        (!t.adopting.empty() && seq <= t.adopting.back().checkpoint.seq) ||
+        std::any_of(t.checkpoints.begin(), t.checkpoints.end(),
+                    [&](const trial::Checkpoint& c) { return c.seq == seq; }))
+      return fail(r.where, ": ", ctx,
+                  ": bad checkpoint seq (above checkpoint_seq, not rising, or registered)");
+    if (!a.checkpoint.metrics.is_object())
+      return fail(r.where, ": ", ctx, ": 'metrics' is not an object");
+    if (a.reported.empty() || a.reported.size() > 4096 ||
+        a.reported.find('\0') != std::string::npos)
+      return fail(r.where, ": ", ctx, ": bad reported path");
+    t.adopting.push_back(std::move(a));
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<ExperimentState> from_json(const json& j, const std::string& where,
                                   const std::function<void(size_t, size_t)>& progress) {
   if (!j.is_object()) return fail(where, ": not a JSON object");
@@ -305,32 +338,9 @@ Result<ExperimentState> from_json(const json& j, const std::string& where,
         return fail(where, ": ", ctx, ": bad checkpoint seq (out of range or not rising)");
       t.checkpoints.push_back(std::move(c));
     }
-    if (tj.contains("adopting")) {  // (absent unless a checkpoint was being taken)
-      json adopting = r.get<json>(tj, "adopting", ctx);
-      if (r.ok && !adopting.is_array()) return fail(where, ": ", ctx, ": 'adopting' is not a list");
-      for (const auto& aj : adopting) {
-        trial::Adopting a;
-        std::string actx = ctx + ".adopting";
-        a.checkpoint.seq = r.get<int64_t>(aj, "seq", actx);
-        a.checkpoint.iteration = r.get<int64_t>(aj, "iteration", actx);
-        a.checkpoint.time_total_s = r.get<double>(aj, "time_total_s", actx);
-        a.checkpoint.metrics = r.get<json>(aj, "metrics", actx);
-        a.reported = r.get<std::string>(aj, "reported", actx);
-        if (!r.ok) return std::unexpected(r.err);
-        if (a.checkpoint.seq < 1 || a.checkpoint.seq > t.checkpoint_seq ||
-            (!t.adopting.empty() && a.checkpoint.seq <= t.adopting.back().checkpoint.seq) ||
-            std::any_of(t.checkpoints.begin(), t.checkpoints.end(),
-                        [&](const trial::Checkpoint& c) { return c.seq == a.checkpoint.seq; }))
-          return fail(where, ": ", actx,
-                      ": bad checkpoint seq (above checkpoint_seq, not rising, or registered)");
-        if (!a.checkpoint.metrics.is_object())
-          return fail(where, ": ", actx, ": 'metrics' is not an object");
-        if (a.reported.empty() || a.reported.size() > 4096 ||
-            a.reported.find('\0') != std::string::npos)
-          return fail(where, ": ", actx, ": bad reported path");
-        t.adopting.push_back(std::move(a));
-      }
-    }
+    if (tj.contains("adopting"))  // (absent unless a checkpoint was being taken)
+      if (auto a = read_adopting(r, tj["adopting"], ctx + ".adopting", t); !a)
+        return std::unexpected(a.error());
     s.trials.push_back(std::move(t));
   }
   if (progress) progress(trials.size(), trials.size());

@@ -100,6 +100,43 @@ class HardeningTest(TuneTest):
                 self.assertTrue(os.path.isdir(os.path.join(
                     self.exp_dir("rmdir"), t["trial_name"], c["dir"])), c["dir"])
 
+    def test_a_retry_after_the_trial_dir_was_deleted_starts_over_with_its_own_count(self):
+        # Its only checkpoint (iteration 3) went with the dir: the retry starts from scratch,
+        # and counts from 1, not from the checkpoint that is gone.
+        self.write("once.py", """
+            import json, os, sys, tempfile, time
+            d = os.environ["TUNE_TRIAL_DIR"]
+            for i in range(1, 31):
+                result = {"i": i}
+                if i == 3:
+                    c = tempfile.mkdtemp(dir=d)
+                    result["checkpoint"] = c
+                print(json.dumps(result), flush=True)
+                time.sleep(0.1)
+            """)
+        self.write("exp.yaml", """
+            name: rmonce
+            trial: {command: ["%s", "once.py"]}
+            param_space: {x: 1}
+            failure_config: {max_failures: 1}
+        """ % PY)
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.trials("rmonce")) == 1 and len(
+            self.results("rmonce", self.trials("rmonce")[0])) >= 5, what="results")
+        t = self.trials("rmonce")[0]
+        subprocess.run(["rm", "-rf", os.path.join(self.exp_dir("rmonce"), t["trial_name"])],
+                       check=True)
+        out, err = p.communicate(timeout=120)
+        self.assertEqual(p.returncode, 0, err)
+        self.assertIn("checkpoint_000001 is missing on disk: restarting from an earlier one",
+                      self.log("rmonce"))
+        t = self.trials("rmonce")[0]
+        self.assertEqual((t["status"], t["attempt"], t["failures"]), ("TERMINATED", 2, 1))
+        rows = self.results("rmonce", t)
+        self.assertEqual([r["training_iteration"] for r in rows], list(range(1, 31)))
+        self.assertEqual([r["i"] for r in rows], list(range(1, 31)))
+        self.assertEqual([c["iteration"] for c in t["checkpoints"]], [3])
+
     def test_item8_experiment_dir_deleted_under_a_running_driver(self):
         self.write("exp.yaml", """
             name: doomed

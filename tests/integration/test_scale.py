@@ -95,9 +95,10 @@ class CopiedCheckpointsScaleTest(TuneTest):
             failure_config: {max_failures: 1}
             checkpoint_config: {num_to_keep: 1}
         """ % (PY, self.dir, ", ".join(str(i) for i in range(40))))
-        # Each copy waits 50 ms first (a test-only delay), and the state is written every
-        # 0.1 s: the kill comes right after a state that names copies under way.
-        env = dict(self.env, TUNE_TEST_ADOPT_DELAY_S="0.05", TUNE_GLOBAL_CHECKPOINT_S="0.1")
+        # Each copy waits 0.1 s first (a test-only delay; the trials make checkpoints faster
+        # than that, so copies queue up), and the state is written every 0.1 s: the kill comes
+        # right after a state that names copies under way, and the state it leaves names some.
+        env = dict(self.env, TUNE_TEST_ADOPT_DELAY_S="0.1", TUNE_GLOBAL_CHECKPOINT_S="0.1")
         p = self.start_tune("run", "exp.yaml", "--quiet", env=env)
 
         def far_enough():
@@ -108,6 +109,8 @@ class CopiedCheckpointsScaleTest(TuneTest):
         p.kill()
         out, err = p.communicate(timeout=60)
         self.assertNotIn("Sanitizer", err)
+        self.assertTrue(any(t.get("adopting") for t in self.trials("copied")),
+                        "the kill left no copy under way: nothing to test")
         r = self.tune("run", "exp.yaml", "--resume=auto", "--quiet", timeout=900)
         self.assertNotIn("Sanitizer", r.stderr)
         self.assertEqual(r.returncode, 0, r.stderr[-3000:])

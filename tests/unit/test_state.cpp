@@ -289,7 +289,7 @@ TEST_CASE("checkpoints being taken round-trip, through the cached writer too; ba
   j["trials"][0]["adopting"] = "x";
   auto r = state::from_json(j, "f");
   REQUIRE(!r);
-  CHECK(r.error().message.find("'adopting' is not a list") != std::string::npos);
+  CHECK(r.error().message.find("trials[0].adopting: not a list") != std::string::npos);
   // The same checkpoint twice (it would be registered twice), or out of order.
   j["trials"][0]["checkpoint_seq"] = 9;
   json entry = {{"seq", 5},
