@@ -1208,58 +1208,81 @@ class SshTest(TuneTest):
         with open(os.path.join(self.exp_dir("early"), "tune.log")) as f:
             self.assertIn("re-attached", f.read())
 
-    def test_a_checkpoint_being_adopted_on_the_worker_when_the_driver_is_killed_is_kept(self):
+    ADOPTING_TRIAL = """
+        import json, os, time
+        d = os.environ["TUNE_TRIAL_DIR"]
+        ck = os.environ.get("TUNE_RESTORE_CHECKPOINT")
+        start = json.load(open(os.path.join(ck, "state.json")))["i"] if ck else 0
+        for i in range(start + 1, 11):
+            result = {"i": i, "loss": 1.0 / i}
+            if i == 2:
+                os.makedirs(os.path.join(d, "ck"), exist_ok=True)
+                with open(os.path.join(d, "ck", "state.json"), "w") as f:
+                    json.dump({"i": i}, f)
+                result["checkpoint"] = os.path.join(d, "ck")
+            print(json.dumps(result), flush=True)
+            if i == 4:  # the rest once the test has killed the driver
+                while not os.path.exists(os.path.join(d, "go")):
+                    time.sleep(0.05)
+            time.sleep(0.05)
+        """
+
+    def kill_while_adopting(self, name):
         # The driver read the checkpoint's line and wrote the state (which names it as being
         # taken), but had not yet heard that the worker moved the dir in when it was killed (a
-        # delay only tests can set holds the answer back): the resume asks the worker again,
-        # which finds it taken, and it reaches the head.
-        self.write("inflight_trial.py", """
-            import json, os, time
-            d = os.environ["TUNE_TRIAL_DIR"]
-            for i in range(1, 11):
-                result = {"loss": 1.0 / i}
-                if i == 2:
-                    os.makedirs(os.path.join(d, "ck"), exist_ok=True)
-                    with open(os.path.join(d, "ck", "state.json"), "w") as f:
-                        json.dump({"i": i}, f)
-                    result["checkpoint"] = os.path.join(d, "ck")
-                print(json.dumps(result), flush=True)
-                if i == 4:  # the rest once the test has killed the driver
-                    while not os.path.exists(os.path.join(d, "go")):
-                        time.sleep(0.05)
-                time.sleep(0.05)
-            """)
+        # delay only tests can set holds the answer back).
+        self.write("adopting_trial.py", self.ADOPTING_TRIAL)
         self.write("exp.yaml", textwrap.dedent(f"""
-            name: adopting
+            name: {name}
             trial:
-              command: ["{PY}", "{os.path.join(self.dir, 'inflight_trial.py')}"]
+              command: ["{PY}", "{os.path.join(self.dir, 'adopting_trial.py')}"]
             param_space: {{x: 1}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
         env = dict(self.env, TUNE_TEST_ADOPT_DELAY_S="60", TUNE_GLOBAL_CHECKPOINT_S="0.1")
         run = self.start_tune("run", "exp.yaml", env=env)
-        self.wait_for(lambda: len(self.trials("adopting")) == 1 and
-                      self.trials("adopting")[0]["checkpoint_seq"] == 1 and
-                      self.trials("adopting")[0]["iteration"] >= 4, timeout=60,
+        self.wait_for(lambda: len(self.trials(name)) == 1 and
+                      self.trials(name)[0]["checkpoint_seq"] == 1 and
+                      self.trials(name)[0]["iteration"] >= 4, timeout=60,
                       what="the checkpoint counted")
         run.kill()
         run.communicate()
-        t = self.trials("adopting")[0]
+        t = self.trials(name)[0]
         self.assertEqual(t["checkpoints"], [])
         self.assertEqual([a["seq"] for a in t.get("adopting", [])], [1])
-        open(os.path.join(self.worker_dir(0, "adopting", t["trial_name"]), "go"), "w").close()
-        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
-        t = self.trials("adopting")[0]
-        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
-        self.assertEqual(self.iterations("adopting", t), list(range(1, 11)))
+        return t
+
+    def check_adopted(self, name, attempt, how):
+        t = self.trials(name)[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", attempt))
+        rows = self.results(name, t)
+        self.assertEqual([r["training_iteration"] for r in rows], list(range(1, 11)))
+        self.assertEqual([r["i"] for r in rows], list(range(1, 11)))
         self.assertEqual([(c["dir"], c["iteration"]) for c in t["checkpoints"]],
                          [("checkpoint_000001", 2)])
-        with open(os.path.join(self.exp_dir("adopting"), t["trial_name"], "checkpoint_000001",
+        with open(os.path.join(self.exp_dir(name), t["trial_name"], "checkpoint_000001",
                                "state.json")) as f:
             self.assertEqual(json.load(f), {"i": 2})
-        with open(os.path.join(self.exp_dir("adopting"), "tune.log")) as f:
-            self.assertIn("checkpoint_000001 was being taken when the driver stopped: taking it "
-                          "again from", f.read())
+        with open(os.path.join(self.exp_dir(name), "tune.log")) as f:
+            self.assertIn("checkpoint_000001 was being taken when the driver stopped: " + how,
+                          f.read())
+
+    def test_a_checkpoint_being_adopted_on_the_worker_when_the_driver_is_killed_is_kept(self):
+        # The resume asks the worker again, which finds it taken, and it reaches the head.
+        t = self.kill_while_adopting("adopting")
+        open(os.path.join(self.worker_dir(0, "adopting", t["trial_name"]), "go"), "w").close()
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        self.check_adopted("adopting", 1, "taking it again from")
+
+    def test_the_same_when_the_attempt_is_gone_too_brings_it_from_the_worker(self):
+        # The attempt is killed with the driver: the resume brings the checkpoint from the
+        # worker before the trial restarts, and the restart goes on from it.
+        t = self.kill_while_adopting("adoptgone")
+        subprocess.run(["pkill", "-9", "-f", "tune-supervisor .*adoptgone"])
+        subprocess.run(["pkill", "-9", "-f", os.path.join(self.dir, "adopting_trial.py")])
+        open(os.path.join(self.worker_dir(0, "adoptgone", t["trial_name"]), "go"), "w").close()
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        self.check_adopted("adoptgone", 2, "brought from")
 
     def test_results_read_after_a_reattach_keep_the_times_the_worker_noted(self):
         self.write("exp.yaml", textwrap.dedent(f"""
