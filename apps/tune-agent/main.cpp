@@ -5,7 +5,7 @@
 // the next driver finds them again in the attempt log (lib/agent/attempt_log.hpp).
 //
 //   tune-agent serve ATTEMPT_LOG     (holds an flock on ATTEMPT_LOG.agent-lock while it runs)
-//   tune-agent remote SUPERVISOR     (on an SSH worker host: remote.hpp)
+//   tune-agent remote ATTEMPT_LOG    (on an SSH worker host: remote.hpp)
 //
 // Requests, one JSON object per line on stdin:
 //   {"op":"env_base","env":["K=V",...]}  the environment later launches are relative to
@@ -35,6 +35,7 @@
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -42,6 +43,7 @@
 #include "agent/dir_lock.hpp"
 #include "agent/supervise.hpp"
 #include "events.hpp"
+#include "fork_supervisor.hpp"
 #include "remote.hpp"
 
 namespace {
@@ -56,8 +58,7 @@ constexpr int kLockWaitMs = 15000;
 
 class Agent {
  public:
-  Agent(int log_fd, int sig_fd, int lock_fd)
-      : log_fd_(log_fd), sig_fd_(sig_fd), lock_fd_(lock_fd) {}
+  explicit Agent(int log_fd) : log_fd_(log_fd) {}
 
   // One request line.
   void handle(const std::string& line) {
@@ -110,29 +111,23 @@ class Agent {
     params_.reset();
     if (auto p = req.find("params"); p != req.end() && p->is_string())
       params_ = p->get<std::string>();
-    int ready[2];
-    if (::pipe2(ready, O_CLOEXEC) != 0) ready[0] = ready[1] = -1;
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      if (ready[0] >= 0) ::close(ready[0]);
-      ::_exit(run_child(ready[1]));
-    }
-    if (ready[1] >= 0) ::close(ready[1]);
-    if (pid > 0 && ready[0] >= 0) {
-      // Wait until the child has named itself in the attempt log (it closes its end then, or
-      // dies): only then is this request done, so a driver that resumes never misses it.
-      char byte;
-      while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
-      }
-    }
-    if (ready[0] >= 0) ::close(ready[0]);
+    std::vector<char*> argv, envp;
+    for (auto& a : argv_) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env_) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    agent_attempt_.prog = argv.data();
+    agent_attempt_.envp = envp.data();
+    agent_attempt_.params_json = params_ ? &*params_ : nullptr;
+    std::string error;
+    pid_t pid = tune::agent_app::fork_supervisor(agent_attempt_, log_fd_, true, error);
     if (pid < 0) {
       emit(json{{"event", "gone"},
                 {"id", agent_attempt_.id},
                 {"attempt", attempt},
                 {"supervisor", nullptr},
                 {"status", -1},
-                {"error", std::string("fork failed: ") + std::strerror(errno)}});
+                {"error", error}});
       return;
     }
     children_[pid] = Child{agent_attempt_.id, attempt};
@@ -164,34 +159,9 @@ class Agent {
     return out;
   }
 
-  // In the forked child: becomes the attempt's supervisor.
-  int run_child(int ready_fd) {
-    // The event pipe stays open (close-on-exec: the trial never gets it); stdin (the requests)
-    // and the signalfd are the agent's.
-    int event_fd = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
-    ::close(sig_fd_);
-    ::close(lock_fd_);  // the lock is the agent's alone (a flock lives while any fd holds it)
-    int null_fd = ::open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
-    if (null_fd > 2) ::close(null_fd);
-    std::vector<char*> argv, envp;
-    for (auto& a : argv_) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env_) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    agent_attempt_.prog = argv.data();
-    agent_attempt_.envp = envp.data();
-    agent_attempt_.params_json = params_ ? &*params_ : nullptr;
-    tune::agent::Sinks sinks;
-    sinks.log_fd = log_fd_;
-    sinks.event_fd = event_fd;
-    sinks.ready_fd = ready_fd;
-    return tune::agent::supervise(agent_attempt_, sinks);
-  }
-
-  int log_fd_, sig_fd_, lock_fd_;
+  int log_fd_;
   std::unordered_map<pid_t, Child> children_;
-  // The request being launched (kept as members so the forked child uses them as they are).
+  // The request being launched.
   tune::agent::Attempt agent_attempt_;
   std::vector<std::string> argv_, env_;
   std::optional<std::string> params_;
@@ -251,6 +221,54 @@ int child_signals() {
   return ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
 }
 
+// The attempt log, opened for appending (no symlink followed, no FIFO waited on: the driver
+// checks too, before it starts this); -1 after saying why.
+int open_attempt_log(const char* path) {
+  int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  struct stat st {};
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    ::close(fd);
+    fd = -1;
+    errno = EINVAL;
+  }
+  if (fd < 0)
+    std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", path,
+                 errno == EINVAL ? "not a regular file" : std::strerror(errno));
+  return fd;
+}
+
+// On the driver's machine, one agent per experiment at a time: a new one waits here for the
+// last one (whose driver is gone) to finish the requests it had read. A driver that resumes
+// takes the same lock before it looks for its attempts in the log (exec::wait_for_agent). Never
+// for ever: one that is stopped or stuck would hold every launch of this driver. Returns the
+// lock's fd (held while this process runs), or -1 after saying why.
+int take_agent_lock(const std::string& log_path, int wait_ms) {
+  std::string lock_path = log_path + ".agent-lock";
+  int lock_fd =
+      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  for (int waited_ms = 0; lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0;
+       waited_ms += 10) {
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    if (waited_ms >= wait_ms) {
+      int holder = tune::agent::flock_holder(lock_path);
+      emit_error("cannot start: another tune-agent" +
+                 (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
+                 " has held " + lock_path + " for " + std::to_string(wait_ms / 1000) +
+                 " s (stopped or stuck?)");
+      ::close(lock_fd);
+      return -1;
+    }
+    timespec ts{0, 10'000'000};
+    ::nanosleep(&ts, nullptr);
+  }
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    emit_error("cannot start: cannot lock " + lock_path + ": " + std::strerror(errno));
+    if (lock_fd >= 0) ::close(lock_fd);
+    return -1;
+  }
+  return lock_fd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -258,63 +276,35 @@ int main(int argc, char** argv) {
   bool remote = argc == 3 && std::strcmp(argv[1], "remote") == 0;
   if (!local && !remote) {
     std::fprintf(stderr,
-                 "usage: tune-agent serve ATTEMPT_LOG | tune-agent remote SUPERVISOR "
+                 "usage: tune-agent serve ATTEMPT_LOG | tune-agent remote ATTEMPT_LOG "
                  "(requests on stdin)\n");
     return 2;
   }
   // Requests carry attempt nonces: keep this process's memory unreadable to trials.
   ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   ::signal(SIGPIPE, SIG_IGN);  // a driver that is gone: writes fail, nothing else
+  int log_fd = open_attempt_log(argv[2]);
+  if (log_fd < 0) return 1;
   if (remote) {
-    // On an SSH worker host: no attempt log (the supervisors it starts record their exits and
-    // are found by their command lines), so nothing to wait for.
+    // (the log's lock is taken per launch there: remote.hpp)
+    std::string lock_path = std::string(argv[2]) + ".agent-lock";
+    int lock_fd =
+        ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    if (lock_fd < 0) {
+      std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", lock_path.c_str(),
+                   std::strerror(errno));
+      return 1;
+    }
     int sig_fd = child_signals();
     ::fcntl(0, F_SETFD, FD_CLOEXEC);
-    tune::agent_app::RemoteLauncher launcher(argv[2]);
+    tune::agent_app::RemoteLauncher launcher(log_fd, lock_fd, lock_path);
     emit(nlohmann::json{{"event", "ready"}, {"agent", ::getpid()}});
     return serve(launcher, sig_fd);
   }
-  // (no symlink followed, no FIFO waited on: the driver checks too, before it starts this)
-  int log_fd =
-      ::open(argv[2], O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  struct stat log_st {};
-  if (log_fd >= 0 && (::fstat(log_fd, &log_st) != 0 || !S_ISREG(log_st.st_mode))) {
-    ::close(log_fd);
-    log_fd = -1;
-    errno = EINVAL;
-  }
-  if (log_fd < 0) {
-    std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", argv[2],
-                 errno == EINVAL ? "not a regular file" : std::strerror(errno));
-    return 1;
-  }
-  // One agent per experiment per host at a time: a new one waits here for the last one (whose
-  // driver is gone) to finish the requests it had read. A driver that resumes takes the same
-  // lock before it looks for its attempts in the log (exec::wait_for_agent). Never for ever:
-  // one that is stopped or stuck would hold every launch of this driver.
-  std::string lock_path = std::string(argv[2]) + ".agent-lock";
-  int lock_fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  for (int waited_ms = 0; lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0;
-       waited_ms += 10) {
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    if (waited_ms >= kLockWaitMs) {
-      int holder = tune::agent::flock_holder(lock_path);
-      emit_error("cannot start: another tune-agent" +
-                 (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
-                 " has held " + lock_path + " for " + std::to_string(kLockWaitMs / 1000) +
-                 " s (stopped or stuck?)");
-      return 1;
-    }
-    timespec ts{0, 10'000'000};
-    ::nanosleep(&ts, nullptr);
-  }
-  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-    emit_error("cannot start: cannot lock " + lock_path + ": " + std::strerror(errno));
-    return 1;
-  }
+  int lock_fd = take_agent_lock(argv[2], kLockWaitMs);
+  if (lock_fd < 0) return 1;
   int sig_fd = child_signals();
   ::fcntl(0, F_SETFD, FD_CLOEXEC);
-  Agent agent(log_fd, sig_fd, lock_fd);
+  Agent agent(log_fd);
   return serve(agent, sig_fd);
 }

@@ -1,10 +1,13 @@
 #include "remote.hpp"
 
+#include "agent/dir_lock.hpp"
 #include "events.hpp"
+#include "fork_supervisor.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +16,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <vector>
 
 extern char** environ;
@@ -22,6 +26,9 @@ namespace tune::agent_app {
 using nlohmann::json;
 
 namespace {
+
+// How long a launch waits for the attempt log's lock.
+constexpr int kLockWaitMs = 10000;
 
 // mkdir -p: 0 or the errno of the first part that could not be made.
 int make_dirs(const std::string& dir) {
@@ -46,16 +53,6 @@ std::vector<std::string> merged_environment(const std::vector<std::string>& extr
   }
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
-}
-
-void write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
 }
 
 }  // namespace
@@ -98,23 +95,37 @@ void RemoteLauncher::watch(const json& req) {
 }
 
 void RemoteLauncher::launch(const json& req) {
-  std::string id, dir, record, nonce;
+  std::string id, record;
   int attempt = 0;
+  tune::agent::Attempt a;
   std::vector<std::string> args, env;
   try {
     id = req.at("id").get<std::string>();
     attempt = req.at("attempt").get<int>();
-    dir = req.at("dir").get<std::string>();
+    a.dir = req.at("dir").get<std::string>();
     record = req.at("record").get<std::string>();
-    nonce = req.at("nonce").get<std::string>();
+    a.nonce = req.at("nonce").get<std::string>();
+    a.lease = req.at("lease").get<std::string>();
+    a.orphan_timeout = req.at("orphan_timeout").get<double>();
+    a.grace = req.at("grace").get<double>();
+    a.cwd = req.at("cwd").get<std::string>();
+    a.use_fifo = req.at("fifo").get<bool>();
     args = req.at("argv").get<std::vector<std::string>>();
     env = req.at("env").get<std::vector<std::string>>();
+    if (args.empty()) throw std::runtime_error("empty argv");
+    if (attempt < 1) throw std::runtime_error("attempt " + std::to_string(attempt));
+    // (a nonce nobody could check would make its exit record one nobody believes)
+    if (a.nonce.empty() || a.nonce.size() > 64 ||
+        a.nonce.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw std::runtime_error("the nonce is not 1 to 64 hex digits");
   } catch (const std::exception& e) {
     emit_error(std::string("bad launch request: ") + e.what(), "launch", id);
     return;
   }
-  // Not started; `transient`: the supervisor could not be started now (fork, exec), as
-  // opposed to a trial dir that cannot be made.
+  a.id = id;
+  a.attempt = std::to_string(attempt);
+  // Not started; `transient`: the supervisor could not be started now (fork), as opposed to
+  // a trial dir that cannot be made.
   auto gone = [&](const std::string& why, bool transient = false) {
     emit(json{{"event", "gone"},
               {"id", id},
@@ -129,6 +140,7 @@ void RemoteLauncher::launch(const json& req) {
   pollfd in_fd{0, POLLIN, 0};
   if (::poll(&in_fd, 1, 0) > 0 && (in_fd.revents & (POLLHUP | POLLERR)))
     return gone("the driver is gone: not started", true);
+  const std::string& dir = a.dir;
   if (dir.empty() || dir[0] != '/') return gone("not an absolute trial dir: " + dir);
   if (int e = make_dirs(dir)) return gone("cannot make " + dir + ": " + std::strerror(e));
   if (::unlink(record.c_str()) != 0 && errno != ENOENT)
@@ -137,59 +149,38 @@ void RemoteLauncher::launch(const json& req) {
   uint64_t offset = ::stat((dir + "/stdout.log").c_str(), &st) == 0 ? st.st_size : 0;
 
   std::vector<std::string> envs = merged_environment(env);
-  std::vector<char*> argv{supervisor_.data()}, envp;
-  for (auto& a : args) argv.push_back(a.data());
+  std::vector<char*> argv, envp;
+  for (auto& w : args) argv.push_back(w.data());
   argv.push_back(nullptr);
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
-  int in[2], failed[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return gone(std::string("pipe: ") + std::strerror(errno), true);
-  if (::pipe2(failed, O_CLOEXEC) != 0) {
-    ::close(in[0]), ::close(in[1]);
-    return gone(std::string("pipe: ") + std::strerror(errno), true);
-  }
+  a.prog = argv.data();
+  a.envp = envp.data();
   // Its output is watched from before it starts: none goes unsaid.
   bool ignored = false;
   bool watched = watches_.watch(id, attempt, dir, -1, ignored).empty();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    // The supervisor: its own session (it also makes one), the nonce on stdin, no output here
-    // (the channel is the agent's), no signal blocked or ignored.
-    ::setsid();
-    int null_fd = ::open("/dev/null", O_RDWR);
-    ::dup2(in[0], 0);
-    ::dup2(null_fd, 1);
-    ::dup2(null_fd, 2);
-    if (null_fd > 2) ::close(null_fd);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::execve(argv[0], argv.data(), envp.data());
-    int e = errno;
-    (void)!::write(failed[1], &e, sizeof e);
-    ::_exit(127);
+  // (a reader holds it for a moment; an agent of another driver's connection for one launch)
+  // (a file system without flock: launched all the same)
+  bool locked = false, held = false;
+  for (int waited_ms = 0; !locked && waited_ms <= kLockWaitMs; waited_ms += 10) {
+    locked = ::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
+    held = !locked && (errno == EWOULDBLOCK || errno == EINTR);
+    if (!held) break;
+    ::usleep(10000);
   }
-  ::close(in[0]);
-  ::close(failed[1]);
+  if (held) {
+    watches_.unwatch(id, attempt);
+    return gone("another process (pid " + std::to_string(tune::agent::flock_holder(lock_path_)) +
+                    ") has held " + lock_path_ + " for " + std::to_string(kLockWaitMs / 1000) +
+                    " s",
+                true);
+  }
+  std::string error;
+  pid_t pid = fork_supervisor(a, log_fd_, false, error, record);
+  if (locked) ::flock(lock_fd_, LOCK_UN);
   if (pid < 0) {
-    int e = errno;
-    ::close(in[1]), ::close(failed[0]);
     watches_.unwatch(id, attempt);
-    return gone(std::string("fork failed: ") + std::strerror(e), true);
-  }
-  write_all(in[1], nonce + "\n");
-  ::close(in[1]);
-  int e = 0;
-  ssize_t n;
-  while ((n = ::read(failed[0], &e, sizeof e)) < 0 && errno == EINTR) {
-  }
-  ::close(failed[0]);
-  if (n == static_cast<ssize_t>(sizeof e)) {
-    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    watches_.unwatch(id, attempt);
-    return gone("cannot run " + supervisor_ + ": " + std::strerror(e), true);
+    return gone(error, true);
   }
   children_[pid] = Child{id, attempt};
   emit(json{{"event", "launched"},

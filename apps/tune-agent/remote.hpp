@@ -1,18 +1,25 @@
-// tune-agent on an SSH worker host (`tune-agent remote SUPERVISOR`): the driver's one channel to
-// the host for launches. Per launch request it makes the trial dir, removes the attempt's old
-// exit record, and starts SUPERVISOR (tune-supervisor) in the background with the attempt's
-// nonce on its stdin; it answers with the supervisor's pid and where the attempt's output
-// starts, and says when a supervisor it started ends. The supervisors keep their own command
-// lines (trial dir, attempt), which is how a later driver finds them again on the host; they
-// lead their own sessions, so an agent that ends (its channel closed) leaves them running.
+// tune-agent on an SSH worker host (`tune-agent remote ATTEMPT_LOG`): the driver's one channel
+// to the host for launches. Per launch request it makes the trial dir, removes the attempt's old
+// exit record, and forks the attempt's supervisor (lib/agent/supervise.hpp: no exec), which
+// names itself in ATTEMPT_LOG (the host's attempt log, lib/exec/attempt_log.hpp) before the
+// agent answers with its pid and where the attempt's output starts; it says when a supervisor
+// it started ends. The log is how a later driver finds the attempts that still run there; the
+// supervisors lead their own sessions, so an agent that ends (its channel closed) leaves them
+// running. Each launch holds ATTEMPT_LOG.agent-lock from before the fork until the supervisor
+// has named itself, and a resume reads the log under the same lock (shared): it never misses
+// a launch an agent of the crashed driver was making. (Not for the agent's whole life, as on
+// the driver's machine: an agent whose link was cut may live on there, idle, for as long as
+// its sshd does not notice, and must not hold up the next connection's agent.)
 //
 // It also says when an attempt's stdout.log grows, so that the driver reads the host's files only
 // then (watches.hpp): for the attempts it started, and for those the driver asks it to watch
 // (started by an earlier agent or driver), whose end it reports too.
 //
 // Requests, one JSON object per line on stdin:
-//   {"op":"launch","id","attempt","dir","record","argv":[...],"env":["K=V",...],"nonce"}
-//   (argv: the supervisor's arguments; env: added to the agent's own environment)
+//   {"op":"launch","id","attempt","dir","record","nonce","lease","orphan_timeout","grace","cwd",
+//    "fifo","argv":[...],"env":["K=V",...]}
+//   (argv: the trial's command; env: added to the agent's own environment; the others as the
+//   supervisor's, supervise.hpp, with `record` the exit record it writes besides the log)
 //   {"op":"watch","id","attempt","dir","supervisor":PID}
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
@@ -29,7 +36,7 @@
 //                                 the agent's child, also when it had ended before the watch)
 //   {"event":"gone","id","attempt","supervisor":null,"status":-1,"error","transient":B}
 //                                 it could not be started (B: it may start if asked again:
-//                                 fork or exec failed, or the driver is gone)
+//                                 fork failed, or the driver is gone)
 //   {"event":"error","message","op"?,"id"?}   a request that could not be read (op and id:
 //                                 the request's, as far as they could be)
 #pragma once
@@ -46,7 +53,8 @@ namespace tune::agent_app {
 
 class RemoteLauncher {
  public:
-  explicit RemoteLauncher(std::string supervisor) : supervisor_(std::move(supervisor)) {}
+  RemoteLauncher(int log_fd, int lock_fd, std::string lock_path)
+      : log_fd_(log_fd), lock_fd_(lock_fd), lock_path_(std::move(lock_path)) {}
   // One request line.
   void handle(const std::string& line);
   // Reaps the supervisors that ended and says so.
@@ -60,7 +68,9 @@ class RemoteLauncher {
   void launch(const nlohmann::json& req);
   void watch(const nlohmann::json& req);
 
-  std::string supervisor_;
+  int log_fd_;   // the host's attempt log
+  int lock_fd_;  // its lock (ATTEMPT_LOG.agent-lock), taken per launch
+  std::string lock_path_;
   std::unordered_map<pid_t, Child> children_;
   Watches watches_;
 };

@@ -1,5 +1,6 @@
-// tune-supervisor: runs one trial attempt so that it outlives the driver (SSH worker hosts; on
-// the driver's own machine tune-agent forks the same supervisor per attempt instead).
+// tune-supervisor: runs one trial attempt so that it outlives the driver (a Slurm job's batch
+// program; on the driver's machine and on SSH hosts tune-agent forks the same supervisor per
+// attempt instead).
 //
 //   tune-supervisor TRIAL_DIR ATTEMPT LEASE_FILE ORPHAN_TIMEOUT_S GRACE_S CWD STDIN RECORD --
 //   PROGRAM ARGS...

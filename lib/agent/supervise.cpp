@@ -393,7 +393,7 @@ Ended watch_trial(const Attempt& a, pid_t child, int sig_fd, Output (&outs)[2], 
 }
 
 // Who holds the trial dir's lock, for a message: a supervisor (forked by tune-agent, or
-// tune-supervisor on an SSH host), or not.
+// tune-supervisor in a Slurm job), or not.
 std::string held_by(int pid) {
   if (pid <= 0) return "another process holds the trial dir's lock";
   char path[64], comm[64] = {0};

@@ -1,8 +1,8 @@
 // The supervisor of one trial attempt: the process that owns the trial, outlives the driver,
-// kills and reaps everything the attempt leaves, and records how it ended. It runs either as
-// its own program (tune-supervisor, started per attempt on SSH worker hosts) or as a child the
-// host's agent forks per attempt (tune-agent, no exec). Deliberately libc only: no allocation
-// heavier than std::string, no exceptions, no threads.
+// kills and reaps everything the attempt leaves, and records how it ended. It runs as a child
+// the host's agent forks per attempt (tune-agent, no exec: on the driver's machine and on SSH
+// worker hosts), or as its own program (tune-supervisor: a Slurm job's batch program). Deliberately
+// libc only: no allocation heavier than std::string, no exceptions, no threads.
 #pragma once
 
 #include <string>
@@ -24,12 +24,13 @@ struct Attempt {
   const std::string* params_json = nullptr;  // dir/params.json, written if missing or other
 };
 
-// Where the supervisor reports. Per-attempt mode writes the record file; agent mode appends
-// "start" and exit lines to the experiment's attempt log and sends events to the driver.
+// Where the supervisor reports: forked by an agent, it appends "supervising", "start" and exit
+// lines to the host's attempt log, and sends events to the driver (on the driver's machine) or
+// writes the exit record to a file (on an SSH host); as tune-supervisor, the record file alone.
 struct Sinks {
-  std::string record_file;  // per-attempt mode: the exit record, written atomically
+  std::string record_file;  // the exit record, written atomically
   int log_fd = -1;          // agent mode: the attempt log (O_APPEND)
-  int event_fd = -1;        // agent mode: the pipe to the driver
+  int event_fd = -1;        // agent mode, on the driver's machine: the pipe to the driver
   int ready_fd = -1;        // agent mode: closed once the attempt log names this supervisor
 };
 

@@ -113,14 +113,24 @@ void AttemptLog::add(std::string_view line) {
   }
 }
 
+void AttemptLog::add_lines(std::string_view text) {
+  for (size_t start = 0, nl; (nl = text.find('\n', start)) != std::string_view::npos;
+       start = nl + 1)
+    if (nl - start <= kMaxLine) add(text.substr(start, nl - start));
+}
+
 const LoggedAttempt* AttemptLog::find(std::string_view trial_name, int attempt) const {
   auto it = by_attempt_.find(key(trial_name, attempt));
   return it == by_attempt_.end() ? nullptr : &it->second;
 }
 
 std::vector<LiveAttempt> live_attempts(const AttemptLog& log) {
+  return live_attempts(log, supervisor_alive);
+}
+
+std::vector<LiveAttempt> live_attempts(const AttemptLog& log, const AttemptLog::Alive& alive) {
   std::vector<LiveAttempt> out;
-  for (const auto& [key, pid] : log.live()) {
+  for (const auto& [key, pid] : log.live(alive)) {
     size_t nul = key.find('\0');
     if (nul == std::string::npos) continue;
     LiveAttempt a;
@@ -161,10 +171,13 @@ void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s) {
 }
 
 std::unordered_map<std::string, int> AttemptLog::live() const {
+  return live(supervisor_alive);
+}
+
+std::unordered_map<std::string, int> AttemptLog::live(const Alive& alive) const {
   std::unordered_map<std::string, int> out;
   for (const auto& [k, a] : by_attempt_)
-    if (a.supervisor && supervisor_alive(*a.supervisor, a.supervisor_started))
-      out[k] = *a.supervisor;
+    if (a.supervisor && alive(*a.supervisor, a.supervisor_started)) out[k] = *a.supervisor;
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,10 +35,17 @@ struct LoggedAttempt {
 // skipped, and a line cut short at the end is left for the next read.
 class AttemptLog {
  public:
+  // Whether supervisor `pid`, started at `ticks`, runs now (supervisor_alive, or the same
+  // asked of an SSH host's processes).
+  using Alive = std::function<bool(int pid, uint64_t ticks)>;
+
   explicit AttemptLog(fs::path file) : file_(std::move(file)) {}
   void refresh();
+  // Lines read elsewhere (an SSH host's log, read there): each as refresh() takes the file's.
+  void add_lines(std::string_view text);
   [[nodiscard]] const LoggedAttempt* find(std::string_view trial_name, int attempt) const;
   // Every attempt whose supervisor runs now, by "trial_name\0attempt" -> supervisor pid.
+  [[nodiscard]] std::unordered_map<std::string, int> live(const Alive& alive) const;
   [[nodiscard]] std::unordered_map<std::string, int> live() const;
   [[nodiscard]] const fs::path& file() const { return file_; }
 
@@ -50,6 +58,8 @@ class AttemptLog {
 
 // The attempts `log` names whose supervisors run now (host "").
 [[nodiscard]] std::vector<LiveAttempt> live_attempts(const AttemptLog& log);
+[[nodiscard]] std::vector<LiveAttempt> live_attempts(const AttemptLog& log,
+                                                     const AttemptLog::Alive& alive);
 // Ends supervisors of this machine as a driver stop does (SIGTERM; SIGUSR1, "now", after
 // grace_s + 5 s) and waits until they are gone, up to another 5 s.
 void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s);

@@ -131,7 +131,7 @@ struct LiveAttempt {
   std::string trial_name;
   int attempt = 0;
   int supervisor = 0;               // its pid there
-  uint64_t supervisor_started = 0;  // its start time (this machine only: guards pid reuse)
+  uint64_t supervisor_started = 0;  // its start time on its host (guards pid reuse)
   std::string job_step;             // a Slurm job step known by its id alone (JOBID.STEPID)
 };
 

@@ -60,9 +60,9 @@ class LocalExecutor final : public Executor {
 // the agent and what it is doing (stopped, blocked), if it still runs then.
 [[nodiscard]] Result<void> wait_for_agent(const fs::path& attempt_log, double timeout_s);
 
-// Finds tune-supervisor (pushed to SSH hosts) and tune-agent: $TUNE_SUPERVISOR / $TUNE_AGENT,
-// else beside the running tune binary (a build dir), else in ../libexec/tune/ next to it (an
-// install). The error names every place it looked.
+// Finds tune-supervisor (pushed to SSH hosts, for file operations there; run by Slurm jobs) and
+// tune-agent: $TUNE_SUPERVISOR / $TUNE_AGENT, else beside the running tune binary (a build dir),
+// else in ../libexec/tune/ next to it (an install). The error names every place it looked.
 [[nodiscard]] Result<fs::path> find_supervisor();
 [[nodiscard]] Result<fs::path> find_agent();
 // The same for any helper `name`, `self` being the tune binary's path ("" if unknown).

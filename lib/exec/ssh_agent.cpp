@@ -48,14 +48,16 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   return e;
 }
 
-std::string agent_launch_request(const std::string& id, int attempt, const std::string& dir,
-                                 const std::string& record, const std::string& nonce,
-                                 const std::vector<std::string>& args,
-                                 const std::map<std::string, std::string>& env) {
+std::string agent_launch_request(const RemoteLaunch& l) {
   json envs = json::array();
-  for (const auto& [k, v] : env) envs.push_back(k + "=" + v);
-  return json{{"op", "launch"},   {"id", id},       {"attempt", attempt}, {"dir", dir},
-              {"record", record}, {"nonce", nonce}, {"argv", args},       {"env", envs}}
+  for (const auto& [k, v] : l.env) envs.push_back(k + "=" + v);
+  return json{{"op", "launch"},       {"id", l.id},
+              {"attempt", l.attempt}, {"dir", l.dir},
+              {"record", l.record},   {"nonce", l.nonce},
+              {"lease", l.lease},     {"orphan_timeout", l.orphan_timeout},
+              {"grace", l.grace},     {"cwd", l.cwd},
+              {"fifo", l.fifo},       {"argv", l.argv},
+              {"env", envs}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

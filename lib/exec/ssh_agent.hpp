@@ -29,14 +29,20 @@ struct AgentEvent {
 // One event line; nullopt for a line that is not one.
 [[nodiscard]] std::optional<AgentEvent> parse_agent_event(std::string_view line);
 
-// The request that starts attempt `attempt` of trial `id`: the supervisor with `args`, the
-// trial's added environment, the nonce given to it on stdin; `dir` is made and `record` removed
-// first.
-[[nodiscard]] std::string agent_launch_request(const std::string& id, int attempt,
-                                               const std::string& dir, const std::string& record,
-                                               const std::string& nonce,
-                                               const std::vector<std::string>& args,
-                                               const std::map<std::string, std::string>& env);
+// What starts attempt `attempt` of trial `id` on a host: its supervisor (lib/agent/supervise.hpp)
+// forked by the agent, running `argv` with `env` added to the agent's environment; `dir` is made
+// and `record` (the exit record the supervisor writes) removed first.
+struct RemoteLaunch {
+  std::string id;
+  int attempt = 0;
+  std::string dir, record, nonce, lease;
+  double orphan_timeout = 600, grace = 10;
+  std::string cwd;
+  bool fifo = false;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+};
+[[nodiscard]] std::string agent_launch_request(const RemoteLaunch& l);
 
 // The request that has the agent watch attempt `attempt` of trial `id`, started by another
 // agent: its output (in `dir`) and the end of its supervisor `supervisor`.

@@ -1,8 +1,9 @@
 // Runs trial attempts on worker hosts over SSH: one libssh session per host, with an
-// SFTP channel for files and exec channels for commands; the same tune-supervisor as locally,
-// placed on the host at first contact. Output is read by offset over SFTP; trial dirs are
-// pulled to the head with rsync over an OpenSSH ControlMaster connection the driver owns, with
-// each checkpoint copied under a staging name and renamed only when complete.
+// SFTP channel for files and exec channels for commands; the same tune-agent as locally (which
+// forks each attempt's supervisor there), placed on the host at first contact. Output is read by
+// offset over SFTP; trial dirs are pulled to the head with rsync over an OpenSSH ControlMaster
+// connection the driver owns, with each checkpoint copied under a staging name and renamed only
+// when complete.
 //
 // The driver's loop never waits on the network: each host has its own I/O thread that owns
 // its connection and its attempts (ssh_host, ssh_run); the loop posts starts, stops and stdin

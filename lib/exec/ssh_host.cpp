@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -134,7 +135,7 @@ Result<void> SshHost::open_agent() {
   agent_pid = -1;
   ++agent_gen;
   agent = ssh_channel_new(session);
-  std::string cmd = "exec " + q(agent_bin) + " remote " + q(supervisor);
+  std::string cmd = "exec " + q(agent_bin) + " remote " + q(attempt_log);
   if (!agent || ssh_channel_open_session(agent) != SSH_OK ||
       ssh_channel_request_exec(agent, cmd.c_str()) != SSH_OK) {
     std::string e = err();
@@ -544,6 +545,11 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
     sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));  // (a copy kept may lack +x)
   }
   lease = info.exp_dir + "/.tune/lease";
+  // (one per host name: hosts that share a file system, e.g. a home on NFS, keep apart)
+  std::string file_name = cfg.name;
+  for (char& c : file_name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
+  attempt_log = info.exp_dir + "/.tune/attempts-" + file_name + ".log";
   shell_buf.clear();
   if (auto sh = open_shell(); !sh) return sh;
   if (auto a = open_agent(); !a) return a;

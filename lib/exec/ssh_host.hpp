@@ -33,13 +33,14 @@ struct SshHost {
   // request line, each answer an event line (apps/tune-agent/remote.hpp).
   ssh_channel agent = nullptr;
   std::string agent_buf;
-  std::string agent_err;   // what it wrote on stderr (the first 4 KB)
-  int agent_pid = -1;      // its pid there, from its first line
-  int agent_gen = 0;       // how many agents this connection started (names the current one)
-  std::string supervisor;  // remote path
-  std::string agent_bin;   // remote path
-  std::string lease;       // remote path
-  pid_t master = -1;       // ssh -M (for rsync)
+  std::string agent_err;    // what it wrote on stderr (the first 4 KB)
+  int agent_pid = -1;       // its pid there, from its first line
+  int agent_gen = 0;        // how many agents this connection started (names the current one)
+  std::string supervisor;   // remote path (tune-supervisor: file operations there)
+  std::string agent_bin;    // remote path
+  std::string lease;        // remote path
+  std::string attempt_log;  // remote path: where the supervisors the agent forks name themselves
+  pid_t master = -1;        // ssh -M (for rsync)
   std::string control_path;
   bool key_changed = false;  // its host key is not the known one: it is not used again
 

@@ -5,7 +5,9 @@
 
 #include <future>
 #include <map>
+#include <unordered_map>
 
+#include "exec/attempt_log.hpp"
 #include "exec/ssh_worker.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
@@ -14,33 +16,51 @@ namespace tune::exec {
 
 using namespace ssh_impl;
 
-// The processes on the host that run a tune-supervisor in the host's own mount namespace
-// (hosts that share a pid namespace, as test hosts do, do not see each other's), as "PID
-// ARGS..." lines; nullopt if the host could not be asked. A supervisor is not dumpable (its
-// nonce), so only root can read its namespace: one that cannot be read counts (the trial dir
-// in its command line tells hosts apart then).
-std::optional<std::string> SshExecutor::Impl::supervisor_processes(SshHost& h) {
+// The attempts whose supervisors run on the host now: the lines of its attempt log in which
+// the supervisors its agents forked named themselves, each believed as on the driver's machine
+// (exec::supervisor_alive) but by the host's /proc: the process runs, leads its session,
+// started when the line says, and is a tune-agent. A supervisor is not dumpable (its nonce),
+// so only its stat is read, which anyone may. Hosts that share a pid namespace (test hosts do)
+// keep apart, as each has a log of its own. Nullopt if the host could not be asked.
+std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(SshHost& h) {
+  static constexpr std::string_view kStats = "--- stat";
   std::string out;
-  auto st = h.shell_run(
-      "m=$(readlink /proc/$$/ns/mnt); for p in $(pgrep -f tune-supervisor 2>/dev/null); do "
-      "n=$(readlink /proc/$p/ns/mnt 2>/dev/null); "
-      "{ [ -z \"$n\" ] || [ \"$n\" = \"$m\" ]; } && printf '%s %s\\n' \"$p\" "
-      "\"$(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)\"; done; true",
-      &out);
+  // After any launch under way there (it holds the log's lock until its supervisor is in the
+  // log: apps/tune-agent/remote.hpp), the log's last 32 MB (its oldest lines name attempts
+  // that ended long ago).
+  auto st = h.shell_run("{ command -v flock >/dev/null && flock -s -w 5 " +
+                            q(h.attempt_log + ".agent-lock") + " true; } 2>/dev/null; " +
+                            "grep -F '\"event\":\"supervising\"' " + q(h.attempt_log) +
+                            " 2>/dev/null | tail -c 33554432; echo '" + std::string(kStats) +
+                            "'; for p in $(pgrep -x tune-agent 2>/dev/null); do "
+                            "cat /proc/$p/stat 2>/dev/null; echo; done; true",
+                        &out);
   if (!st) return std::nullopt;
-  return out;
+  size_t mark = out.rfind(std::string(kStats) + "\n");
+  if (mark == std::string::npos) return std::nullopt;
+  AttemptLog log(h.attempt_log);
+  log.add_lines(std::string_view(out).substr(0, mark));
+  std::unordered_map<int, util::ProcStat> procs;
+  for (const auto& line : lines_of(out.substr(mark + kStats.size() + 1)))
+    if (auto parsed = util::parse_proc_stat(line)) procs[parsed->first] = parsed->second;
+  return exec::live_attempts(log, [&](int pid, uint64_t ticks) {
+    auto it = procs.find(pid);
+    if (it == procs.end()) return false;
+    const auto& p = it->second;
+    return p.state != 'Z' && p.state != 'X' && p.session == pid && ticks != 0 && p.start == ticks &&
+           p.comm == "tune-agent";
+  });
 }
 
 std::optional<int> SshExecutor::Impl::find_supervisor(SshHost& h, const std::string& dir,
                                                       int attempt) {
-  auto procs = supervisor_processes(h);
-  if (!procs) return std::nullopt;
-  // By its command line: "<supervisor> <trial dir> <attempt> ..."
-  std::string needle = h.supervisor + " " + dir + " " + std::to_string(attempt) + " ";
-  int pid = -1;
-  for (const auto& line : lines_of(*procs))
-    if (line.find(needle) != std::string::npos) pid = std::atoi(line.c_str());
-  return pid;
+  auto live = live_supervisors(h);
+  if (!live) return std::nullopt;
+  // (the log is the experiment's on that host: a trial dir there is the exp dir's child)
+  std::string name = fs::path(dir).filename().string();
+  for (const auto& a : *live)
+    if (a.trial_name == name && a.attempt == attempt) return a.supervisor;
+  return -1;
 }
 
 Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
@@ -147,29 +167,12 @@ std::vector<LiveAttempt> SshExecutor::live_attempts() {
     asked.push_back(promise->get_future());
     w->io->post([w, promise] {
       std::vector<LiveAttempt> out;
-      auto procs = w->up ? Impl::supervisor_processes(w->h) : std::nullopt;
-      // A supervisor's command line: SUPERVISOR TRIAL_DIR ATTEMPT ... (apps/tune-supervisor);
-      // trial names hold no spaces. A zombie has an empty one and does not match.
-      std::string prefix = w->h.supervisor + " " + w->h.info.exp_dir + "/";
-      for (const auto& text : lines_of(procs.value_or(""))) {
-        std::string_view line(text);
-        while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-        size_t space = line.find(' ');
-        if (space == std::string_view::npos) continue;
-        int pid = std::atoi(std::string(line.substr(0, space)).c_str());
-        std::string_view args = line.substr(space + 1);
-        if (pid <= 0 || !args.starts_with(prefix)) continue;
-        args.remove_prefix(prefix.size());
-        size_t end = args.find(' ');
-        if (end == std::string_view::npos || args.substr(0, end).find('/') != std::string::npos)
-          continue;
-        LiveAttempt a;
-        a.host = w->name;
-        a.trial_name = std::string(args.substr(0, end));
-        a.attempt = std::atoi(std::string(args.substr(end + 1, 10)).c_str());
-        a.supervisor = pid;
-        if (a.attempt > 0) out.push_back(std::move(a));
-      }
+      if (w->up)
+        if (auto live = Impl::live_supervisors(w->h))
+          for (auto& a : *live) {
+            a.host = w->name;
+            out.push_back(std::move(a));
+          }
       promise->set_value(std::move(out));
     });
   }

@@ -1,6 +1,6 @@
 // Starting an attempt on its SSH host, on the host's I/O thread: the workdir's copy made
 // current, params.json, earlier attempts' logs and a restore point placed there, then the
-// tune-supervisor started by the host's agent (one request line on its channel).
+// attempt's supervisor forked by the host's agent (one request line on its channel).
 #include <spdlog/spdlog.h>
 
 #include "exec/exit_record.hpp"
@@ -36,21 +36,23 @@ void remap_to_copy(const std::string& from, const std::string& to, std::string& 
   for (auto& a : argv) remap(a);
 }
 
-// The supervisor's arguments (apps/tune-supervisor): it runs the attempt in the trial dir there.
-std::vector<std::string> supervisor_args(const SshOptions& opts, const SshHost& h, const Launch& l,
-                                         const Run& r, const std::string& cwd,
-                                         const std::vector<std::string>& argv) {
-  std::vector<std::string> args = {r.dir,
-                                   std::to_string(l.attempt),
-                                   h.lease,
-                                   util::format_double(opts.orphan_timeout_s),
-                                   util::format_double(opts.grace_s),
-                                   cwd,
-                                   l.stdin_fifo ? "fifo" : "null",
-                                   r.record,
-                                   "--"};
-  args.insert(args.end(), argv.begin(), argv.end());
-  return args;
+// The launch request: the attempt's supervisor runs it in the trial dir there.
+std::string launch_request(const SshOptions& opts, const SshHost& h, const Launch& l, const Run& r,
+                           const std::string& cwd, const std::vector<std::string>& argv) {
+  RemoteLaunch rl;
+  rl.id = l.trial_id;
+  rl.attempt = l.attempt;
+  rl.dir = r.dir;
+  rl.record = r.record;
+  rl.nonce = r.who.nonce;
+  rl.lease = h.lease;
+  rl.orphan_timeout = opts.orphan_timeout_s;
+  rl.grace = opts.grace_s;
+  rl.cwd = cwd;
+  rl.fifo = l.stdin_fifo;
+  rl.argv = argv;
+  rl.env = l.env;
+  return agent_launch_request(rl);
 }
 
 // Starts the attempt through the host's agent and waits (on the host's thread) for its answer:
@@ -289,8 +291,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     if (util::invalid_utf8_at(word) != std::string::npos)
       return unstarted({false, "cannot start it on " + w.name + ": '" + util::printable(word, 80) +
                                    "' is not UTF-8 text"});
-  std::string request = agent_launch_request(l.trial_id, l.attempt, r.dir, r.record, r.who.nonce,
-                                             supervisor_args(opts, w.h, l, r, cwd, argv), l.env);
+  std::string request = launch_request(opts, w.h, l, r, cwd, argv);
   double t0 = mono();
   Started started = launch_through_agent(w, request, l.trial_id, l.attempt);
   if (started.unreachable) {

@@ -175,8 +175,9 @@ struct SshExecutor::Impl {
   void end_unsure_launches(Worker& w, int keep_agent);
 
   // ssh_resume.cpp
-  // The host's tune-supervisor processes as "PID ARGS..." lines; nullopt if it can't be asked.
-  static std::optional<std::string> supervisor_processes(SshHost& h);
+  // The attempts whose supervisors run on the host (its attempt log and its processes); nullopt
+  // if it can't be asked.
+  static std::optional<std::vector<LiveAttempt>> live_supervisors(SshHost& h);
   // The pid of the supervisor running attempt `attempt` in `dir` there (-1: none); nullopt if
   // the host could not be asked.
   static std::optional<int> find_supervisor(SshHost& h, const std::string& dir, int attempt);

@@ -242,14 +242,12 @@ std::string last_line(const fs::path& log) {
   return printable(nl == std::string::npos ? s : s.substr(nl + 1), 300);
 }
 
-std::optional<ProcStat> proc_stat(pid_t pid) {
-  if (pid <= 0) return std::nullopt;
-  auto text = read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
-  if (!text) return std::nullopt;
+std::optional<std::pair<pid_t, ProcStat>> parse_proc_stat(std::string_view text) {
   // The fields after the command name, which may hold spaces and parentheses: field 3 first.
-  auto open = text->find('('), close = text->rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
-  std::string_view rest = std::string_view(*text).substr(close + 1);
+  auto open = text.find('('), close = text.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open)
+    return std::nullopt;
+  std::string_view rest = text.substr(close + 1);
   std::string_view fields[20];
   size_t n = 0;
   for (size_t at = 0; n < 20 && at < rest.size();) {
@@ -262,11 +260,22 @@ std::optional<ProcStat> proc_stat(pid_t pid) {
   }
   if (n < 20 || fields[0].size() != 1) return std::nullopt;
   ProcStat st;
-  st.comm = text->substr(open + 1, close - open - 1);
+  st.comm = std::string(text.substr(open + 1, close - open - 1));
   st.state = fields[0][0];
   st.session = std::strtol(std::string(fields[3]).c_str(), nullptr, 10);
   st.start = std::strtoull(std::string(fields[19]).c_str(), nullptr, 10);
-  return st;
+  long pid = std::strtol(std::string(text.substr(0, open)).c_str(), nullptr, 10);
+  if (pid <= 0 || pid > INT32_MAX) return std::nullopt;
+  return std::pair<pid_t, ProcStat>{static_cast<pid_t>(pid), std::move(st)};
+}
+
+std::optional<ProcStat> proc_stat(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  auto text = read_file("/proc/" + std::to_string(pid) + "/stat", 4096);
+  if (!text) return std::nullopt;
+  auto parsed = parse_proc_stat(*text);
+  if (!parsed) return std::nullopt;
+  return std::move(parsed->second);
 }
 
 uint64_t process_start_ticks(pid_t pid) {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "util/error.hpp"
@@ -75,6 +77,9 @@ struct ProcStat {
   uint64_t start = 0;  // field 22: the start time in clock ticks since boot
 };
 [[nodiscard]] std::optional<ProcStat> proc_stat(pid_t pid);
+// The same from the text of a /proc/PID/stat file (read elsewhere, e.g. on an SSH host), with
+// the pid it names (field 1).
+[[nodiscard]] std::optional<std::pair<pid_t, ProcStat>> parse_proc_stat(std::string_view text);
 
 // The start time of process `pid` in clock ticks since boot (field 22 of /proc/PID/stat), which
 // tells a live process from a later one that reused its pid; 0 if there is no such process.

@@ -3,6 +3,7 @@ is a network namespace with its own address and a private storage dir, so the he
 worker's files only through ssh/rsync. (Where namespaces cannot be made, the script falls back
 to sshd's on loopback ports and the tests say so.)"""
 import contextlib
+import glob
 import json
 import os
 import re
@@ -116,11 +117,32 @@ class SshTest(TuneTest):
             if self.hosts["mode"] == "netns" else \
             os.path.join(self.hosts["hosts"][i]["storage_path"], exp, trial_name)
 
-    @staticmethod
-    def remote_supervisors(exp):
-        """The pids of the supervisors of experiment `exp` on the workers (by command line)."""
-        return subprocess.run(["pgrep", "-f", "tune-supervisor .*" + exp], capture_output=True,
-                              text=True).stdout.split()
+    def remote_supervisors(self, exp, attempt=None):
+        """The pids (as text) of the live supervisors of experiment `exp` on the workers (of
+        attempt `attempt` only, if given): from the workers' attempt logs, each believed as tune
+        believes one, by its /proc/PID/stat (alive, leading its session, started then)."""
+        pids = []
+        for i in range(len(self.hosts["hosts"])):
+            logs = glob.glob(os.path.join(self.worker_dir(i, exp, ".tune"), "attempts-*.log"))
+            for log in logs:
+                with open(log, errors="replace") as f:
+                    lines = f.read().splitlines()
+                for line in lines:
+                    try:
+                        e = json.loads(line)
+                    except ValueError:
+                        continue
+                    if e.get("event") != "supervising" or (attempt and e["attempt"] != attempt):
+                        continue
+                    try:
+                        with open("/proc/%d/stat" % e["supervisor"]) as f:
+                            fields = f.read().rsplit(")", 1)[1].split()
+                    except OSError:
+                        continue
+                    if fields[0] not in "ZX" and int(fields[3]) == e["supervisor"] and \
+                            int(fields[19]) == e["supervisor_started"]:
+                        pids.append(str(e["supervisor"]))
+        return pids
 
     @staticmethod
     def agent_of(supervisor):
@@ -860,9 +882,7 @@ class SshTest(TuneTest):
         self.wait_for(lambda: [t.get("iteration", 0) for t in self.trials("supkill")] == [1],
                       timeout=60, what="the trial's first result")
         def supervisors():
-            out = subprocess.run(["pgrep", "-f", "tune-supervisor .*supkill"], capture_output=True,
-                                 text=True).stdout.split()
-            return [int(p) for p in out]
+            return [int(p) for p in self.remote_supervisors("supkill")]
         sups = supervisors()
         self.assertEqual(len(sups), 1, sups)
         trial_pids = subprocess.run(["pgrep", "-P", str(sups[0])], capture_output=True,
@@ -1193,8 +1213,7 @@ class SshTest(TuneTest):
             """) + self.host_lines((0,)) + "\n")
         run = self.start_tune("run", "exp.yaml")
         def supervisors():
-            return subprocess.run(["pgrep", "-f", "tune-supervisor .*early"], capture_output=True,
-                                  text=True).stdout.split()
+            return self.remote_supervisors("early")
         deadline = time.time() + 60
         while not supervisors() and time.time() < deadline:
             time.sleep(0.005)
@@ -1278,7 +1297,8 @@ class SshTest(TuneTest):
         # The attempt is killed with the driver: the resume brings the checkpoint from the
         # worker before the trial restarts, and the restart goes on from it.
         t = self.kill_while_adopting("adoptgone")
-        subprocess.run(["pkill", "-9", "-f", "tune-supervisor .*adoptgone"])
+        for pid in self.remote_supervisors("adoptgone"):
+            os.kill(int(pid), 9)
         subprocess.run(["pkill", "-9", "-f", os.path.join(self.dir, "adopting_trial.py")])
         open(os.path.join(self.worker_dir(0, "adoptgone", t["trial_name"]), "go"), "w").close()
         self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
@@ -1326,7 +1346,8 @@ class SshTest(TuneTest):
             what="2 checkpoints in the state")
         run.kill()
         run.communicate()
-        subprocess.run(["pkill", "-9", "-f", "tune-supervisor .*leftck"])
+        for pid in self.remote_supervisors("leftck"):
+            os.kill(int(pid), 9)
         subprocess.run(["pkill", "-9", "-f", trial])
         t = self.trials("leftck")[0]
         head = os.path.join(self.exp_dir("leftck"), t["trial_name"])
@@ -1488,8 +1509,7 @@ class SshTest(TuneTest):
         run = self.start_tune("run", "exp.yaml")
 
         def first_attempt():
-            return subprocess.run(["pgrep", "-f", r"tune-supervisor \S*/strays/trial_\S* 1 "],
-                                  capture_output=True, text=True).stdout.split()
+            return self.remote_supervisors("strays", attempt=1)
         try:
             def on_head():
                 t = self.trials("strays")
@@ -1585,8 +1605,7 @@ class SshTest(TuneTest):
                 what="%d results" % rows)
             run.kill()
             run.communicate()
-            sup = subprocess.run(["pgrep", "-f", "tune-supervisor .*wdexp"], capture_output=True,
-                                 text=True).stdout.split()
+            sup = self.remote_supervisors("wdexp")
             for pid in sup:  # the attempt's session: its supervisor and trial
                 subprocess.run(["pkill", "-9", "-s", pid])
         args = ("run", "exp.yaml")

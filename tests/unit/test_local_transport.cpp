@@ -342,6 +342,30 @@ TEST_CASE("attempt log: forged, torn and foreign lines") {
   CHECK(log.live().empty());  // pid 1 did not start at tick 0: not believed to be running
 }
 
+TEST_CASE("attempt log: lines read elsewhere, with another host's idea of who is alive") {
+  // (an SSH host's log, read there: its supervisors are checked against its own processes)
+  exec::AttemptLog log("/nonexistent/attempts.log");
+  log.add_lines(
+      "{\"event\":\"supervising\",\"trial\":\"a\",\"attempt\":1,\"supervisor\":100,"
+      "\"supervisor_started\":7}\n"
+      "{\"event\":\"supervising\",\"trial\":\"a\",\"attempt\":2,\"supervisor\":101,"
+      "\"supervisor_started\":8}\n"
+      "{\"event\":\"supervising\",\"trial\":\"b\",\"attempt\":1,\"supervisor\":102,"
+      "\"supervisor_started\":9}\n"
+      "{\"event\":\"supervising\",\"trial\":\"c\",\"attempt\":1,\"supervisor\":103");  // torn
+  std::vector<std::pair<int, uint64_t>> asked;
+  auto live = exec::live_attempts(log, [&](int pid, uint64_t ticks) {
+    asked.emplace_back(pid, ticks);
+    return pid == 101 || (pid == 102 && ticks == 10);  // 102 started later: a reused pid
+  });
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].trial_name == "a");
+  CHECK(live[0].attempt == 2);
+  CHECK(live[0].supervisor == 101);
+  CHECK(live[0].supervisor_started == 8);
+  CHECK(asked.size() == 3);  // (the torn line is not one)
+}
+
 TEST_CASE("local transport: launches asked for just before the driver died are found on resume") {
   Scratch s;
   auto opts = options(s.dir);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "exec/attempt_log.hpp"
 #include "exec/ssh_agent.hpp"
 
 namespace fs = std::filesystem;
@@ -34,13 +36,13 @@ struct Scratch {
   }
 };
 
-// tune-agent remote SUPERVISOR, its stdin and stdout as pipes.
+// tune-agent remote ATTEMPT_LOG, its stdin and stdout as pipes.
 struct Agent {
   pid_t pid = -1;
   int to = -1, from = -1;
   std::string buf;
   std::map<std::string, int> outputs;  // output events passed over, by "id#attempt"
-  explicit Agent(const std::string& supervisor) {
+  explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
@@ -48,7 +50,7 @@ struct Agent {
     if (pid == 0) {
       ::dup2(in[0], 0);
       ::dup2(out[1], 1);
-      ::execl(TUNE_TEST_AGENT, TUNE_TEST_AGENT, "remote", supervisor.c_str(), nullptr);
+      ::execl(TUNE_TEST_AGENT, TUNE_TEST_AGENT, "remote", log.c_str(), nullptr);
       ::_exit(127);
     }
     ::close(in[0]);
@@ -93,6 +95,25 @@ struct Agent {
   }
 };
 
+// Attempt 1 of trial `id`, in trial dir `trial` of the scratch dir, running `command`.
+exec::RemoteLaunch launch(const Scratch& s, const std::string& id, const std::string& trial,
+                          const std::vector<std::string>& command,
+                          const std::map<std::string, std::string>& env = {}) {
+  exec::RemoteLaunch l;
+  l.id = id;
+  l.attempt = 1;
+  l.dir = (s.dir / trial).string();
+  l.record = (s.dir / (trial + ".exit.json")).string();
+  l.nonce = "ef";
+  l.lease = (s.dir / "lease").string();
+  l.grace = 1;
+  l.cwd = s.dir.string();
+  l.argv = command;
+  l.env = env;
+  return l;
+}
+
+// The arguments of tune-supervisor (the program) for the same.
 std::vector<std::string> supervisor_args(const Scratch& s, const std::string& trial,
                                          const std::vector<std::string>& command) {
   std::vector<std::string> args = {(s.dir / trial).string(),
@@ -130,7 +151,7 @@ std::string read(const fs::path& p) {
 TEST_CASE("tune-agent remote starts a supervisor per request and says when it ends",
           "[remote_agent]") {
   Scratch s;
-  Agent agent(TUNE_TEST_SUPERVISOR);
+  Agent agent(s.dir / "attempts.log");
   auto ready = agent.next();
   REQUIRE(ready);
   CHECK(ready->kind == Kind::kReady);
@@ -139,10 +160,10 @@ TEST_CASE("tune-agent remote starts a supervisor per request and says when it en
   fs::create_directories(s.dir / "trial_a");
   std::ofstream(s.dir / "trial_a" / "stdout.log") << "12345\n";
   std::ofstream(s.dir / "trial_a.exit.json") << "stale";
-  agent.send(exec::agent_launch_request(
-      "a", 1, (s.dir / "trial_a").string(), (s.dir / "trial_a.exit.json").string(), "abcd",
-      supervisor_args(s, "trial_a", {"/bin/sh", "-c", "echo \"$GREETING\""}),
-      {{"GREETING", "hello there"}}));
+  auto a = launch(s, "a", "trial_a", {"/bin/sh", "-c", "echo \"$GREETING\""},
+                  {{"GREETING", "hello there"}});
+  a.nonce = "abcd";
+  agent.send(exec::agent_launch_request(a));
   auto launched = agent.next();
   REQUIRE(launched);
   CHECK(launched->kind == Kind::kLaunched);
@@ -158,20 +179,26 @@ TEST_CASE("tune-agent remote starts a supervisor per request and says when it en
   CHECK(gone->supervisor == launched->supervisor);
   CHECK(gone->status == 0);
   CHECK(read(s.dir / "trial_a" / "stdout.log") == "12345\n=== attempt 1 ===\nhello there\n");
-  // The record is the supervisor's, with the nonce given on its stdin.
+  // The record is the supervisor's, with the request's nonce; the attempt log names the
+  // supervisor (before the agent answered) and its exit.
   std::string record = read(s.dir / "trial_a.exit.json");
   CHECK(record.find("\"nonce\":\"abcd\"") != std::string::npos);
-  CHECK(record.find("\"supervisor\":" + std::to_string(launched->supervisor)) != std::string::npos);
+  std::string sup = "\"supervisor\":" + std::to_string(launched->supervisor);
+  CHECK(record.find(sup) != std::string::npos);
+  std::string log = read(s.dir / "attempts.log");
+  CHECK(log.find("{\"event\":\"supervising\",\"trial\":\"trial_a\",\"attempt\":1," + sup) !=
+        std::string::npos);
+  CHECK(log.find("\"event\":\"exit\",\"trial\":\"trial_a\"") != std::string::npos);
 }
 
 TEST_CASE("tune-agent remote: a supervisor killed is said gone; bad requests are named",
           "[remote_agent]") {
   Scratch s;
-  Agent agent(TUNE_TEST_SUPERVISOR);
+  Agent agent(s.dir / "attempts.log");
   REQUIRE(agent.next());
-  agent.send(exec::agent_launch_request("b", 2, (s.dir / "trial_b").string(),
-                                        (s.dir / "trial_b.exit.json").string(), "ef",
-                                        supervisor_args(s, "trial_b", {"sleep", "30"}), {}));
+  auto b = launch(s, "b", "trial_b", {"sleep", "30"});
+  b.attempt = 2;
+  agent.send(exec::agent_launch_request(b));
   auto launched = agent.next();
   REQUIRE(launched);
   REQUIRE(launched->kind == Kind::kLaunched);
@@ -199,39 +226,81 @@ TEST_CASE("tune-agent remote: a supervisor killed is said gone; bad requests are
   error = agent.next();
   REQUIRE(error);
   CHECK(error->error.find("bad launch request") != std::string::npos);
-  agent.send(exec::agent_launch_request("d", 1, "relative/dir", "/nonexistent/r", "ef", {}, {}));
+  auto d = launch(s, "d", "trial_d", {"true"});
+  d.dir = "relative/dir";
+  agent.send(exec::agent_launch_request(d));
   gone = agent.next();
   REQUIRE(gone);
   CHECK((gone->kind == Kind::kGone && gone->supervisor == -1));
   CHECK(gone->error.find("not an absolute trial dir") != std::string::npos);
 }
 
-TEST_CASE("tune-agent remote: a supervisor that cannot run is said gone with the reason",
+TEST_CASE("tune-agent remote: its supervisors are its forks, found again as a resume finds them",
           "[remote_agent]") {
   Scratch s;
-  Agent agent((s.dir / "no-such-supervisor").string());
+  Agent agent(s.dir / "attempts.log");
   REQUIRE(agent.next());
-  agent.send(exec::agent_launch_request("e", 1, (s.dir / "trial_e").string(),
-                                        (s.dir / "trial_e.exit.json").string(), "ef",
-                                        supervisor_args(s, "trial_e", {"true"}), {}));
-  auto gone = agent.next();
-  REQUIRE(gone);
-  CHECK(gone->kind == Kind::kGone);
-  CHECK(gone->supervisor == -1);
-  CHECK(gone->error.find("No such file") != std::string::npos);
-  CHECK(gone->transient);  // (retried as a supervisor that died is, not the trial's failure)
+  agent.send(exec::agent_launch_request(launch(s, "e", "trial_e", {"sleep", "30"})));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  // A tune-agent process (no exec) that leads its session, and its start time is the log's.
+  int sup = launched->supervisor;
+  std::string stat = read("/proc/" + std::to_string(sup) + "/stat");
+  CHECK(stat.find("(tune-agent)") != std::string::npos);
+  exec::AttemptLog log(s.dir / "attempts.log");
+  log.refresh();
+  auto live = exec::live_attempts(log);
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].trial_name == "trial_e");
+  CHECK(live[0].attempt == 1);
+  CHECK(live[0].supervisor == sup);
+  // The agent ends (its driver went): the supervisor goes on. A new agent is ready at once, and
+  // launches only under the log's lock (a resume reads the log under it, shared).
+  ::kill(agent.pid, SIGKILL);
+  Agent second(s.dir / "attempts.log");
+  auto ready = second.next();
+  REQUIRE(ready);
+  CHECK(ready->kind == Kind::kReady);
+  CHECK(::kill(sup, 0) == 0);
+  int reader = ::open((s.dir / "attempts.log.agent-lock").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(reader >= 0);
+  REQUIRE(::flock(reader, LOCK_SH) == 0);
+  second.send(exec::agent_launch_request(launch(s, "k", "trial_k", {"true"})));
+  CHECK_FALSE(second.next(false, 300));
+  ::close(reader);
+  auto locked = second.next();
+  REQUIRE(locked);
+  CHECK(locked->kind == Kind::kLaunched);
+  CHECK(locked->id == "k");
+  auto k_gone = second.next();
+  REQUIRE(k_gone);
+  CHECK(k_gone->kind == Kind::kGone);
+  exec::signal_supervisor(sup, true);
+  for (int i = 0; i < 200 && !fs::exists(s.dir / "trial_e.exit.json"); ++i) ::usleep(10000);
+  CHECK(fs::exists(s.dir / "trial_e.exit.json"));
+  // Bad nonces are refused: nobody could believe the exit record.
+  for (const char* nonce : {"", "NOT-HEX"}) {
+    auto bad = launch(s, "n", "trial_n", {"true"});
+    bad.nonce = nonce;
+    second.send(exec::agent_launch_request(bad));
+    auto error = second.next();
+    REQUIRE(error);
+    CHECK(error->kind == Kind::kError);
+    CHECK(error->error.find("nonce") != std::string::npos);
+    CHECK(error->id == "n");
+  }
+  CHECK_FALSE(fs::exists(s.dir / "trial_n"));
 }
 
 TEST_CASE("tune-agent remote starts nothing a driver that is gone asked for", "[remote_agent]") {
   Scratch s;
-  Agent agent(TUNE_TEST_SUPERVISOR);
+  Agent agent(s.dir / "attempts.log");
   REQUIRE(agent.next());
   // The request and the end of the channel are both there when the agent looks (it is
   // stopped meanwhile): the driver sent it, then went.
   ::kill(agent.pid, SIGSTOP);
-  agent.send(exec::agent_launch_request("f", 1, (s.dir / "trial_f").string(),
-                                        (s.dir / "trial_f.exit.json").string(), "ef",
-                                        supervisor_args(s, "trial_f", {"sleep", "30"}), {}));
+  agent.send(exec::agent_launch_request(launch(s, "f", "trial_f", {"sleep", "30"})));
   ::close(agent.to);
   agent.to = -1;
   ::kill(agent.pid, SIGCONT);
@@ -246,16 +315,14 @@ TEST_CASE("tune-agent remote starts nothing a driver that is gone asked for", "[
 TEST_CASE("tune-agent remote says when a trial's output grows, at most every 50 ms",
           "[remote_agent]") {
   Scratch s;
-  Agent agent(TUNE_TEST_SUPERVISOR);
+  Agent agent(s.dir / "attempts.log");
   REQUIRE(agent.next());
   // 300 lines, one every ~2 ms or more: 300 writes to stdout.log, over at least 0.6 s.
   agent.send(exec::agent_launch_request(
-      "h", 1, (s.dir / "trial_h").string(), (s.dir / "trial_h.exit.json").string(), "ef",
-      supervisor_args(s, "trial_h",
-                      {"/bin/sh", "-c",
-                       "i=0; while [ $i -lt 300 ]; do echo \"{\\\"i\\\": $i}\"; i=$((i+1)); "
-                       "sleep 0.002; done"}),
-      {}));
+      launch(s, "h", "trial_h",
+             {"/bin/sh", "-c",
+              "i=0; while [ $i -lt 300 ]; do echo \"{\\\"i\\\": $i}\"; i=$((i+1)); "
+              "sleep 0.002; done"})));
   auto launched = agent.next();
   REQUIRE(launched);
   REQUIRE(launched->kind == Kind::kLaunched);
@@ -274,7 +341,7 @@ TEST_CASE("tune-agent remote says when a trial's output grows, at most every 50 
 TEST_CASE("tune-agent remote watches a supervisor it did not start: its output and its end",
           "[remote_agent]") {
   Scratch s;
-  Agent agent(TUNE_TEST_SUPERVISOR);
+  Agent agent(s.dir / "attempts.log");
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_w");
   pid_t other = stand_in_supervisor();
@@ -335,7 +402,7 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
 TEST_CASE("tune-agent remote: a watched trial dir that goes away is said unwatched",
           "[remote_agent]") {
   Scratch s;
-  Agent agent(TUNE_TEST_SUPERVISOR);
+  Agent agent(s.dir / "attempts.log");
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_v");
   pid_t other = stand_in_supervisor();

@@ -338,3 +338,21 @@ TEST_CASE("proc_stat reads a process's name, state, session and start, whatever 
   CHECK_FALSE(util::proc_stat(-1));
   for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
 }
+
+TEST_CASE("parse_proc_stat reads a stat line read elsewhere (an SSH host's), and its pid",
+          "[util]") {
+  std::string line =
+      "4242 (tune-agent) S 1 4242 4242 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 987654 1000 10 "
+      "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+  auto parsed = util::parse_proc_stat(line);
+  REQUIRE(parsed);
+  CHECK(parsed->first == 4242);
+  CHECK(parsed->second.comm == "tune-agent");
+  CHECK(parsed->second.state == 'S');
+  CHECK(parsed->second.session == 4242);
+  CHECK(parsed->second.start == 987654);
+  CHECK_FALSE(util::parse_proc_stat(""));
+  CHECK_FALSE(util::parse_proc_stat("4242 (tune-agent) S 1 2 3"));  // cut short
+  CHECK_FALSE(util::parse_proc_stat("x (tune-agent)" + line.substr(line.find(')') + 1)));
+  CHECK_FALSE(util::parse_proc_stat("-5 (tune-agent)" + line.substr(line.find(')') + 1)));
+}

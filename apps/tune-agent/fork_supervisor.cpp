@@ -1,0 +1,81 @@
+#include "fork_supervisor.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+namespace tune::agent_app {
+
+namespace {
+
+// close_range(2), or one close(2) each on a kernel older than 5.9 (the agent's descriptors are
+// few and low: its first 1024 are enough).
+void close_from_to(unsigned from, unsigned to) {
+  if (::close_range(from, to, 0) == 0 || errno != ENOSYS) return;
+  for (unsigned fd = from; fd <= std::min(to, 1023u); ++fd) ::close(static_cast<int>(fd));
+}
+
+}  // namespace
+
+void close_all_but(std::initializer_list<int> keep) {
+  std::vector<int> kept(keep);
+  std::sort(kept.begin(), kept.end());
+  unsigned from = 3;
+  for (int fd : kept) {
+    if (fd < 0 || static_cast<unsigned>(fd) < from) continue;
+    if (static_cast<unsigned>(fd) > from) close_from_to(from, static_cast<unsigned>(fd) - 1);
+    from = static_cast<unsigned>(fd) + 1;
+  }
+  close_from_to(from, UINT_MAX);
+}
+
+namespace {
+
+// In the forked child: becomes the attempt's supervisor.
+int run_child(const tune::agent::Attempt& a, int log_fd, bool events, int ready_fd,
+              const std::string& record_file) {
+  // (close-on-exec: the trial never gets it)
+  int event_fd = events ? ::fcntl(1, F_DUPFD_CLOEXEC, 3) : -1;
+  int null_fd = ::open("/dev/null", O_RDWR);
+  for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
+  // The agent's requests, its signalfd, its lock (a flock lives while any fd holds it) and its
+  // watches stay the agent's.
+  close_all_but({log_fd, event_fd, ready_fd});
+  tune::agent::Sinks sinks;
+  sinks.log_fd = log_fd;
+  sinks.event_fd = event_fd;
+  sinks.ready_fd = ready_fd;
+  sinks.record_file = record_file;
+  return tune::agent::supervise(a, sinks);
+}
+
+}  // namespace
+
+pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, std::string& error,
+                      const std::string& record_file) {
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) ready[0] = ready[1] = -1;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (ready[0] >= 0) ::close(ready[0]);
+    ::_exit(run_child(a, log_fd, events, ready[1], record_file));
+  }
+  int fork_errno = errno;
+  if (ready[1] >= 0) ::close(ready[1]);
+  if (pid > 0 && ready[0] >= 0) {
+    // The child closes its end once the log names it (or dies).
+    char byte;
+    while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+  }
+  if (ready[0] >= 0) ::close(ready[0]);
+  if (pid < 0) error = std::string("fork failed: ") + std::strerror(fork_errno);
+  return pid;
+}
+
+}  // namespace tune::agent_app
