@@ -13,10 +13,10 @@ namespace tune::agent_app {
 
 namespace {
 
-// close_range(2), or one close(2) each on a kernel older than 5.9 (the agent's descriptors are
-// few and low: its first 1024 are enough).
+// close_range(2), or one close(2) each where it fails (a kernel older than 5.9, a seccomp
+// filter; the agent's descriptors are few and low: its first 1024 are enough).
 void close_from_to(unsigned from, unsigned to) {
-  if (::close_range(from, to, 0) == 0 || errno != ENOSYS) return;
+  if (::close_range(from, to, 0) == 0) return;
   for (unsigned fd = from; fd <= std::min(to, 1023u); ++fd) ::close(static_cast<int>(fd));
 }
 
@@ -38,42 +38,47 @@ namespace {
 
 // In the forked child: becomes the attempt's supervisor.
 int run_child(const tune::agent::Attempt& a, int log_fd, bool events, int ready_fd,
-              const std::string& record_file) {
+              const std::string& record_file, int hold_fd) {
   // (close-on-exec: the trial never gets it)
   int event_fd = events ? ::fcntl(1, F_DUPFD_CLOEXEC, 3) : -1;
   int null_fd = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
   // The agent's requests, its signalfd, its lock (a flock lives while any fd holds it) and its
   // watches stay the agent's.
-  close_all_but({log_fd, event_fd, ready_fd});
+  close_all_but({log_fd, event_fd, ready_fd, hold_fd});
   tune::agent::Sinks sinks;
   sinks.log_fd = log_fd;
   sinks.event_fd = event_fd;
   sinks.ready_fd = ready_fd;
   sinks.record_file = record_file;
+  sinks.hold_fd = hold_fd;
   return tune::agent::supervise(a, sinks);
 }
 
 }  // namespace
 
 pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, std::string& error,
-                      const std::string& record_file) {
+                      const std::string& record_file, int hold_fd) {
   int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) ready[0] = ready[1] = -1;
+  if (::pipe2(ready, O_CLOEXEC) != 0) {
+    // (without it the agent could not wait for the log to name the supervisor)
+    error = std::string("pipe: ") + std::strerror(errno);
+    return -1;
+  }
   pid_t pid = ::fork();
   if (pid == 0) {
-    if (ready[0] >= 0) ::close(ready[0]);
-    ::_exit(run_child(a, log_fd, events, ready[1], record_file));
+    ::close(ready[0]);
+    ::_exit(run_child(a, log_fd, events, ready[1], record_file, hold_fd));
   }
   int fork_errno = errno;
-  if (ready[1] >= 0) ::close(ready[1]);
-  if (pid > 0 && ready[0] >= 0) {
+  ::close(ready[1]);
+  if (pid > 0) {
     // The child closes its end once the log names it (or dies).
     char byte;
     while (::read(ready[0], &byte, 1) < 0 && errno == EINTR) {
     }
   }
-  if (ready[0] >= 0) ::close(ready[0]);
+  ::close(ready[0]);
   if (pid < 0) error = std::string("fork failed: ") + std::strerror(fork_errno);
   return pid;
 }

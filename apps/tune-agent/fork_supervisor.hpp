@@ -14,11 +14,12 @@ namespace tune::agent_app {
 // Forks the supervisor of `a`. The child has /dev/null as stdin, stdout and stderr and no
 // descriptor of the agent's but `log_fd` (the attempt log, where it names itself first) and,
 // with `events`, a copy of the agent's stdout for its start and exit events; with a
-// `record_file`, it also writes the exit record there (what an SSH host's driver reads). Returns
+// `record_file`, it also writes the exit record there (what an SSH host's driver reads); it keeps
+// `hold_fd` (a lock the agent holds) open until it has named itself, then closes it. Returns
 // its pid once it has named itself in the attempt log (or died), so that a driver that resumes
 // after this never misses it; -1 if it could not be forked (`error` says why).
 pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, std::string& error,
-                      const std::string& record_file = "");
+                      const std::string& record_file = "", int hold_fd = -1);
 
 // (in the child) Closes every descriptor from 3 up but those in `keep`.
 void close_all_but(std::initializer_list<int> keep);

@@ -94,98 +94,110 @@ void RemoteLauncher::watch(const json& req) {
     emit(json{{"event", "watching"}, {"id", id}, {"attempt", attempt}});
 }
 
-void RemoteLauncher::launch(const json& req) {
-  std::string id, record;
-  int attempt = 0;
-  tune::agent::Attempt a;
-  std::vector<std::string> args, env;
+// The request's fields into `l`; false after saying what is wrong.
+bool RemoteLauncher::parse(const json& req, Request& l) {
   try {
-    id = req.at("id").get<std::string>();
-    attempt = req.at("attempt").get<int>();
-    a.dir = req.at("dir").get<std::string>();
-    record = req.at("record").get<std::string>();
-    a.nonce = req.at("nonce").get<std::string>();
-    a.lease = req.at("lease").get<std::string>();
-    a.orphan_timeout = req.at("orphan_timeout").get<double>();
-    a.grace = req.at("grace").get<double>();
-    a.cwd = req.at("cwd").get<std::string>();
-    a.use_fifo = req.at("fifo").get<bool>();
-    args = req.at("argv").get<std::vector<std::string>>();
-    env = req.at("env").get<std::vector<std::string>>();
-    if (args.empty()) throw std::runtime_error("empty argv");
-    if (attempt < 1) throw std::runtime_error("attempt " + std::to_string(attempt));
+    l.id = req.at("id").get<std::string>();
+    l.attempt = req.at("attempt").get<int>();
+    l.a.dir = req.at("dir").get<std::string>();
+    l.record = req.at("record").get<std::string>();
+    l.a.nonce = req.at("nonce").get<std::string>();
+    l.a.lease = req.at("lease").get<std::string>();
+    l.a.orphan_timeout = req.at("orphan_timeout").get<double>();
+    l.a.grace = req.at("grace").get<double>();
+    l.a.cwd = req.at("cwd").get<std::string>();
+    l.a.use_fifo = req.at("fifo").get<bool>();
+    l.args = req.at("argv").get<std::vector<std::string>>();
+    l.env = req.at("env").get<std::vector<std::string>>();
+    if (l.args.empty()) throw std::runtime_error("empty argv");
+    if (l.attempt < 1) throw std::runtime_error("attempt " + std::to_string(l.attempt));
     // (a nonce nobody could check would make its exit record one nobody believes)
-    if (a.nonce.empty() || a.nonce.size() > 64 ||
-        a.nonce.find_first_not_of("0123456789abcdef") != std::string::npos)
+    if (l.a.nonce.empty() || l.a.nonce.size() > 64 ||
+        l.a.nonce.find_first_not_of("0123456789abcdef") != std::string::npos)
       throw std::runtime_error("the nonce is not 1 to 64 hex digits");
   } catch (const std::exception& e) {
-    emit_error(std::string("bad launch request: ") + e.what(), "launch", id);
-    return;
+    emit_error(std::string("bad launch request: ") + e.what(), "launch", l.id);
+    return false;
   }
-  a.id = id;
-  a.attempt = std::to_string(attempt);
-  // Not started; `transient`: the supervisor could not be started now (fork), as opposed to
-  // a trial dir that cannot be made.
+  l.a.id = l.id;
+  l.a.attempt = std::to_string(l.attempt);
+  return true;
+}
+
+// The attempt log's lock, for one launch: "" once taken (or on a file system without flock,
+// where the launch goes on all the same), else why not. A resume's read holds it for a moment;
+// an agent of another connection of the driver for one launch.
+std::string RemoteLauncher::lock_log(bool& locked) {
+  locked = false;
+  for (int waited_ms = 0; waited_ms <= kLockWaitMs; waited_ms += 10) {
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) return locked = true, "";
+    if (errno != EWOULDBLOCK && errno != EINTR) return "";
+    ::usleep(10000);
+  }
+  int holder = tune::agent::flock_holder(lock_path_);
+  return "another process" + (holder > 0 ? " (pid " + std::to_string(holder) + ")" : "") +
+         " has held " + lock_path_ + " for " + std::to_string(kLockWaitMs / 1000) + " s";
+}
+
+void RemoteLauncher::launch(const json& req) {
+  Request l;
+  if (!parse(req, l)) return;
+  // Not started; `transient`: the supervisor could not be started now (fork, the log's lock),
+  // as opposed to a trial dir that cannot be made.
   auto gone = [&](const std::string& why, bool transient = false) {
     emit(json{{"event", "gone"},
-              {"id", id},
-              {"attempt", attempt},
+              {"id", l.id},
+              {"attempt", l.attempt},
               {"supervisor", nullptr},
               {"status", -1},
               {"transient", transient},
               {"error", why}});
   };
+  // Held from here until the supervisor is in the log (by the child, if this agent is killed
+  // meanwhile): a resume that reads the log under it never misses this launch.
+  bool locked = false;
+  if (auto why = lock_log(locked); !why.empty()) return gone(why, true);
+  struct Unlock {
+    int fd;
+    bool locked;
+    ~Unlock() {
+      if (locked) ::flock(fd, LOCK_UN);
+    }
+  } unlock{lock_fd_, locked};
   // A driver that is gone (its channel closed) wants nothing started: a request it sent before
   // it went must not start a supervisor that nobody watches.
   pollfd in_fd{0, POLLIN, 0};
   if (::poll(&in_fd, 1, 0) > 0 && (in_fd.revents & (POLLHUP | POLLERR)))
     return gone("the driver is gone: not started", true);
-  const std::string& dir = a.dir;
+  const std::string& dir = l.a.dir;
   if (dir.empty() || dir[0] != '/') return gone("not an absolute trial dir: " + dir);
   if (int e = make_dirs(dir)) return gone("cannot make " + dir + ": " + std::strerror(e));
-  if (::unlink(record.c_str()) != 0 && errno != ENOENT)
-    return gone("cannot remove " + record + ": " + std::strerror(errno));
+  if (::unlink(l.record.c_str()) != 0 && errno != ENOENT)
+    return gone("cannot remove " + l.record + ": " + std::strerror(errno));
   struct stat st;
   uint64_t offset = ::stat((dir + "/stdout.log").c_str(), &st) == 0 ? st.st_size : 0;
 
-  std::vector<std::string> envs = merged_environment(env);
+  std::vector<std::string> envs = merged_environment(l.env);
   std::vector<char*> argv, envp;
-  for (auto& w : args) argv.push_back(w.data());
+  for (auto& w : l.args) argv.push_back(w.data());
   argv.push_back(nullptr);
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
-  a.prog = argv.data();
-  a.envp = envp.data();
+  l.a.prog = argv.data();
+  l.a.envp = envp.data();
   // Its output is watched from before it starts: none goes unsaid.
   bool ignored = false;
-  bool watched = watches_.watch(id, attempt, dir, -1, ignored).empty();
-  // (a reader holds it for a moment; an agent of another driver's connection for one launch)
-  // (a file system without flock: launched all the same)
-  bool locked = false, held = false;
-  for (int waited_ms = 0; !locked && waited_ms <= kLockWaitMs; waited_ms += 10) {
-    locked = ::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0;
-    held = !locked && (errno == EWOULDBLOCK || errno == EINTR);
-    if (!held) break;
-    ::usleep(10000);
-  }
-  if (held) {
-    watches_.unwatch(id, attempt);
-    return gone("another process (pid " + std::to_string(tune::agent::flock_holder(lock_path_)) +
-                    ") has held " + lock_path_ + " for " + std::to_string(kLockWaitMs / 1000) +
-                    " s",
-                true);
-  }
+  bool watched = watches_.watch(l.id, l.attempt, dir, -1, ignored).empty();
   std::string error;
-  pid_t pid = fork_supervisor(a, log_fd_, false, error, record);
-  if (locked) ::flock(lock_fd_, LOCK_UN);
+  pid_t pid = fork_supervisor(l.a, log_fd_, false, error, l.record, locked ? lock_fd_ : -1);
   if (pid < 0) {
-    watches_.unwatch(id, attempt);
+    watches_.unwatch(l.id, l.attempt);
     return gone(error, true);
   }
-  children_[pid] = Child{id, attempt};
+  children_[pid] = Child{l.id, l.attempt};
   emit(json{{"event", "launched"},
-            {"id", id},
-            {"attempt", attempt},
+            {"id", l.id},
+            {"attempt", l.attempt},
             {"supervisor", pid},
             {"offset", offset},
             {"watched", watched}});

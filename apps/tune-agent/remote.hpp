@@ -46,6 +46,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "agent/supervise.hpp"
 #include "events.hpp"
 #include "watches.hpp"
 
@@ -65,6 +66,15 @@ class RemoteLauncher {
   void after_wait(const std::vector<pollfd>& fds, size_t first) { watches_.after_wait(fds, first); }
 
  private:
+  // A launch request's fields.
+  struct Request {
+    std::string id, record;
+    int attempt = 0;
+    tune::agent::Attempt a;
+    std::vector<std::string> args, env;
+  };
+  static bool parse(const nlohmann::json& req, Request& l);
+  std::string lock_log(bool& locked);
   void launch(const nlohmann::json& req);
   void watch(const nlohmann::json& req);
 

@@ -511,6 +511,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   // driver waits for the old agent to exit, so no launch the old driver asked for is missed).
   emit(sinks.log_fd, "{\"event\":\"supervising\",\"trial\":\"" + name +
                          "\",\"attempt\":" + a.attempt + who + "}");
+  if (sinks.hold_fd >= 0) ::close(sinks.hold_fd);
   if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
 
   std::string error;  // set: the attempt fails as an exec failure, with this in its record

@@ -32,6 +32,7 @@ struct Sinks {
   int log_fd = -1;          // agent mode: the attempt log (O_APPEND)
   int event_fd = -1;        // agent mode, on the driver's machine: the pipe to the driver
   int ready_fd = -1;        // agent mode: closed once the attempt log names this supervisor
+  int hold_fd = -1;         // agent mode: closed then too (the agent's lock on the log)
 };
 
 // Runs the attempt to its end and records it. Returns the exit status for the supervisor

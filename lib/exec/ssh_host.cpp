@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -545,11 +544,12 @@ Result<void> SshHost::open(const SshOptions& opts, double timeout_s) {
     sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));  // (a copy kept may lack +x)
   }
   lease = info.exp_dir + "/.tune/lease";
-  // (one per host name: hosts that share a file system, e.g. a home on NFS, keep apart)
-  std::string file_name = cfg.name;
-  for (char& c : file_name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-') c = '_';
-  attempt_log = info.exp_dir + "/.tune/attempts-" + file_name + ".log";
+  // (one per host name: hosts that share a file system, e.g. a home on NFS, keep apart; the
+  // hash tells apart names that differ only in what a file name cannot hold)
+  char hash[9];
+  std::snprintf(hash, sizeof hash, "%08x", static_cast<unsigned>(util::posix_cksum(cfg.name)));
+  attempt_log =
+      info.exp_dir + "/.tune/attempts-" + util::safe_component(cfg.name, 100) + "-" + hash + ".log";
   shell_buf.clear();
   if (auto sh = open_shell(); !sh) return sh;
   if (auto a = open_agent(); !a) return a;

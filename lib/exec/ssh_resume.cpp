@@ -16,45 +16,92 @@ namespace tune::exec {
 
 using namespace ssh_impl;
 
-// The attempts whose supervisors run on the host now: the lines of its attempt log in which
-// the supervisors its agents forked named themselves, each believed as on the driver's machine
-// (exec::supervisor_alive) but by the host's /proc: the process runs, leads its session,
-// started when the line says, and is a tune-agent. A supervisor is not dumpable (its nonce),
-// so only its stat is read, which anyone may. Hosts that share a pid namespace (test hosts do)
-// keep apart, as each has a log of its own. Nullopt if the host could not be asked.
-std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(SshHost& h) {
-  static constexpr std::string_view kStats = "--- stat";
-  std::string out;
-  // After any launch under way there (it holds the log's lock until its supervisor is in the
-  // log: apps/tune-agent/remote.hpp), the log's last 32 MB (its oldest lines name attempts
-  // that ended long ago).
-  auto st = h.shell_run("{ command -v flock >/dev/null && flock -s -w 5 " +
-                            q(h.attempt_log + ".agent-lock") + " true; } 2>/dev/null; " +
-                            "grep -F '\"event\":\"supervising\"' " + q(h.attempt_log) +
-                            " 2>/dev/null | tail -c 33554432; echo '" + std::string(kStats) +
-                            "'; for p in $(pgrep -x tune-agent 2>/dev/null); do "
-                            "cat /proc/$p/stat 2>/dev/null; echo; done; true",
-                        &out);
-  if (!st) return std::nullopt;
-  size_t mark = out.rfind(std::string(kStats) + "\n");
-  if (mark == std::string::npos) return std::nullopt;
-  AttemptLog log(h.attempt_log);
-  log.add_lines(std::string_view(out).substr(0, mark));
-  std::unordered_map<int, util::ProcStat> procs;
-  for (const auto& line : lines_of(out.substr(mark + kStats.size() + 1)))
-    if (auto parsed = util::parse_proc_stat(line)) procs[parsed->first] = parsed->second;
-  return exec::live_attempts(log, [&](int pid, uint64_t ticks) {
-    auto it = procs.find(pid);
-    if (it == procs.end()) return false;
-    const auto& p = it->second;
-    return p.state != 'Z' && p.state != 'X' && p.session == pid && ticks != 0 && p.start == ticks &&
-           p.comm == "tune-agent";
-  });
+namespace {
+
+// Whether a host's process, as its /proc/PID/stat says, is the supervisor `pid` that started
+// at `ticks` (exec::supervisor_alive's rule, applied to another machine's /proc).
+bool believed(const util::ProcStat& p, int pid, uint64_t ticks) {
+  return p.state != 'Z' && p.state != 'X' && p.session == pid && ticks != 0 && p.start == ticks &&
+         p.comm == "tune-agent";
 }
 
-std::optional<int> SshExecutor::Impl::find_supervisor(SshHost& h, const std::string& dir,
+// The host's /proc/PID/stat lines after `mark` in `out`, by pid.
+std::unordered_map<int, util::ProcStat> stats_after(const std::string& out, size_t mark) {
+  std::unordered_map<int, util::ProcStat> procs;
+  for (const auto& line : lines_of(out.substr(mark)))
+    if (auto parsed = util::parse_proc_stat(line)) procs[parsed->first] = parsed->second;
+  return procs;
+}
+
+constexpr std::string_view kStats = "--- stat\n", kBusy = "--- busy\n";
+
+}  // namespace
+
+// The attempts whose supervisors run on the host now: the lines of its attempt log in which
+// the supervisors its agents forked named themselves, each believed as on the driver's machine
+// but by the host's /proc. A supervisor is not dumpable (its nonce), so only its stat is read,
+// which anyone may. Hosts that share a pid namespace (test hosts do) keep apart, as each has a
+// log of its own. Read once per resume (the cache is dropped at the host's next launch).
+// Nullopt if the host could not be asked.
+std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Worker& w) {
+  if (w.live_cache) return w.live_cache;
+  SshHost& h = w.h;
+  // Under the log's lock (shared), which a launch holds until its supervisor is in the log
+  // (apps/tune-agent/remote.hpp): no launch an agent was making is missed. The log's last 32
+  // MB (its oldest lines name attempts that ended long ago), without any line that holds the
+  // kept shell's end marker (anyone of the user may append lines).
+  std::string read =
+      "grep -F '\"event\":\"supervising\"' \"$1\" 2>/dev/null | "
+      "grep -v __tune_done_ | tail -c 33554432";
+  std::string args = q(read) + " sh " + q(h.attempt_log);
+  std::string out;
+  auto st = h.shell_run(
+      "if command -v flock >/dev/null 2>&1; then flock -E 75 -s -w 5 " +
+          q(h.attempt_log + ".agent-lock") + " sh -c " + args +
+          "; r=$?; else r=1; fi; [ $r != 0 ] && { [ $r = 75 ] && echo '--- busy'; sh -c " + args +
+          "; }; echo '--- stat'; for p in $(pgrep -x tune-agent 2>/dev/null); do "
+          "cat /proc/$p/stat 2>/dev/null; echo; done; true",
+      &out);
+  if (!st) return std::nullopt;
+  size_t mark = out.rfind(kStats);
+  if (mark == std::string::npos) return std::nullopt;
+  if (out.rfind(kBusy, mark) != std::string::npos)
+    spdlog::warn(
+        "host {}: a launch held {}.agent-lock for 5 s: its attempt log was read "
+        "without it, and an attempt starting there just now may be missed",
+        w.name, h.attempt_log);
+  AttemptLog log(h.attempt_log);
+  log.add_lines(std::string_view(out).substr(0, mark));
+  auto procs = stats_after(out, mark + kStats.size());
+  w.live_cache = exec::live_attempts(log, [&](int pid, uint64_t ticks) {
+    auto it = procs.find(pid);
+    return it != procs.end() && believed(it->second, pid, ticks);
+  });
+  return w.live_cache;
+}
+
+// The live supervisor that holds trial dir `dir` there (agent/dir_lock.hpp), found by the
+// kernel's lock table: for an attempt the log does not name (lines lost, or started by an
+// earlier version of tune, which ran supervisors as tune-supervisor processes). -1 if none.
+std::optional<int> SshExecutor::Impl::supervisor_of_dir(SshHost& h, const std::string& dir) {
+  std::string out;
+  auto st =
+      h.shell_run("i=$(stat -c %i " + q(dir) +
+                      " 2>/dev/null) && for p in $(awk -v i=\":$i\" '$2 == \"FLOCK\" && "
+                      "substr($6, length($6) - length(i) + 1) == i { print $5 }' /proc/locks); do "
+                      "cat /proc/$p/stat 2>/dev/null; echo; done; true",
+                  &out);
+  if (!st) return std::nullopt;
+  for (const auto& [pid, p] : stats_after(out, 0))
+    if (p.state != 'Z' && p.state != 'X' && p.session == pid &&
+        (p.comm == "tune-agent" || p.comm == "tune-supervisor"))
+      return pid;
+  return -1;
+}
+
+std::optional<int> SshExecutor::Impl::find_supervisor(Worker& w, const std::string& dir,
                                                       int attempt) {
-  auto live = live_supervisors(h);
+  auto live = live_supervisors(w);
   if (!live) return std::nullopt;
   // (the log is the experiment's on that host: a trial dir there is the exp dir's child)
   std::string name = fs::path(dir).filename().string();
@@ -66,7 +113,7 @@ std::optional<int> SshExecutor::Impl::find_supervisor(SshHost& h, const std::str
 Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
   if (!w.up) return Attached::kGone;  // restarts (from the head's latest checkpoint)
   Run r = new_run(l, w);
-  auto pid = find_supervisor(w.h, r.dir, l.attempt);
+  auto pid = find_supervisor(w, r.dir, l.attempt);
   if (!pid) {
     check(w);
     return Attached::kGone;
@@ -74,12 +121,21 @@ Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
   r.sup_pid = *pid;
   Attached found = Attached::kRunning;
   remove_sync_leftovers(r.head_dir);
-  if (r.sup_pid > 0) r.who.supervisor = r.sup_pid;
   if (r.sup_pid <= 0) {
     read_exit(r);
-    if (!r.exit) return Attached::kGone;
-    found = Attached::kEnded;
+    if (r.exit) {
+      found = Attached::kEnded;
+    } else {
+      auto holder = supervisor_of_dir(w.h, r.dir);
+      if (!holder || *holder <= 0) return Attached::kGone;
+      spdlog::warn(
+          "trial {}: attempt {} is not in {}'s attempt log, but supervisor {} holds "
+          "its dir there: re-attached to it",
+          r.head_dir.filename().string(), l.attempt, w.name, *holder);
+      r.sup_pid = *holder;
+    }
   }
+  if (r.sup_pid > 0) r.who.supervisor = r.sup_pid;
   // The checkpoints it has there (for the syncs).
   std::string out;
   if (auto ls = w.h.shell_run(
@@ -168,7 +224,7 @@ std::vector<LiveAttempt> SshExecutor::live_attempts() {
     w->io->post([w, promise] {
       std::vector<LiveAttempt> out;
       if (w->up)
-        if (auto live = Impl::live_supervisors(w->h))
+        if (auto live = Impl::live_supervisors(*w))
           for (auto& a : *live) {
             a.host = w->name;
             out.push_back(std::move(a));

@@ -241,7 +241,8 @@ void SshExecutor::Impl::end_unsure_launches(Worker& w, int keep_agent) {
   (void)w.h.shell_run(cmd + "sleep 0.2; true");
   for (auto& u : std::exchange(w.unsure, {})) {
     const auto& [dir, attempt, agent] = u;
-    auto pid = find_supervisor(w.h, dir, attempt);
+    w.live_cache.reset();  // (asked again: the launch may have started since)
+    auto pid = find_supervisor(w, dir, attempt);
     if (!pid) {
       w.unsure.push_back(std::move(u));  // not asked: again when the host answers
       continue;
@@ -292,6 +293,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
       return unstarted({false, "cannot start it on " + w.name + ": '" + util::printable(word, 80) +
                                    "' is not UTF-8 text"});
   std::string request = launch_request(opts, w.h, l, r, cwd, argv);
+  w.live_cache.reset();
   double t0 = mono();
   Started started = launch_through_agent(w, request, l.trial_id, l.attempt);
   if (started.unreachable) {

@@ -75,6 +75,8 @@ struct Worker {
   PollSchedule polls;           // when it is polled next (fast after a start or a command)
   double poll_due = 0;          // when that is (monotonic); ticks before it are wake-ups
   std::vector<AgentEvent> agent_events;  // the agent's, read while a launch waited: for the poll
+  // The attempts running there as a resume read them (ssh_resume.cpp): dropped at a launch.
+  std::optional<std::vector<LiveAttempt>> live_cache;
   // Launches (trial dir there, attempt) whose answer never came: ended before anything else
   // starts there (end_unsure_launches)
   struct Unsure {
@@ -177,10 +179,12 @@ struct SshExecutor::Impl {
   // ssh_resume.cpp
   // The attempts whose supervisors run on the host (its attempt log and its processes); nullopt
   // if it can't be asked.
-  static std::optional<std::vector<LiveAttempt>> live_supervisors(SshHost& h);
+  static std::optional<std::vector<LiveAttempt>> live_supervisors(Worker& w);
   // The pid of the supervisor running attempt `attempt` in `dir` there (-1: none); nullopt if
   // the host could not be asked.
-  static std::optional<int> find_supervisor(SshHost& h, const std::string& dir, int attempt);
+  static std::optional<int> find_supervisor(Worker& w, const std::string& dir, int attempt);
+  // The live supervisor that holds `dir`'s lock there, by the host's /proc/locks (-1: none).
+  static std::optional<int> supervisor_of_dir(SshHost& h, const std::string& dir);
   Attached attach_on_host(Worker& w, const Launch& l);
 };
 

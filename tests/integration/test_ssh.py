@@ -1227,6 +1227,35 @@ class SshTest(TuneTest):
         with open(os.path.join(self.exp_dir("early"), "tune.log")) as f:
             self.assertIn("re-attached", f.read())
 
+    def test_an_attempt_the_hosts_log_lost_is_found_by_its_dir_lock_on_resume(self):
+        # The host's attempt log emptied while no driver ran (or the attempt was started by an
+        # older tune, whose supervisors wrote none): the supervisor still holds the trial dir's
+        # lock there, and the resume re-attaches to it instead of starting attempt 2 beside it.
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: lostlog
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: {{grid_search: [1]}}, steps: 30, sleep: 0.1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: [t.get("iteration", 0) >= 2 for t in self.trials("lostlog")] == [True],
+                      timeout=60, what="the trial's second result")
+        run.kill()
+        run.communicate()
+        sups = self.remote_supervisors("lostlog")
+        self.assertEqual(len(sups), 1)
+        for log in glob.glob(os.path.join(self.worker_dir(0, "lostlog", ".tune"), "attempts-*.log")):
+            open(log, "w").close()
+        self.assertEqual(self.remote_supervisors("lostlog"), [])
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        t = self.trials("lostlog")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
+        self.assertEqual(self.iterations("lostlog", t), list(range(1, 31)))
+        with open(os.path.join(self.exp_dir("lostlog"), "tune.log")) as f:
+            self.assertIn("is not in %s's attempt log, but supervisor %s holds its dir there"
+                          % (self.name(0), sups[0]), f.read())
+
     ADOPTING_TRIAL = """
         import json, os, time
         d = os.environ["TUNE_TRIAL_DIR"]

@@ -267,7 +267,8 @@ TEST_CASE("tune-agent remote: its supervisors are its forks, found again as a re
   REQUIRE(reader >= 0);
   REQUIRE(::flock(reader, LOCK_SH) == 0);
   second.send(exec::agent_launch_request(launch(s, "k", "trial_k", {"true"})));
-  CHECK_FALSE(second.next(false, 300));
+  CHECK_FALSE(second.next(false, 500));
+  CHECK_FALSE(fs::exists(s.dir / "trial_k"));  // (the lock comes first)
   ::close(reader);
   auto locked = second.next();
   REQUIRE(locked);
@@ -277,7 +278,7 @@ TEST_CASE("tune-agent remote: its supervisors are its forks, found again as a re
   REQUIRE(k_gone);
   CHECK(k_gone->kind == Kind::kGone);
   exec::signal_supervisor(sup, true);
-  for (int i = 0; i < 200 && !fs::exists(s.dir / "trial_e.exit.json"); ++i) ::usleep(10000);
+  for (int i = 0; i < 1000 && !fs::exists(s.dir / "trial_e.exit.json"); ++i) ::usleep(10000);
   CHECK(fs::exists(s.dir / "trial_e.exit.json"));
   // Bad nonces are refused: nobody could believe the exit record.
   for (const char* nonce : {"", "NOT-HEX"}) {
