@@ -1,6 +1,8 @@
 #include "fork_supervisor.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +10,8 @@
 #include <climits>
 #include <cstring>
 #include <vector>
+
+#include "agent/dir_lock.hpp"
 
 namespace tune::agent_app {
 
@@ -21,6 +25,21 @@ void close_from_to(unsigned from, unsigned to) {
 }
 
 }  // namespace
+
+FlockWait wait_for_flock(int fd, int wait_ms) {
+  for (int waited_ms = 0;; waited_ms += 10) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return FlockWait::kLocked;
+    if (errno != EWOULDBLOCK && errno != EINTR) return FlockWait::kFailed;
+    if (waited_ms >= wait_ms) return FlockWait::kHeld;
+    timespec ts{0, 10'000'000};
+    ::nanosleep(&ts, nullptr);
+  }
+}
+
+std::string flock_holder_text(const std::string& path) {
+  int holder = tune::agent::flock_holder(path);
+  return holder > 0 ? " (pid " + std::to_string(holder) + ")" : "";
+}
 
 void close_all_but(std::initializer_list<int> keep) {
   std::vector<int> kept(keep);

@@ -21,6 +21,14 @@ namespace tune::agent_app {
 pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, std::string& error,
                       const std::string& record_file = "", int hold_fd = -1);
 
+// An exclusive flock on `fd`, tried every 10 ms for up to `wait_ms`: kLocked; kHeld (another
+// open file held it all along); kFailed (flock itself failed, e.g. a file system without it:
+// errno says why).
+enum class FlockWait { kLocked, kHeld, kFailed };
+FlockWait wait_for_flock(int fd, int wait_ms);
+// " (pid N)" for the process that holds the flock on `path`, or "" if it cannot be told.
+std::string flock_holder_text(const std::string& path);
+
 // (in the child) Closes every descriptor from 3 up but those in `keep`.
 void close_all_but(std::initializer_list<int> keep);
 

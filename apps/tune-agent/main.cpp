@@ -23,7 +23,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -40,7 +39,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/dir_lock.hpp"
 #include "agent/supervise.hpp"
 #include "events.hpp"
 #include "fork_supervisor.hpp"
@@ -237,6 +235,11 @@ int open_attempt_log(const char* path) {
   return fd;
 }
 
+// The attempt log's lock file, opened (-1: errno says why).
+int open_lock(const std::string& lock_path) {
+  return ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+}
+
 // On the driver's machine, one agent per experiment at a time: a new one waits here for the
 // last one (whose driver is gone) to finish the requests it had read. A driver that resumes
 // takes the same lock before it looks for its attempts in the log (exec::wait_for_agent). Never
@@ -244,29 +247,18 @@ int open_attempt_log(const char* path) {
 // lock's fd (held while this process runs), or -1 after saying why.
 int take_agent_lock(const std::string& log_path, int wait_ms) {
   std::string lock_path = log_path + ".agent-lock";
-  int lock_fd =
-      ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
-  for (int waited_ms = 0; lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0;
-       waited_ms += 10) {
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    if (waited_ms >= wait_ms) {
-      int holder = tune::agent::flock_holder(lock_path);
-      emit_error("cannot start: another tune-agent" +
-                 (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
-                 " has held " + lock_path + " for " + std::to_string(wait_ms / 1000) +
-                 " s (stopped or stuck?)");
-      ::close(lock_fd);
-      return -1;
-    }
-    timespec ts{0, 10'000'000};
-    ::nanosleep(&ts, nullptr);
-  }
-  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+  int lock_fd = open_lock(lock_path);
+  auto got = lock_fd >= 0 ? tune::agent_app::wait_for_flock(lock_fd, wait_ms)
+                          : tune::agent_app::FlockWait::kFailed;
+  if (got == tune::agent_app::FlockWait::kLocked) return lock_fd;
+  if (got == tune::agent_app::FlockWait::kHeld)
+    emit_error("cannot start: another tune-agent" + tune::agent_app::flock_holder_text(lock_path) +
+               " has held " + lock_path + " for " + std::to_string(wait_ms / 1000) +
+               " s (stopped or stuck?)");
+  else
     emit_error("cannot start: cannot lock " + lock_path + ": " + std::strerror(errno));
-    if (lock_fd >= 0) ::close(lock_fd);
-    return -1;
-  }
-  return lock_fd;
+  if (lock_fd >= 0) ::close(lock_fd);
+  return -1;
 }
 
 }  // namespace
@@ -288,8 +280,7 @@ int main(int argc, char** argv) {
   if (remote) {
     // (the log's lock is taken per launch there: remote.hpp)
     std::string lock_path = std::string(argv[2]) + ".agent-lock";
-    int lock_fd =
-        ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+    int lock_fd = open_lock(lock_path);
     if (lock_fd < 0) {
       std::fprintf(stderr, "tune-agent: cannot open %s: %s\n", lock_path.c_str(),
                    std::strerror(errno));

@@ -1,6 +1,5 @@
 #include "remote.hpp"
 
-#include "agent/dir_lock.hpp"
 #include "events.hpp"
 #include "fork_supervisor.hpp"
 
@@ -128,15 +127,11 @@ bool RemoteLauncher::parse(const json& req, Request& l) {
 // where the launch goes on all the same), else why not. A resume's read holds it for a moment;
 // an agent of another connection of the driver for one launch.
 std::string RemoteLauncher::lock_log(bool& locked) {
-  locked = false;
-  for (int waited_ms = 0; waited_ms <= kLockWaitMs; waited_ms += 10) {
-    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) == 0) return locked = true, "";
-    if (errno != EWOULDBLOCK && errno != EINTR) return "";
-    ::usleep(10000);
-  }
-  int holder = tune::agent::flock_holder(lock_path_);
-  return "another process" + (holder > 0 ? " (pid " + std::to_string(holder) + ")" : "") +
-         " has held " + lock_path_ + " for " + std::to_string(kLockWaitMs / 1000) + " s";
+  auto got = wait_for_flock(lock_fd_, kLockWaitMs);
+  locked = got == FlockWait::kLocked;
+  if (got != FlockWait::kHeld) return "";
+  return "another process" + flock_holder_text(lock_path_) + " has held " + lock_path_ + " for " +
+         std::to_string(kLockWaitMs / 1000) + " s";
 }
 
 void RemoteLauncher::launch(const json& req) {

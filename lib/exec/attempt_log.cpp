@@ -37,13 +37,17 @@ void signal_supervisor(int pid, bool now) {
   ::kill(pid, SIGCONT);
 }
 
+bool stat_fits_supervisor(const util::ProcStat& st, int pid, uint64_t ticks) {
+  return pid > 0 && ticks != 0 && st.state != 'Z' && st.state != 'X' &&  // (ended, not reaped)
+         st.session == pid &&  // a supervisor leads its session
+         st.start == ticks;    // (else the pid was reused)
+}
+
 bool supervisor_alive(int pid, uint64_t ticks) {
   if (pid <= 0 || ticks == 0) return false;
   auto st = util::proc_stat(pid);
   if (!st) return false;
-  if (st->state == 'Z' || st->state == 'X') return false;  // ended, not reaped yet
-  if (st->session != pid) return false;                    // a supervisor leads its session
-  if (st->start != ticks) return false;                    // the pid was reused
+  if (!stat_fits_supervisor(*st, pid, ticks)) return false;
   // and it is a tune-agent process (a line naming the user's editor is not believed): by its
   // executable where that can be read, else by its name. A supervisor is not dumpable (its
   // nonce), and the kernel lets only root read such a process's exe link, even to its own

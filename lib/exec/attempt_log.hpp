@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "exec/executor.hpp"
+#include "util/process.hpp"
 
 namespace tune::exec {
 
@@ -67,6 +68,11 @@ void end_local_attempts(const std::vector<LiveAttempt>& which, double grace_s);
 // Asks supervisor `pid` to stop its trial (SIGTERM; `now`: SIGUSR1, kill it at once), and
 // continues it if it was stopped.
 void signal_supervisor(int pid, bool now);
+
+// Whether a process's /proc/PID/stat (this machine's, or an SSH host's) fits supervisor `pid`
+// started at `ticks`: not a zombie, the leader of its session, started then (whether it is a
+// tune-agent process is the caller's to check: by its name, or where it can, its executable).
+[[nodiscard]] bool stat_fits_supervisor(const util::ProcStat& st, int pid, uint64_t ticks);
 
 // Whether `pid` is a running supervisor that started at `ticks`: not a zombie, the leader of its
 // session, and a tune-agent process (what a start line in the log must name to be believed).

@@ -18,13 +18,6 @@ using namespace ssh_impl;
 
 namespace {
 
-// Whether a host's process, as its /proc/PID/stat says, is the supervisor `pid` that started
-// at `ticks` (exec::supervisor_alive's rule, applied to another machine's /proc).
-bool believed(const util::ProcStat& p, int pid, uint64_t ticks) {
-  return p.state != 'Z' && p.state != 'X' && p.session == pid && ticks != 0 && p.start == ticks &&
-         p.comm == "tune-agent";
-}
-
 // The host's /proc/PID/stat lines after `mark` in `out`, by pid.
 std::unordered_map<int, util::ProcStat> stats_after(const std::string& out, size_t mark) {
   std::unordered_map<int, util::ProcStat> procs;
@@ -75,7 +68,8 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
   auto procs = stats_after(out, mark + kStats.size());
   w.live_cache = exec::live_attempts(log, [&](int pid, uint64_t ticks) {
     auto it = procs.find(pid);
-    return it != procs.end() && believed(it->second, pid, ticks);
+    return it != procs.end() && stat_fits_supervisor(it->second, pid, ticks) &&
+           it->second.comm == "tune-agent";
   });
   return w.live_cache;
 }
