@@ -125,18 +125,27 @@ namespace {
 // only, then counted (a state can name thousands).
 struct Retakes {
   static constexpr int kNamed = 10;
+  explicit Retakes(const trial::Trial& trial) : t(trial) {}
   const trial::Trial& t;
-  int said = 0, unsaid = 0, lost = 0;
+  int named = 0, unsaid = 0, lost = 0;  // checkpoints
+  std::string last;                     // the one the last line was about
+  bool last_named = false;              // and whether its lines are logged
+  // A line about checkpoint `name` (the format: what follows its name).
   template <typename... Args>
-  void say(spdlog::level::level_enum level, fmt::format_string<Args...> f, Args&&... args) {
-    if (said++ < kNamed)
-      spdlog::log(level, "trial {}: {}", t.name, fmt::format(f, std::forward<Args>(args)...));
-    else
-      ++unsaid;
+  void say(spdlog::level::level_enum level, const std::string& name, fmt::format_string<Args...> f,
+           Args&&... args) {
+    if (name != last) {
+      last = name;
+      last_named = named < kNamed;
+      ++(last_named ? named : unsaid);
+    }
+    if (last_named)
+      spdlog::log(level, "trial {}: {}{}", t.name, name,
+                  fmt::format(f, std::forward<Args>(args)...));
   }
   void lost_one(const std::string& name, const std::string& why) {
     ++lost;
-    say(spdlog::level::warn, "{}, being taken when the driver stopped, is lost: {}", name, why);
+    say(spdlog::level::warn, name, ", being taken when the driver stopped, is lost: {}", why);
   }
   ~Retakes() {
     if (unsaid > 0)
@@ -156,9 +165,9 @@ void Controller::retake_adopting(trial::Trial& t, Runtime& rt) {
   Retakes said{t};
   for (auto& a : left) {
     std::string name = a.checkpoint.dir_name();
-    said.say(spdlog::level::info,
-             "{} was being taken when the driver stopped: taking it again from {}, as it is now",
-             name, a.reported);
+    said.say(spdlog::level::info, name,
+             " was being taken when the driver stopped: taking it again from {}, as it is now",
+             a.reported);
     if (auto r = adopt_reported(t, rt, a.reported, std::move(a.checkpoint)); !r)
       said.lost_one(name, r.error().message);
   }
@@ -191,7 +200,7 @@ void Controller::take_adopting_now(trial::Trial& t) {
       said.lost_one(name, r.error().message);
       continue;
     }
-    said.say(spdlog::level::info, "{} was being taken when the driver stopped: {} {}", name,
+    said.say(spdlog::level::info, name, " was being taken when the driver stopped: {} {}",
              host.empty() ? "taken from" : "brought from", host.empty() ? a.reported : host);
     added |= insert_checkpoint(t, std::move(a.checkpoint));
   }
