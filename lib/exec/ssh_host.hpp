@@ -93,6 +93,9 @@ struct SshHost {
 
  private:
   Result<void> open_shell();
+  // open()'s parts after authentication (ssh_host_open.cpp).
+  Result<void> place_helpers(const SshOptions& opts);
+  Result<void> start_master(const SshOptions& opts);
   // "it sent SHA256:..., known: SHA256:..." (OpenSSH's form of fingerprint), as far as known.
   std::string key_fingerprints();
 };
