@@ -431,12 +431,11 @@ bool same_content(const std::string& path, const std::string& text) {
 }
 
 // Makes the trial dir if it is missing, and takes its lock (dir_lock.hpp: held until this
-// process exits), then writes params.json (agent mode: the driver's loop creates no file per
-// trial, the supervisors do, in parallel). Nothing is written where the lock cannot be taken:
-// an earlier attempt's supervisor that still runs there (two would write one stdout.log), or a
-// trial dir that is a symlink. Returns true if it made the dir (then nothing else is in it: no
-// earlier attempt's logs to look for); `lock_fd` is the lock's, or -1 with `error` set.
-bool make_trial_dir(const Attempt& a, std::string& error, bool& dir_busy, int& lock_fd) {
+// process exits). Nothing is written where the lock cannot be taken: an earlier attempt's
+// supervisor that still runs there (two would write one stdout.log), or a trial dir that is a
+// symlink. Returns true if it made the dir (then nothing else is in it: no earlier attempt's
+// logs to look for); `lock_fd` is the lock's, or -1 with `error` set.
+bool take_trial_dir(const Attempt& a, std::string& error, bool& dir_busy, int& lock_fd) {
   bool made = ::mkdir(a.dir.c_str(), 0755) == 0;
   if (!made && errno != EEXIST) {
     // Its parent (the experiment dir) exists; a deeper missing path is an error worth naming.
@@ -455,21 +454,26 @@ bool make_trial_dir(const Attempt& a, std::string& error, bool& dir_busy, int& l
     }
     return false;
   }
-  if (!a.params_json) return made;
+  return made;
+}
+
+// Writes params.json into the locked trial dir (agent mode: the driver's loop creates no file
+// per trial, the supervisors do, in parallel); `made`: the dir was made just now.
+void write_params(const Attempt& a, bool made) {
+  if (!a.params_json) return;
   std::string target = a.dir + "/params.json";
   if (made) {  // in a dir nobody else writes yet: no temporary name and rename needed
     int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     const std::string& text = *a.params_json;
     if (fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
         ::close(fd) == 0)
-      return made;
+      return;
     if (fd >= 0) ::close(fd);
   }
   // Every attempt starts with the trial's config there, as Ray does: one missing, left empty
   // by a supervisor killed between making it and writing it, or changed by an earlier attempt
   // is written whole again (read first: a retry of an untouched trial writes nothing).
   if (made || !same_content(target, *a.params_json)) write_atomic(target, *a.params_json, false);
-  return made;
 }
 
 // Sends `line` (one JSON object, newline added) to the log and/or the driver. Each is a single
@@ -506,18 +510,19 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   // (read once: this process's start time, as the log's lines give it)
   const std::string who = ",\"supervisor\":" + me +
                           ",\"supervisor_started\":" + std::to_string(start_ticks(::getpid()));
-  // First of all, the attempt log names this supervisor: from here on a driver that resumes
-  // finds the attempt (the agent waits for this before it reads its next request, and a new
-  // driver waits for the old agent to exit, so no launch the old driver asked for is missed).
+  // First of all, the trial dir's lock, then the attempt log names this supervisor: from here
+  // on a driver that resumes finds the attempt, and can tell it by the lock it holds (the agent
+  // waits for this before it reads its next request, and a new driver waits for the old agent,
+  // so no launch the old driver asked for is missed).
+  std::string error;  // set: the attempt fails as an exec failure, with this in its record
+  bool dir_busy = false;
+  int lock_fd = -1;
+  const bool fresh_dir = take_trial_dir(a, error, dir_busy, lock_fd);
   emit(sinks.log_fd, "{\"event\":\"supervising\",\"trial\":\"" + name +
                          "\",\"attempt\":" + a.attempt + who + "}");
   if (sinks.hold_fd >= 0) ::close(sinks.hold_fd);
   if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
-
-  std::string error;  // set: the attempt fails as an exec failure, with this in its record
-  bool dir_busy = false;
-  int lock_fd = -1;
-  const bool fresh_dir = make_trial_dir(a, error, dir_busy, lock_fd);
+  if (lock_fd >= 0) write_params(a, fresh_dir);
   int in = -1, out = -1, err = -1;  // the trial's stdin, and the write ends of its pipes
   Output outs[2];
   outs[0].name = "stdout.log";

@@ -14,6 +14,7 @@
 #include "agent/nonce.hpp"
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
+#include "util/json_ext.hpp"
 
 namespace tune::exec {
 
@@ -55,7 +56,17 @@ RecordCheck check_exit_record(const std::optional<std::string>& text, int attemp
                               const AttemptIdentity& id, ExitInfo& info) {
   if (!text) return RecordCheck::kAbsent;
   auto parsed = parse_exit_record(*text, attempt);
-  if (!parsed || id.nonce.empty() || parsed->nonce != id.nonce) return RecordCheck::kForged;
+  if (!parsed) {
+    // An earlier attempt's record (this one has not written its own yet, or never started):
+    // none for this attempt, rather than a forged one.
+    auto j = util::parse_json_ext(*text);
+    auto a = j.is_object() ? j.find("attempt") : j.end();
+    if (a != j.end() && a->is_number_integer() && a->get<int64_t>() >= 1 &&
+        a->get<int64_t>() < attempt)
+      return RecordCheck::kAbsent;
+    return RecordCheck::kForged;
+  }
+  if (id.nonce.empty() || parsed->nonce != id.nonce) return RecordCheck::kForged;
   auto differs = [](const auto& known, const auto& recorded) { return known && recorded != known; };
   if (differs(id.supervisor, parsed->supervisor) || differs(id.pid, parsed->pid) ||
       differs(id.started, parsed->started))

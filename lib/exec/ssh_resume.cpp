@@ -5,6 +5,7 @@
 
 #include <future>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "exec/attempt_log.hpp"
@@ -28,6 +29,14 @@ std::unordered_map<int, util::ProcStat> stats_after(const std::string& out, size
 
 constexpr std::string_view kStats = "--- stat\n", kBusy = "--- busy\n";
 
+// A shell command that prints the pids of the processes that hold an flock on `dir` (by its
+// inode in the host's /proc/locks; nothing if it is not there).
+std::string dir_lock_holders(const std::string& dir) {
+  return "i=$(stat -c %i " + q(dir) +
+         " 2>/dev/null) && awk -v i=\":$i\" '$2 == \"FLOCK\" && "
+         "substr($6, length($6) - length(i) + 1) == i { print $5 }' /proc/locks";
+}
+
 }  // namespace
 
 // The attempts whose supervisors run on the host now: the lines of its attempt log in which
@@ -42,10 +51,11 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
   // Under the log's lock (shared), which a launch holds until its supervisor is in the log
   // (apps/tune-agent/remote.hpp): no launch an agent was making is missed. The log's last 32
   // MB (its oldest lines name attempts that ended long ago), without any line that holds the
-  // kept shell's end marker (anyone of the user may append lines).
+  // kept shell's end marker or is longer than 4 KB (a supervisor's are ~200 bytes; anyone of
+  // the user may append lines).
   std::string read =
       "grep -F '\"event\":\"supervising\"' \"$1\" 2>/dev/null | "
-      "grep -v __tune_done_ | tail -c 33554432";
+      "grep -v -E '__tune_done_[0-9]+__ ' | awk 'length($0) <= 4096' | tail -c 33554432";
   std::string args = q(read) + " sh " + q(h.attempt_log);
   std::string out;
   auto st = h.shell_run(
@@ -66,11 +76,36 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
   AttemptLog log(h.attempt_log);
   log.add_lines(std::string_view(out).substr(0, mark));
   auto procs = stats_after(out, mark + kStats.size());
-  w.live_cache = exec::live_attempts(log, [&](int pid, uint64_t ticks) {
+  auto live = exec::live_attempts(log, [&](int pid, uint64_t ticks) {
     auto it = procs.find(pid);
     return it != procs.end() && stat_fits_supervisor(it->second, pid, ticks) &&
            it->second.comm == "tune-agent";
   });
+  // And each holds its trial dir's lock there (a supervisor takes it before it names itself in
+  // the log): a line that names another supervisor (of this experiment or another; anyone of
+  // the user may append lines) is not believed.
+  if (!live.empty()) {
+    std::string cmd;
+    for (size_t k = 0; k < live.size(); ++k)
+      cmd += "for p in $(" + dir_lock_holders(h.info.exp_dir + "/" + live[k].trial_name) +
+             "); do [ \"$p\" = " + std::to_string(live[k].supervisor) + " ] && echo " +
+             std::to_string(k) + "; done; ";
+    std::string held;
+    if (!h.shell_run(cmd + "true", &held)) return std::nullopt;
+    std::set<size_t> holds;
+    for (const auto& line : lines_of(held)) holds.insert(std::strtoull(line.c_str(), nullptr, 10));
+    std::vector<LiveAttempt> kept;
+    for (size_t k = 0; k < live.size(); ++k)
+      if (holds.count(k))
+        kept.push_back(std::move(live[k]));
+      else
+        spdlog::warn(
+            "host {}: its attempt log names supervisor {} for {} attempt {}, but that "
+            "process does not hold the trial dir: not believed",
+            w.name, live[k].supervisor, live[k].trial_name, live[k].attempt);
+    live = std::move(kept);
+  }
+  w.live_cache = std::move(live);
   return w.live_cache;
 }
 
@@ -79,12 +114,9 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
 // earlier version of tune, which ran supervisors as tune-supervisor processes). -1 if none.
 std::optional<int> SshExecutor::Impl::supervisor_of_dir(SshHost& h, const std::string& dir) {
   std::string out;
-  auto st =
-      h.shell_run("i=$(stat -c %i " + q(dir) +
-                      " 2>/dev/null) && for p in $(awk -v i=\":$i\" '$2 == \"FLOCK\" && "
-                      "substr($6, length($6) - length(i) + 1) == i { print $5 }' /proc/locks); do "
-                      "cat /proc/$p/stat 2>/dev/null; echo; done; true",
-                  &out);
+  auto st = h.shell_run("for p in $(" + dir_lock_holders(dir) +
+                            "); do cat /proc/$p/stat 2>/dev/null; echo; done; true",
+                        &out);
   if (!st) return std::nullopt;
   for (const auto& [pid, p] : stats_after(out, 0))
     if (p.state != 'Z' && p.state != 'X' && p.session == pid &&

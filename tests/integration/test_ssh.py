@@ -1256,6 +1256,40 @@ class SshTest(TuneTest):
             self.assertIn("is not in %s's attempt log, but supervisor %s holds its dir there"
                           % (self.name(0), sups[0]), f.read())
 
+    def test_a_forged_log_line_naming_another_supervisor_is_not_believed_on_resume(self):
+        # Anyone of the user can append to the host's attempt log: a line naming trial B's
+        # attempt with trial A's live supervisor (its true start time) must not make the resume
+        # attach B to A's supervisor (a later stop of B would stop A); B is found by its lock.
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: forged
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: {{grid_search: [1, 2]}}, steps: 30, sleep: 0.1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: [t.get("iteration", 0) >= 2 for t in self.trials("forged")]
+                      == [True, True], timeout=60, what="both trials' second results")
+        run.kill()
+        run.communicate()
+        a, b = sorted(t["trial_name"] for t in self.trials("forged"))
+        logs = glob.glob(os.path.join(self.worker_dir(0, "forged", ".tune"), "attempts-*.log"))
+        self.assertEqual(len(logs), 1)
+        with open(logs[0]) as f:
+            lines = [json.loads(l) for l in f if '"supervising"' in l]
+        line_a = [l for l in lines if l["trial"] == a][-1]
+        with open(logs[0], "a") as f:
+            f.write(json.dumps(dict(line_a, trial=b), separators=(",", ":")) + "\n")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        for t in self.trials("forged"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1), t["trial_name"])
+            self.assertEqual(self.iterations("forged", t), list(range(1, 31)))
+        with open(os.path.join(self.exp_dir("forged"), "tune.log")) as f:
+            log = f.read()
+        self.assertIn("names supervisor %d for %s attempt 1, but that process does not hold the "
+                      "trial dir: not believed" % (line_a["supervisor"], b), log)
+        self.assertEqual(self.remote_supervisors("forged"), [])
+
     ADOPTING_TRIAL = """
         import json, os, time
         d = os.environ["TUNE_TRIAL_DIR"]

@@ -86,10 +86,15 @@ TEST_CASE("check_exit_record believes only the attempt's own supervisor", "[exit
     CHECK(exec::check_exit_record(record(""), 2, who, info) == exec::RecordCheck::kForged);
     CHECK(exec::check_exit_record(record(std::string(32, '0')), 2, who, info) ==
           exec::RecordCheck::kForged);
-    CHECK(exec::check_exit_record(record(nonce, 1), 2, who, info) == exec::RecordCheck::kForged);
+    CHECK(exec::check_exit_record(record(nonce, 3), 2, who, info) == exec::RecordCheck::kForged);
     CHECK(exec::check_exit_record(
               record(exec::attempt_nonce(std::string(32, 'c'), "trial_00003", 1), 1), 1, who,
               info) == exec::RecordCheck::kForged);
+  }
+  SECTION("an earlier attempt's record: none for this attempt yet (not a forged one)") {
+    auto earlier = exec::attempt_nonce(std::string(32, 'c'), "trial_00003", 1);
+    CHECK(exec::check_exit_record(record(earlier, 1), 2, who, info) == exec::RecordCheck::kAbsent);
+    CHECK(exec::check_exit_record(record(nonce, 0), 2, who, info) == exec::RecordCheck::kForged);
   }
   SECTION("forged: the right nonce but another supervisor, process or start time") {
     who.supervisor = 40;
