@@ -132,7 +132,11 @@ struct LiveAttempt {
   int attempt = 0;
   int supervisor = 0;               // its pid there
   uint64_t supervisor_started = 0;  // its start time on its host (guards pid reuse)
-  std::string job_step;             // a Slurm job step known by its id alone (JOBID.STEPID)
+  // Its supervisor holds the trial dir's lock there (false: no process does, e.g. the dir was
+  // replaced while no driver ran; a line naming a process when another holds the dir is not
+  // believed at all). Only those that hold it are stopped as strays.
+  bool holds_dir = true;
+  std::string job_step;  // a Slurm job step known by its id alone (JOBID.STEPID)
 };
 
 // What attach() found of an attempt that an earlier driver started.

@@ -613,7 +613,16 @@ Result<Attached> LocalExecutor::attach(const Launch& l) {
   impl.log.refresh();
   const LoggedAttempt* a = impl.log.find(r.name, r.attempt);
   Attached found = Attached::kGone;
-  if (a && a->supervisor && supervisor_alive(*a->supervisor, a->supervisor_started)) {
+  bool logged = a && a->supervisor && supervisor_alive(*a->supervisor, a->supervisor_started);
+  if (int holder = logged ? agent::flock_holder(r.dir.string()) : -1;
+      holder > 0 && holder != *a->supervisor) {
+    spdlog::warn(
+        "trial {}: {} names supervisor {} for attempt {}, but another process holds the trial "
+        "dir: not believed",
+        r.name, impl.log.file().string(), *a->supervisor, r.attempt);
+    logged = false;
+  }
+  if (logged) {
     found = Attached::kRunning;
     impl.supervisor_known(r, *a->supervisor, a->supervisor_started, a->pid, a->started);
   } else if (auto unlogged = a && a->exit ? std::nullopt : supervisor_of_dir(r.dir)) {
@@ -778,7 +787,23 @@ std::vector<LiveAttempt> LocalExecutor::live_attempts() {
       spdlog::warn("{}", w.error().message);
   }
   impl.log.refresh();
-  return exec::live_attempts(impl.log);
+  // Only a supervisor that holds its trial dir's lock is stopped as a stray: a line naming
+  // another process (anyone of the user may append one) never makes a resume stop another
+  // trial's or another experiment's supervisor.
+  fs::path exp_dir = impl.opts.attempt_log.parent_path().parent_path();
+  std::vector<LiveAttempt> out;
+  for (auto& a : exec::live_attempts(impl.log)) {
+    // (each supervisor holds its dir's lock from before it names itself in the log)
+    if (a.trial_name.find('/') == std::string::npos &&
+        agent::flock_holder((exp_dir / a.trial_name).string()) == a.supervisor)
+      out.push_back(std::move(a));
+    else
+      spdlog::warn(
+          "{} names supervisor {} for {} attempt {}, but that process does not hold "
+          "the trial dir: not stopped",
+          impl.opts.attempt_log.string(), a.supervisor, a.trial_name, a.attempt);
+  }
+  return out;
 }
 
 void LocalExecutor::end_attempts(const std::vector<LiveAttempt>& which, double grace_s) {

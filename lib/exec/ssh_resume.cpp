@@ -81,28 +81,34 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
     return it != procs.end() && stat_fits_supervisor(it->second, pid, ticks) &&
            it->second.comm == "tune-agent";
   });
-  // And each holds its trial dir's lock there (a supervisor takes it before it names itself in
-  // the log): a line that names another supervisor (of this experiment or another; anyone of
-  // the user may append lines) is not believed.
+  // And which hold their trial dir's lock there (a supervisor takes it before it names itself
+  // in the log): a line naming a process while another holds that dir (anyone of the user may
+  // append lines) is not believed; one whose dir nobody holds (replaced while no driver ran)
+  // is re-attached, but not stopped as a stray.
   if (!live.empty()) {
     std::string cmd;
     for (size_t k = 0; k < live.size(); ++k)
-      cmd += "for p in $(" + dir_lock_holders(h.info.exp_dir + "/" + live[k].trial_name) +
-             "); do [ \"$p\" = " + std::to_string(live[k].supervisor) + " ] && echo " +
-             std::to_string(k) + "; done; ";
+      cmd += "h=$(" + dir_lock_holders(h.info.exp_dir + "/" + live[k].trial_name) +
+             "); case \" $(echo $h) \" in *\" " + std::to_string(live[k].supervisor) +
+             " \"*) echo " + std::to_string(k) + " ok;; \"  \") ;; *) echo " + std::to_string(k) +
+             " other;; esac; ";
     std::string held;
     if (!h.shell_run(cmd + "true", &held)) return std::nullopt;
-    std::set<size_t> holds;
-    for (const auto& line : lines_of(held)) holds.insert(std::strtoull(line.c_str(), nullptr, 10));
+    std::set<size_t> holds, others;
+    for (const auto& line : lines_of(held))
+      (line.ends_with(" ok") ? holds : others).insert(std::strtoull(line.c_str(), nullptr, 10));
     std::vector<LiveAttempt> kept;
-    for (size_t k = 0; k < live.size(); ++k)
-      if (holds.count(k))
-        kept.push_back(std::move(live[k]));
-      else
+    for (size_t k = 0; k < live.size(); ++k) {
+      if (others.count(k)) {
         spdlog::warn(
-            "host {}: its attempt log names supervisor {} for {} attempt {}, but that "
-            "process does not hold the trial dir: not believed",
+            "host {}: its attempt log names supervisor {} for {} attempt {}, but another "
+            "process holds the trial dir: not believed",
             w.name, live[k].supervisor, live[k].trial_name, live[k].attempt);
+        continue;
+      }
+      live[k].holds_dir = holds.count(k) > 0;
+      kept.push_back(std::move(live[k]));
+    }
     live = std::move(kept);
   }
   w.live_cache = std::move(live);
@@ -251,10 +257,11 @@ std::vector<LiveAttempt> SshExecutor::live_attempts() {
       std::vector<LiveAttempt> out;
       if (w->up)
         if (auto live = Impl::live_supervisors(*w))
-          for (auto& a : *live) {
-            a.host = w->name;
-            out.push_back(std::move(a));
-          }
+          for (auto& a : *live)
+            if (a.holds_dir) {  // (see live_supervisors)
+              a.host = w->name;
+              out.push_back(std::move(a));
+            }
       promise->set_value(std::move(out));
     });
   }

@@ -104,6 +104,26 @@ class ReattachTest(TuneTest):
             r"\(pid \d+\): re-attached to it", self.tune_log())), 2, self.tune_log())
         self.check_finished_once()
 
+    def test_a_forged_log_line_naming_another_supervisor_is_not_believed(self):
+        # Anyone of the user may append to the attempt log: a line giving trial B's attempt to
+        # trial A's live supervisor (its true start time) must not make the resume attach B to
+        # it (a later stop of B would stop A); B's own supervisor holds B's dir and is found.
+        with open(os.path.join(self.dir, "exp.yaml")) as f:
+            text = f.read().replace("sleep: 0.05", "sleep: 0.2")  # 6 s: still running at resume
+        self.write("exp.yaml", text)
+        self.kill_driver_while_running()
+        log = os.path.join(self.exp_dir("re"), ".tune", "attempts.log")
+        with open(log) as f:
+            lines = [json.loads(l) for l in f if '"supervising"' in l]
+        a, b = sorted(t["trial_name"] for t in self.trials("re"))
+        line_a = [l for l in lines if l["trial"] == a][-1]
+        with open(log, "a") as f:
+            f.write(json.dumps(dict(line_a, trial=b), separators=(",", ":")) + "\n")
+        self.tune("run", "exp.yaml", "--resume=auto", check=0)
+        self.assertIn("names supervisor %d for attempt 1, but another process holds the trial "
+                      "dir: not believed" % line_a["supervisor"], self.tune_log())
+        self.check_finished_once()
+
 
 class ArrivalTimesTest(TuneTest):
     """Results read after a re-attach get the trial's times (when each line arrived, as its

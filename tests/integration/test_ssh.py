@@ -1286,7 +1286,7 @@ class SshTest(TuneTest):
             self.assertEqual(self.iterations("forged", t), list(range(1, 31)))
         with open(os.path.join(self.exp_dir("forged"), "tune.log")) as f:
             log = f.read()
-        self.assertIn("names supervisor %d for %s attempt 1, but that process does not hold the "
+        self.assertIn("names supervisor %d for %s attempt 1, but another process holds the "
                       "trial dir: not believed" % (line_a["supervisor"], b), log)
         self.assertEqual(self.remote_supervisors("forged"), [])
 
