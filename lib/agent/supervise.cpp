@@ -302,6 +302,7 @@ struct Output {
   int file = -1;
   const char* name = "";
   bool failed = false;
+  std::string error;  // why it failed
 };
 
 // Copies what the pipe holds now (its read end is non-blocking); at EOF closes it.
@@ -317,14 +318,23 @@ void pump(Output& o, const std::string& attempt, ArrivalNotes* notes) {
       o.pipe = -1;
       return;
     }
+    // (disk full, say: it keeps reading so that the trial never blocks on it)
+    auto failed = [&](const char* what) {
+      if (o.failed) return;
+      o.failed = true;
+      o.error = std::string("cannot ") + what + " " + o.name + " in " + g_dir + ": " +
+                std::strerror(errno);
+      diag(o.error);
+    };
     if (o.file < 0 && !o.failed) o.file = open_log(o.name, attempt);
+    if (o.file < 0) failed("create");
     if (notes && o.file >= 0) notes->before_write(o.file, buf, static_cast<size_t>(n));
     for (ssize_t done = 0; o.file >= 0 && done < n;) {
       ssize_t w = ::write(o.file, buf + done, static_cast<size_t>(n - done));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {  // disk full, say: keep reading so that the trial never blocks on us
-        if (!o.failed) diag(std::string("cannot write ") + o.name + ": " + std::strerror(errno));
-        o.failed = true;
+      if (w <= 0) {
+        if (w == 0) errno = ENOSPC;  // (a regular file takes what it can, or fails)
+        failed("write");
         break;
       }
       done += w;
@@ -587,6 +597,12 @@ int supervise(const Attempt& a, const Sinks& sinks) {
     for (auto& o : outs) {   // every writer is gone: what the pipes hold, then EOF
       pump(o, a.attempt, &o == &outs[0] ? &notes : nullptr);
       if (o.file >= 0) ::close(o.file);
+      // A trial that ended by itself, part of whose output is lost, failed (its results, or
+      // what says why it ended, are missing).
+      if (o.failed && reason == "exited" && error.empty()) {
+        reason = "output_lost";
+        error = o.error + " (part of the trial's output is lost)";
+      }
     }
   } else {
     reason = dir_busy ? "dir_busy" : "exec_failed";

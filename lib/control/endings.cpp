@@ -141,7 +141,8 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   // A partial last line (no newline) still counts as a line once the process is gone.
   if (rt.splitter.pending() > 0) on_output(exec::OutputEvent(id, "\n"));
   StopWhy why = rt.stop_why;
-  bool clean = info.exit_code && *info.exit_code == 0;
+  // (an attempt whose output could not all be kept failed, whatever its exit code)
+  bool clean = info.exit_code && *info.exit_code == 0 && info.reason != ExitReason::kOutputLost;
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
   // driver_stop without a stop of ours: an earlier driver's, or `tune stop`'s.
   bool by_supervisor =

@@ -23,6 +23,7 @@ constexpr std::pair<ExitReason, const char*> kExitReasons[] = {
     {ExitReason::kHostLost, "host_lost"},
     {ExitReason::kPreempted, "preempted"},
     {ExitReason::kDirBusy, "dir_busy"},
+    {ExitReason::kOutputLost, "output_lost"},
 };
 }  // namespace
 

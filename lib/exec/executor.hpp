@@ -62,6 +62,8 @@ enum class ExitReason {
                     // node lost); it is re-queued from its checkpoint as for a lost host
   kDirBusy,         // "dir_busy": not started, another process held its trial dir's lock (an
                     // earlier attempt's supervisor); a failure, retried
+  kOutputLost,      // "output_lost": it ended by itself, but its supervisor could not write all
+                    // of its output into the trial dir (a full disk, say): a failure, retried
 };
 
 [[nodiscard]] const char* exit_reason_name(ExitReason r);

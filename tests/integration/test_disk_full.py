@@ -94,6 +94,37 @@ class DiskFullTest(TuneTest):
             rows = self.results("full", t)
             self.assertEqual([row["step"] for row in rows], list(range(1, 31)))
 
+    def test_a_trial_whose_output_fills_its_disk_fails_and_says_so(self):
+        # The trial's dir is the small tmpfs (the rest of the experiment on the roomy disk); the
+        # trial prints 3 MB into its 4 MiB and exits 0. Its supervisor cannot keep the output:
+        # the attempt fails (output_lost), naming the full disk, and is retried; the trial ends
+        # ERROR, not TERMINATED with most of its results silently missing (as it did before).
+        self.write("big.py", """
+            import json
+            for i in range(1, 61):
+                print(json.dumps({"i": i, "pad": "x" * 50000}), flush=True)
+            """)
+        self.write("lost.yaml", f"""
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'big.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            failure_config: {{max_failures: 1}}
+            """)
+        trial_dir = os.path.join(self.storage, "lost", "trial_00000_x=1")
+        os.makedirs(trial_dir)
+        subprocess.run(["mount", "--bind", self.small, trial_dir], check=True)
+        try:  # (unmounted before tearDown removes the test's dir)
+            with open(os.path.join(self.small, "filler"), "wb") as f:
+                f.write(b"\0" * (2 << 20))
+            r = self.tune("run", "lost.yaml", check=1, timeout=120)
+        finally:
+            subprocess.run(["umount", "-l", trial_dir], check=False)
+        t = self.trials("lost")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("ERROR", 2), r.stderr[-2000:])
+        self.assertIn("cannot write stdout.log", t["error"])
+        self.assertIn("No space left on device", t["error"])
+        self.assertIn("No space left on device", r.stderr)
+
 
 def can_mount():
     if os.geteuid() != 0 or not shutil.which("mount"):
