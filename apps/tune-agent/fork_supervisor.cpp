@@ -56,10 +56,10 @@ void close_all_but(std::initializer_list<int> keep) {
 namespace {
 
 // In the forked child: becomes the attempt's supervisor.
-int run_child(const tune::agent::Attempt& a, int log_fd, bool events, int ready_fd,
+int run_child(const tune::agent::Attempt& a, int log_fd, int events_fd, int ready_fd,
               const std::string& record_file, int hold_fd) {
   // (close-on-exec: the trial never gets it)
-  int event_fd = events ? ::fcntl(1, F_DUPFD_CLOEXEC, 3) : -1;
+  int event_fd = events_fd >= 0 ? ::fcntl(events_fd, F_DUPFD_CLOEXEC, 3) : -1;
   int null_fd = ::open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
   // The agent's requests, its signalfd, its lock (a flock lives while any fd holds it) and its
@@ -76,7 +76,7 @@ int run_child(const tune::agent::Attempt& a, int log_fd, bool events, int ready_
 
 }  // namespace
 
-pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, std::string& error,
+pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, int events_fd, std::string& error,
                       const std::string& record_file, int hold_fd) {
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) {
@@ -87,7 +87,7 @@ pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, st
   pid_t pid = ::fork();
   if (pid == 0) {
     ::close(ready[0]);
-    ::_exit(run_child(a, log_fd, events, ready[1], record_file, hold_fd));
+    ::_exit(run_child(a, log_fd, events_fd, ready[1], record_file, hold_fd));
   }
   int fork_errno = errno;
   ::close(ready[1]);

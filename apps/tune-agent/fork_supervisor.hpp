@@ -13,12 +13,13 @@ namespace tune::agent_app {
 
 // Forks the supervisor of `a`. The child has /dev/null as stdin, stdout and stderr and no
 // descriptor of the agent's but `log_fd` (the attempt log, where it names itself first) and,
-// with `events`, a copy of the agent's stdout for its start and exit events; with a
+// when `events_fd` >= 0, a copy of it for its start and exit events (the agent's stdout on the
+// driver's machine; on an SSH host a pipe the agent relays, relay.hpp); with a
 // `record_file`, it also writes the exit record there (what an SSH host's driver reads); it keeps
 // `hold_fd` (a lock the agent holds) open until it has named itself, then closes it. Returns
 // its pid once it has named itself in the attempt log (or died), so that a driver that resumes
 // after this never misses it; -1 if it could not be forked (`error` says why).
-pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, bool events, std::string& error,
+pid_t fork_supervisor(const tune::agent::Attempt& a, int log_fd, int events_fd, std::string& error,
                       const std::string& record_file = "", int hold_fd = -1);
 
 // An exclusive flock on `fd`, tried every 10 ms for up to `wait_ms`: kLocked; kHeld (another

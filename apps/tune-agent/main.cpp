@@ -118,7 +118,7 @@ class Agent {
     agent_attempt_.envp = envp.data();
     agent_attempt_.params_json = params_ ? &*params_ : nullptr;
     std::string error;
-    pid_t pid = tune::agent_app::fork_supervisor(agent_attempt_, log_fd_, true, error);
+    pid_t pid = tune::agent_app::fork_supervisor(agent_attempt_, log_fd_, 1, error);
     if (pid < 0) {
       emit(json{{"event", "gone"},
                 {"id", agent_attempt_.id},

@@ -11,6 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <time.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -184,7 +187,8 @@ void RemoteLauncher::launch(const json& req) {
   bool ignored = false;
   bool watched = watches_.watch(l.id, l.attempt, dir, -1, ignored).empty();
   std::string error;
-  pid_t pid = fork_supervisor(l.a, log_fd_, false, error, l.record, locked ? lock_fd_ : -1);
+  pid_t pid =
+      fork_supervisor(l.a, log_fd_, relay_.write_fd(), error, l.record, locked ? lock_fd_ : -1);
   if (pid < 0) {
     watches_.unwatch(l.id, l.attempt);
     return gone(error, true);
@@ -198,7 +202,31 @@ void RemoteLauncher::launch(const json& req) {
             {"watched", watched}});
 }
 
+namespace {
+int64_t monotonic_ms() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+}  // namespace
+
+int RemoteLauncher::timeout_ms() const {
+  int64_t alive = std::max<int64_t>(0, next_alive_ms_ - monotonic_ms());
+  int watches = watches_.timeout_ms();
+  return watches < 0 ? static_cast<int>(alive) : std::min(watches, static_cast<int>(alive));
+}
+
+void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
+  if (fds[first].revents) relay_.drain();
+  watches_.after_wait(fds, first + 1);
+  if (int64_t now = monotonic_ms(); now >= next_alive_ms_) {
+    emit(json{{"event", "alive"}});
+    next_alive_ms_ = now + kAliveMs;
+  }
+}
+
 void RemoteLauncher::reap() {
+  relay_.drain();  // (an exit event before its supervisor's "gone")
   for (const auto& c : reap_children(children_)) watches_.unwatch(c.id, c.attempt);
 }
 

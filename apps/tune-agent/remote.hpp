@@ -2,10 +2,11 @@
 // to the host for launches. Per launch request it makes the trial dir, removes the attempt's old
 // exit record, and forks the attempt's supervisor (lib/agent/supervise.hpp: no exec), which
 // names itself in ATTEMPT_LOG (the host's attempt log, lib/exec/attempt_log.hpp) before the
-// agent answers with its pid and where the attempt's output starts; it says when a supervisor
-// it started ends. The log is how a later driver finds the attempts that still run there; the
-// supervisors lead their own sessions, so an agent that ends (its channel closed) leaves them
-// running. Each launch holds ATTEMPT_LOG.agent-lock from before the fork until the supervisor
+// agent answers with its pid and where the attempt's output starts; it relays the supervisor's
+// own events (the trial started, with its pid; the attempt's exit record) and says when a
+// supervisor it started ends. The log is how a later driver finds the attempts that still run
+// there; the supervisors lead their own sessions, so an agent that ends (its channel closed) leaves
+// them running. Each launch holds ATTEMPT_LOG.agent-lock from before the fork until the supervisor
 // has named itself, and a resume reads the log under the same lock (shared): it never misses
 // a launch an agent of the crashed driver was making. (Not for the agent's whole life, as on
 // the driver's machine: an agent whose link was cut may live on there, idle, for as long as
@@ -26,6 +27,14 @@
 //   {"event":"launched","id","attempt","supervisor":PID,"offset":N,"watched":B}
 //                                 N: stdout.log's size before the start (where output begins);
 //                                 B: its output events will come
+//   {"event":"start","id","attempt","supervisor","pid","started",...}   the supervisor's:
+//                                 the trial runs (its pid and start time)
+//   {"event":"exit","id","attempt","supervisor",...}   the supervisor's: its exit record
+//                                 (exit_record.hpp), also written to `record`; before its
+//                                 "gone". Either may be missing (relay.hpp): then the record
+//                                 file is what says how the attempt ended
+//   {"event":"alive"}             every kAliveMs while it waits for work (none while it
+//                                 launches)
 //   {"event":"output","id","attempt"}   its stdout.log grew (watches.hpp: at most one per 50
 //                                 ms; the last writes before "gone" may get none)
 //   {"event":"watching","id","attempt"}   the answer to a watch
@@ -48,22 +57,32 @@
 
 #include "agent/supervise.hpp"
 #include "events.hpp"
+#include "relay.hpp"
 #include "watches.hpp"
 
 namespace tune::agent_app {
 
 class RemoteLauncher {
  public:
+  // How often it says it is alive: the driver, on its own clock, takes a silence of a few of
+  // these as an agent that is stopped or stuck, or a link that is gone, and then checks its
+  // supervisors itself.
+  static constexpr int64_t kAliveMs = 1000;
+
   RemoteLauncher(int log_fd, int lock_fd, std::string lock_path)
       : log_fd_(log_fd), lock_fd_(lock_fd), lock_path_(std::move(lock_path)) {}
   // One request line.
   void handle(const std::string& line);
-  // Reaps the supervisors that ended and says so.
+  // Reaps the supervisors that ended and says so (after the events they sent before).
   void reap();
-  // What it waits on besides its requests (serve(), main.cpp): the watches'.
-  void add_fds(std::vector<pollfd>& fds) const { watches_.add_fds(fds); }
-  [[nodiscard]] int timeout_ms() const { return watches_.timeout_ms(); }
-  void after_wait(const std::vector<pollfd>& fds, size_t first) { watches_.after_wait(fds, first); }
+  // What it waits on besides its requests (serve(), main.cpp): its supervisors' events, and
+  // the watches'.
+  void add_fds(std::vector<pollfd>& fds) const {
+    relay_.add_fd(fds);
+    watches_.add_fds(fds);
+  }
+  [[nodiscard]] int timeout_ms() const;
+  void after_wait(const std::vector<pollfd>& fds, size_t first);
 
  private:
   // A launch request's fields.
@@ -82,6 +101,8 @@ class RemoteLauncher {
   int lock_fd_;  // its lock (ATTEMPT_LOG.agent-lock), taken per launch
   std::string lock_path_;
   std::unordered_map<pid_t, Child> children_;
+  int64_t next_alive_ms_ = 0;  // when "alive" is said next (this host's monotonic clock)
+  EventRelay relay_;
   Watches watches_;
 };
 

@@ -14,9 +14,10 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   if (kind == j.end() || !kind->is_string()) return std::nullopt;
   using Kind = AgentEvent::Kind;
   static constexpr std::pair<std::string_view, Kind> kKinds[] = {
-      {"ready", Kind::kReady},        {"launched", Kind::kLaunched}, {"gone", Kind::kGone},
-      {"error", Kind::kError},        {"output", Kind::kOutput},     {"watching", Kind::kWatching},
-      {"unwatched", Kind::kUnwatched}};
+      {"ready", Kind::kReady},         {"launched", Kind::kLaunched}, {"gone", Kind::kGone},
+      {"error", Kind::kError},         {"output", Kind::kOutput},     {"watching", Kind::kWatching},
+      {"unwatched", Kind::kUnwatched}, {"start", Kind::kStart},       {"exit", Kind::kExit},
+      {"alive", Kind::kAlive}};
   AgentEvent e;
   const std::string& k = kind->get_ref<const std::string&>();
   auto known = std::find_if(std::begin(kKinds), std::end(kKinds),
@@ -37,10 +38,14 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   e.error = e.kind == AgentEvent::Kind::kError ? str("message") : str("error");
   e.op = str("op");
   int64_t attempt = num("attempt", 0), sup = num("supervisor", -1), status = num("status", 0);
-  int64_t offset = num("offset", 0);
+  int64_t offset = num("offset", 0), pid = num("pid", -1);
   if (attempt < 0 || attempt > INT32_MAX || sup > INT32_MAX || sup < -1 || offset < 0 ||
-      status < -1 || status > 255 + 128)
+      status < -1 || status > 255 + 128 || pid > INT32_MAX || pid < -1)
     return std::nullopt;
+  if (auto t = j.find("started"); t != j.end() && t->is_number_unsigned())
+    e.started = t->get<uint64_t>();
+  e.pid = pid > 0 ? static_cast<int>(pid) : -1;
+  if (e.kind == Kind::kExit) e.line = line;
   e.attempt = static_cast<int>(attempt);
   e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;
   e.offset = static_cast<uint64_t>(offset);

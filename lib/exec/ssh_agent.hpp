@@ -12,8 +12,21 @@
 namespace tune::exec {
 
 struct AgentEvent {
-  // kOutput: the attempt's stdout.log grew; kWatching / kUnwatched: the answer to a watch
-  enum class Kind { kReady, kLaunched, kGone, kError, kOutput, kWatching, kUnwatched };
+  // kOutput: the attempt's stdout.log grew; kWatching / kUnwatched: the answer to a watch;
+  // kStart / kExit: its supervisor's own (the trial runs; the attempt's exit record); kAlive:
+  // the agent's heartbeat
+  enum class Kind {
+    kReady,
+    kLaunched,
+    kGone,
+    kError,
+    kOutput,
+    kWatching,
+    kUnwatched,
+    kStart,
+    kExit,
+    kAlive
+  };
   Kind kind = Kind::kError;
   std::string id;
   int attempt = 0;
@@ -24,6 +37,9 @@ struct AgentEvent {
   bool transient = false;  // gone without a supervisor: it may start if asked again
   bool watched = false;    // launched: its output events will come
   std::string op;          // error: the request it answers ("launch", "watch"), if known
+  int pid = -1;            // start: the trial's pid
+  uint64_t started = 0;    // start: and its start time (clock ticks since boot)
+  std::string line;        // exit: the whole line, an exit record (exit_record.hpp)
 };
 
 // One event line; nullopt for a line that is not one.

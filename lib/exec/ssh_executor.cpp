@@ -69,10 +69,11 @@ SshExecutor::~SshExecutor() {
         "ssh timings: {} starts, median {:.2f} ms; first output read {:.2f} ms after the start "
         "(median); {} syncs, median {:.2f} ms; longest "
         "sync bookkeeping in one poll of a host {:.2f} ms; {} checkpoints published, {} bytes, "
-        "median {:.2f} ms after registration; {} looks at trials' output",
+        "median {:.2f} ms after registration; {} looks at trials' output; {} exit record files "
+        "read; {} trial pids asked",
         all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
         all.sync_ms.size(), median_of(all.sync_ms), all.sync_poll_max_ms, all.publish_ms.size(),
-        all.published_bytes, median_of(all.publish_ms), all.looks);
+        all.published_bytes, median_of(all.publish_ms), all.looks, all.records_read, all.pid_asks);
 }
 
 // Deletions retention asked for last (after the run's final state write) are still queued on
@@ -239,6 +240,7 @@ std::optional<int> SshExecutor::pid(const std::string& trial_id) {
 
 void SshExecutor::Impl::ask_child_pid(Worker& w, Run& r) {
   if (r.child_pid || r.sup_pid <= 0 || !w.up) return;
+  ++w.stats.pid_asks;
   std::string out;
   std::string sup = std::to_string(r.sup_pid);
   auto st = w.h.shell_run("cat /proc/" + sup + "/task/" + sup + "/children 2>/dev/null", &out);

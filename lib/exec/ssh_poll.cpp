@@ -18,9 +18,14 @@ using namespace ssh_impl;
 
 // This attempt's exit, if its supervisor recorded it; a record it did not write is ignored,
 // with a warning once per attempt.
-void SshExecutor::Impl::read_exit(Run& r) {
+void SshExecutor::Impl::read_exit(Worker& w, Run& r) {
+  ++w.stats.records_read;
+  take_exit(r, r.host->read(r.record, 0, 1 << 20));
+}
+
+void SshExecutor::Impl::take_exit(Run& r, const std::optional<std::string>& record) {
   ExitInfo info;
-  switch (check_exit_record(r.host->read(r.record, 0, 1 << 20), r.attempt, r.who, info)) {
+  switch (check_exit_record(record, r.attempt, r.who, info)) {
     case RecordCheck::kGenuine:
       r.exit = std::move(info);
       if (r.exit->pid) {
@@ -88,8 +93,9 @@ void end_orphaned(Worker& w, Run& r) {
 
 }  // namespace
 
-// The host's agent said a supervisor ended: its exit record is read now (or, without one, the
-// attempt ends as supervisor_died) instead of at the next liveness check.
+// The host's agent relayed a supervisor's start (the trial's pid) or exit record, or said a
+// supervisor ended: its exit record is read now (or, without one, the attempt ends as
+// supervisor_died) instead of at the next liveness check.
 // And its output events: that attempt is looked at in this poll; and the answers to watches.
 void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   using Kind = AgentEvent::Kind;
@@ -113,10 +119,21 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       if (r.watched_by == w.h.agent_gen) r.watched_by = -1;
       r.look = true;
       return;
+    case Kind::kStart:  // the trial's pid, without a round trip to ask for it
+      if (e.supervisor != r.sup_pid || e.pid <= 0 || r.child_pid) return;
+      r.child_pid = r.who.pid = e.pid;
+      if (e.started) r.who.started = e.started;
+      note_pid(r.id, e.pid);
+      return;
+    case Kind::kExit:  // its exit record, as its supervisor wrote it (no file read for it)
+      if (e.supervisor != r.sup_pid || r.exit || r.exited) return;
+      take_exit(r, e.line);
+      r.look = true;
+      return;
     case Kind::kGone:
       if (e.supervisor < 0 || r.sup_pid != e.supervisor || r.exit || r.exited) return;
       r.look = true;
-      read_exit(r);
+      read_exit(w, r);  // (no exit event came: sent to an earlier agent, or lost)
       if (!r.exit) end_orphaned(w, r);
       return;
     default:
@@ -147,6 +164,10 @@ void SshExecutor::Impl::read_agent(Worker& w) {
     restart_agent(w);
     return;
   }
+  if (!lines->empty() || !w.agent_events.empty()) {
+    w.last_ok = w.agent_heard = mono();
+    w.agent_heard_gen = w.h.agent_gen;
+  }
   for (const auto& line : *lines)
     if (auto e = parse_agent_event(line)) w.agent_events.push_back(std::move(*e));
   for (const auto& e : std::exchange(w.agent_events, {})) on_agent_event(w, e);
@@ -167,11 +188,15 @@ void SshExecutor::Impl::restart_agent(Worker& w) {
 void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
   if (now - w.last_check < kSupervisorCheck || !w.up) return;
   w.last_check = now;
-  // (the agent says when a supervisor ends, but an agent that hangs would not: one command for
-  // all of a host's attempts)
+  // The agent says when a supervisor it started or watches ends, but one that is stopped or
+  // stuck would not: while it is heard from, only the others are asked about, else all, in one
+  // command for all of a host's attempts.
+  bool heard = w.agent_heard_gen == w.h.agent_gen && now - w.agent_heard < kAgentSilence;
   std::vector<Run*> asked;
-  for (auto& [id, r] : w.runs)
-    if (!r.exit && !r.exited && r.sup_pid > 0) asked.push_back(&r);
+  for (auto& [id, r] : w.runs) {
+    bool told = r.launched_by == w.h.agent_gen || r.watched_by == w.h.agent_gen;
+    if (!r.exit && !r.exited && r.sup_pid > 0 && !(heard && told)) asked.push_back(&r);
+  }
   if (asked.empty()) return;
   std::string out;
   auto st = w.h.shell_run(liveness_command(asked), &out);
@@ -193,7 +218,7 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
       note_pid(r->id, c->second);
     }
     if (!gone.count(r->sup_pid)) continue;
-    read_exit(*r);  // it may have written the record just before it exited
+    read_exit(w, *r);  // it may have written the record just before it exited
     if (!r->exit) end_orphaned(w, *r);
   }
 }
@@ -258,8 +283,9 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
       r.look = false;
       r.last_look = t;
       // before reading: once it exists, the output is final (a watched attempt's is read when
-      // its agent says its supervisor ended)
-      if (!r.exit && (!watched || routine)) read_exit(r);
+      // its agent says its supervisor ended; one this agent started comes in its exit event,
+      // or, if that was lost, is read when the agent says its supervisor ended)
+      if (!r.exit && (!watched || routine) && r.launched_by != w.h.agent_gen) read_exit(w, r);
       Look got = look(w, r, id);
       any_output = any_output || got == Look::kRead;
       // exit only once all output is read; output that cannot be read (its host refuses) holds

@@ -154,7 +154,7 @@ Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
   Attached found = Attached::kRunning;
   remove_sync_leftovers(r.head_dir);
   if (r.sup_pid <= 0) {
-    read_exit(r);
+    read_exit(w, r);
     if (r.exit) {
       found = Attached::kEnded;
     } else {

@@ -39,6 +39,8 @@ void SshStats::add(const SshStats& o) {
   sync_poll_max_ms = std::max(sync_poll_max_ms, o.sync_poll_max_ms);
   published_bytes += o.published_bytes;
   looks += o.looks;
+  records_read += o.records_read;
+  pid_asks += o.pid_asks;
 }
 
 std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,

@@ -93,6 +93,10 @@ struct SshStats {
   std::vector<double> publish_ms;       // checkpoint registered -> complete on the head
   uint64_t published_bytes = 0;
   uint64_t looks = 0;  // looks at an attempt's stdout.log (each an SFTP round trip or more)
+  // exit record files read (an SFTP read each; an attempt its agent started says its exit in
+  // an event instead), and trial pids asked with a shell command (each a round trip; such an
+  // attempt's start event gives it)
+  uint64_t records_read = 0, pid_asks = 0;
   void add(const SshStats& o);
 };
 

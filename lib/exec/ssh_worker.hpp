@@ -34,6 +34,10 @@
 namespace tune::exec::ssh_impl {
 
 inline constexpr double kSupervisorCheck = 2.0;  // s between remote supervisor liveness checks
+// A host's agent says it is alive every second (apps/tune-agent/remote.hpp); silent this long,
+// it is taken as stopped or stuck, or its link as gone: the liveness checks then cover the
+// attempts it started or watches too (while it speaks, it says when their supervisors end).
+inline constexpr double kAgentSilence = 3.5;
 // s between looks at an attempt whose agent says when its output grows (in case it failed to)
 inline constexpr double kWatchedLook = 5.0;
 // Looks in a row that fail to read an ended attempt's output before its exit goes without it
@@ -70,6 +74,8 @@ struct Worker {
   bool up = false, lost = false;
   double down_since = 0, next_retry = 0, backoff = 1, last_check = 0;
   double last_ok = 0;           // the last answer it gave (monotonic): a dead link dates from there
+  double agent_heard = -1e9;    // when its agent last said anything (monotonic)
+  int agent_heard_gen = -1;     // which agent that was (SshHost::agent_gen)
   std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
   bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
   PollSchedule polls;           // when it is polled next (fast after a start or a command)
@@ -145,7 +151,9 @@ struct SshExecutor::Impl {
 
   // ssh_poll.cpp
   // This attempt's exit, if its supervisor recorded it (a forged record is ignored).
-  void read_exit(Run& r);
+  void read_exit(Worker& w, Run& r);
+  // The same, from the text of a record (nullopt: none).
+  void take_exit(Run& r, const std::optional<std::string>& record);
   // Ends attempts whose supervisor is gone without an exit record (supervisor_died).
   void check_supervisors(Worker& w, double now);
   // One look at each attempt: exit record, output, arrivals, syncs. True if it read output.

@@ -864,14 +864,25 @@ class SshTest(TuneTest):
 
     def test_a_killed_remote_supervisor_ends_its_attempt_and_the_retry_runs_alone(self):
         # kill -9 of the supervisor on the worker: no exit record will come. The driver notices
-        # within seconds, ends the attempt's trial, and the retry is the only one running.
+        # within seconds (its agent says the supervisor is gone), ends the attempt's trial, and
+        # the retry is the only one running.
+        self.supervisor_killed("supkill", stop_agent=False)
+
+    def test_a_supervisor_killed_while_its_agent_is_stopped_still_ends_its_attempt(self):
+        # The same with the host's agent stopped first (SIGSTOP): it neither says the
+        # supervisor is gone nor that it is alive. Silent for seconds, its supervisors are
+        # checked by the driver itself, and the retry goes to a new agent. (Without that check
+        # the run would wait for ever.)
+        self.supervisor_killed("supstop", stop_agent=True)
+
+    def supervisor_killed(self, name, stop_agent):
         self.write("quiet.py", """
             import json, os, time, tune_trial
             tune_trial.report({"attempt": int(os.environ.get("TUNE_TRIAL_ATTEMPT", "0"))})
             time.sleep(60 if not os.path.exists(os.environ["TUNE_TRIAL_DIR"] + "/again") else 0)
             """)
         self.write("exp.yaml", textwrap.dedent(f"""
-            name: supkill
+            name: {name}
             trial:
               command: ["{PY}", "{os.path.join(self.dir, 'quiet.py')}"]
             param_space: {{x: {{grid_search: [1]}}}}
@@ -879,25 +890,30 @@ class SshTest(TuneTest):
             hosts:
             """) + self.host_lines((0,)) + "\n")
         run = self.start_tune("run", "exp.yaml")
-        self.wait_for(lambda: [t.get("iteration", 0) for t in self.trials("supkill")] == [1],
+        self.wait_for(lambda: [t.get("iteration", 0) for t in self.trials(name)] == [1],
                       timeout=60, what="the trial's first result")
         def supervisors():
-            return [int(p) for p in self.remote_supervisors("supkill")]
+            return [int(p) for p in self.remote_supervisors(name)]
         sups = supervisors()
         self.assertEqual(len(sups), 1, sups)
         trial_pids = subprocess.run(["pgrep", "-P", str(sups[0])], capture_output=True,
                                     text=True).stdout.split()
         self.assertEqual(len(trial_pids), 1)
         # the next attempt must not sleep: mark it through the worker's trial dir
-        d = self.worker_dir(0, "supkill", self.trials("supkill")[0]["trial_name"])
+        d = self.worker_dir(0, name, self.trials(name)[0]["trial_name"])
         open(os.path.join(d, "again"), "w").close()
+        agent = self.agent_of(sups[0])
+        if stop_agent:
+            os.kill(agent, signal.SIGSTOP)
+            self.addCleanup(lambda: os.path.exists("/proc/%d" % agent) and os.kill(agent, 9))
         os.kill(sups[0], 9)
-        out, err = run.communicate(timeout=60)
+        out, err = run.communicate(timeout=90)
         self.assertEqual(run.returncode, 0, err)
-        t = self.trials("supkill")[0]
-        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2))
-        with open(os.path.join(self.exp_dir("supkill"), "tune.log")) as f:
-            self.assertIn("is gone without recording the trial's exit", f.read())
+        t = self.trials(name)[0]
+        with open(os.path.join(self.exp_dir(name), "tune.log")) as f:
+            log = f.read()
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2), log[-3000:])
+        self.assertIn("is gone without recording the trial's exit", log)
         def running(pid):  # (a zombie, not reaped yet, has ended)
             try:
                 with open("/proc/%s/stat" % pid) as f:
@@ -990,6 +1006,49 @@ class SshTest(TuneTest):
             self.assertEqual(len(t["checkpoints"]), 1, t["trial_name"])
             hosts.add(t["host"])
         self.assertEqual(hosts, {self.name(0), self.name(1)})
+
+    def test_a_remote_trials_pid_and_exit_come_in_its_agents_events(self):
+        # 24 short trials on one host, a third of them exiting with code 3: each trial's pid
+        # and exit record come over the agent's channel as its supervisor says them, not from
+        # the record file (an SFTP read) or the supervisor's children (a shell command), which
+        # the driver counts. (Before, each attempt's record file was read at least once, and
+        # its pid asked with a shell command when its first output was read.)
+        self.write("short.py", """
+            import os, sys, tune_trial
+            x = int(sys.argv[1])
+            tune_trial.report({"x": x, "proc": os.getpid()})
+            sys.exit(3 if x % 3 == 0 else 0)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: events
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'short.py')}", "{{x}}"]
+            param_space: {{x: {{grid_search: {list(range(24))}}}}}
+            sync_config: {{syncer: none}}
+            hosts:
+            """) + self.host_lines((0,), cpus=4) + "\n")
+        self.tune("run", "exp.yaml", check=1, timeout=300)  # (some trials failed)
+        with open(os.path.join(self.exp_dir("events"), "tune.log")) as f:
+            log = f.read()
+        trials = self.trials("events")
+        self.assertEqual(len(trials), 24)
+        for t in trials:
+            failed = t["config"]["x"] % 3 == 0
+            self.assertEqual(t["status"], "ERROR" if failed else "TERMINATED", t["trial_name"])
+            rows = self.results("events", t)
+            self.assertEqual(len(rows), 1, t["trial_name"])
+            # the pid the driver gives the result is the trial's own
+            self.assertEqual(rows[0]["pid"], rows[0]["proc"], t["trial_name"])
+            if failed:
+                self.assertIn("3", str(t.get("error", "")), t)
+        stats = re.findall(r"(\d+) exit record files read; (\d+) trial pids asked", log)
+        self.assertTrue(stats, log[-3000:])
+        records, pids = map(int, stats[-1])
+        print("\n%d exit record files read, %d trial pids asked for 24 trials" % (records, pids))
+        self.assertEqual(records, 0, log[-3000:])
+        # (a look that reads the first output before the start event is read asks: a race the
+        # agent nearly always wins)
+        self.assertLessEqual(pids, 6, log[-3000:])
 
     def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
         # Each trial reports three checkpoints as fast as it can and exits at once: its last

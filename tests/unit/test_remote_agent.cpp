@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "exec/attempt_log.hpp"
+#include "exec/exit_record.hpp"
 #include "exec/ssh_agent.hpp"
 
 namespace fs = std::filesystem;
@@ -41,7 +42,9 @@ struct Agent {
   pid_t pid = -1;
   int to = -1, from = -1;
   std::string buf;
-  std::map<std::string, int> outputs;  // output events passed over, by "id#attempt"
+  std::map<std::string, int> outputs;     // output events passed over, by "id#attempt"
+  std::vector<exec::AgentEvent> relayed;  // supervisors' start and exit events, passed over
+  int alive = 0;                          // heartbeats passed over
   explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -78,6 +81,14 @@ struct Agent {
         auto e = exec::parse_agent_event(line);
         if (e && e->kind == Kind::kOutput && !outputs_too) {
           ++outputs[e->id + "#" + std::to_string(e->attempt)];
+          continue;
+        }
+        if (e && e->kind == Kind::kAlive) {
+          ++alive;
+          continue;
+        }
+        if (e && (e->kind == Kind::kStart || e->kind == Kind::kExit)) {
+          relayed.push_back(std::move(*e));
           continue;
         }
         return e;
@@ -179,6 +190,28 @@ TEST_CASE("tune-agent remote starts a supervisor per request and says when it en
   CHECK(gone->supervisor == launched->supervisor);
   CHECK(gone->status == 0);
   CHECK(read(s.dir / "trial_a" / "stdout.log") == "12345\n=== attempt 1 ===\nhello there\n");
+  // The supervisor's own events came through the agent, before its "gone": the trial's start
+  // (its pid), then the exit record, which the driver believes as it would the file.
+  REQUIRE(agent.relayed.size() == 2);
+  const auto& start = agent.relayed[0];
+  CHECK(start.kind == Kind::kStart);
+  CHECK((start.id == "a" && start.attempt == 1));
+  CHECK(start.supervisor == launched->supervisor);
+  CHECK(start.pid > 0);
+  CHECK(start.pid != start.supervisor);
+  CHECK(start.started > 0);
+  const auto& exit = agent.relayed[1];
+  CHECK(exit.kind == Kind::kExit);
+  CHECK(exit.supervisor == launched->supervisor);
+  exec::AttemptIdentity who{"abcd", launched->supervisor, start.pid, start.started};
+  exec::ExitInfo info;
+  CHECK(exec::check_exit_record(exit.line, 1, who, info) == exec::RecordCheck::kGenuine);
+  CHECK(info.exit_code == std::optional<int>(0));
+  CHECK(info.pid == std::optional<int>(start.pid));
+  who.nonce = "abce";
+  CHECK(exec::check_exit_record(exit.line, 1, who, info) == exec::RecordCheck::kForged);
+  // It says it is alive while it waits (the driver checks the supervisors itself when not).
+  CHECK(agent.alive >= 1);
   // The record is the supervisor's, with the request's nonce; the attempt log names the
   // supervisor (before the agent answered) and its exit.
   std::string record = read(s.dir / "trial_a.exit.json");
