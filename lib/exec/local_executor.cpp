@@ -26,6 +26,7 @@
 
 #include "agent/dir_lock.hpp"
 #include "exec/agent_link.hpp"
+#include "exec/agent_protocol.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
 #include "util/clock.hpp"
@@ -228,29 +229,23 @@ struct LocalExecutor::Impl {
     watch(r);
   }
 
-  Run* run_for(const nlohmann::json& ev) {
-    auto id = ev.find("id");
-    auto attempt = ev.find("attempt");
-    if (id == ev.end() || !id->is_string() || attempt == ev.end() || !attempt->is_number_integer())
-      return nullptr;
-    auto it = runs.find(id->get<std::string>());
-    if (it == runs.end() || it->second.attempt != attempt->get<int>()) return nullptr;
+  Run* run_for(const AgentEvent& e) {
+    auto it = runs.find(e.id);
+    if (it == runs.end() || it->second.attempt != e.attempt) return nullptr;
     return &it->second;
   }
 
-  // One line from the agent (start, exit, gone, error).
+  // One line from the agent (start, exit, gone, error), read as the SSH hosts' agents' are.
   void on_event(const std::string& line) {
-    auto ev = nlohmann::json::parse(line, nullptr, false);
-    if (!ev.is_object() || !ev.contains("event") || !ev["event"].is_string()) return;
-    const std::string kind = ev["event"];
-    if (kind == "error") {
-      std::string message = ev.value("message", std::string("?"));
+    using Kind = AgentEvent::Kind;
+    auto e = parse_agent_event(line);
+    if (!e) return;
+    if (e->kind == Kind::kError) {
+      std::string message = e->error.empty() ? "?" : e->error;
       // A launch it refused: that attempt never starts (it ends as one whose supervisor could
       // not start, with this message).
-      auto id = ev.find("id");
-      auto it = id != ev.end() && id->is_string() ? runs.find(id->get<std::string>()) : runs.end();
-      if (it != runs.end() && it->second.via_agent && !it->second.supervisor &&
-          ev.value("op", std::string()) == "launch") {
+      auto it = runs.find(e->id);
+      if (it != runs.end() && it->second.via_agent && !it->second.supervisor && e->op == "launch") {
         it->second.supervisor_gone = true;
         it->second.gone_error = "tune-agent refused it: " + message;
         it->second.dirty = true;
@@ -260,24 +255,18 @@ struct LocalExecutor::Impl {
       spdlog::warn("tune-agent: {}", message);
       return;
     }
-    Run* r = run_for(ev);
+    Run* r = run_for(*e);
     if (!r) return;  // an earlier attempt's, or a trial already handled
-    auto uint = [&](const char* k) -> uint64_t {
-      auto it = ev.find(k);
-      return it != ev.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
-    };
-    if (kind == "start") {
-      uint64_t sup = uint("supervisor"), pid = uint("pid");
-      if (sup == 0 || sup > INT_MAX || pid > INT_MAX) return;
-      supervisor_known(*r, static_cast<int>(sup), uint("supervisor_started"),
-                       pid ? std::optional<int>(static_cast<int>(pid)) : std::nullopt,
-                       uint("started"));
-    } else if (kind == "exit") {
-      if (auto info = check_record(*r, line)) r->exit = std::move(info);
+    if (e->kind == Kind::kStart) {
+      if (e->supervisor <= 0) return;
+      supervisor_known(*r, e->supervisor, e->supervisor_started,
+                       e->pid > 0 ? std::optional<int>(e->pid) : std::nullopt, e->started);
+    } else if (e->kind == Kind::kExit) {
+      if (auto info = check_record(*r, e->line)) r->exit = std::move(info);
       r->dirty = true;
-    } else if (kind == "gone") {
+    } else if (e->kind == Kind::kGone) {
       r->supervisor_gone = true;
-      if (auto e = ev.find("error"); e != ev.end() && e->is_string()) r->gone_error = *e;
+      if (!e->error.empty()) r->gone_error = e->error;
       r->dirty = true;
     }
   }

@@ -153,6 +153,15 @@ void SshExecutor::Impl::ask_watches(Worker& w) {
   }
 }
 
+void SshExecutor::Impl::pid_from_events(Worker& w, Run& r) {
+  if (auto lines = w.h.agent_events(0))  // (the rest waits for the next tick's read_agent)
+    for (const auto& line : *lines)
+      if (auto e = parse_agent_event(line)) w.agent_events.push_back(std::move(*e));
+  for (const auto& e : w.agent_events)
+    if (e.kind == AgentEvent::Kind::kStart && e.id == r.id && e.attempt == r.attempt)
+      on_agent_event(w, e);
+}
+
 void SshExecutor::Impl::read_agent(Worker& w) {
   auto lines = w.h.agent_events(0);
   if (!lines) {
@@ -243,7 +252,9 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::st
   }
   if (data->empty()) return Look::kNothing;
   // The trial's pid first, so that its first results carry it too (once per attempt; a trial
-  // that ended already has it from its exit record).
+  // that ended already has it from its exit record): from its start event, which may have
+  // come while this poll ran, or else asked of the host.
+  if (!r.child_pid && r.launched_by == w.h.agent_gen) pid_from_events(w, r);
   ask_child_pid(w, r);
   OutputEvent ev(id, std::move(*data));
   ev.from = r.offset;

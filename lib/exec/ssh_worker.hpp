@@ -22,9 +22,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "exec/agent_protocol.hpp"
 #include "exec/io_thread.hpp"
 #include "exec/poll_schedule.hpp"
-#include "exec/ssh_agent.hpp"
 #include "exec/ssh_executor.hpp"
 #include "exec/ssh_host.hpp"
 #include "exec/ssh_run.hpp"
@@ -173,6 +173,8 @@ struct SshExecutor::Impl {
   void read_agent(Worker& w);
   void on_agent_event(Worker& w, const AgentEvent& e);
   void ask_watches(Worker& w);
+  // The trial's pid from a start event of its attempt that came after this tick's read_agent.
+  void pid_from_events(Worker& w, Run& r);
   void restart_agent(Worker& w);  // a host whose agent cannot start is marked down
 
   // ssh_start.cpp

@@ -1046,9 +1046,9 @@ class SshTest(TuneTest):
         records, pids = map(int, stats[-1])
         print("\n%d exit record files read, %d trial pids asked for 24 trials" % (records, pids))
         self.assertEqual(records, 0, log[-3000:])
-        # (a look that reads the first output before the start event is read asks: a race the
-        # agent nearly always wins)
-        self.assertLessEqual(pids, 6, log[-3000:])
+        # (a look that reads the first output before the start event reached the driver asks:
+        # a race the agent nearly always wins; 0 or 1 of 50 in the benchmark's runs)
+        self.assertLessEqual(pids, 4, log[-3000:])
 
     def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
         # Each trial reports three checkpoints as fast as it can and exits at once: its last

@@ -1,5 +1,5 @@
 // `tune-agent remote` (what runs on an SSH worker host) on real processes, over pipes instead of
-// an SSH channel, with the driver's side of its protocol (exec/ssh_agent.hpp).
+// an SSH channel, with the driver's side of its protocol (exec/agent_protocol.hpp).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
-#include "exec/ssh_agent.hpp"
+#include "exec/agent_protocol.hpp"
 
 namespace fs = std::filesystem;
 using namespace tune;

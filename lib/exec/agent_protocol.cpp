@@ -1,4 +1,4 @@
-#include "exec/ssh_agent.hpp"
+#include "exec/agent_protocol.hpp"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -42,8 +42,12 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   if (attempt < 0 || attempt > INT32_MAX || sup > INT32_MAX || sup < -1 || offset < 0 ||
       status < -1 || status > 255 + 128 || pid > INT32_MAX || pid < -1)
     return std::nullopt;
-  if (auto t = j.find("started"); t != j.end() && t->is_number_unsigned())
-    e.started = t->get<uint64_t>();
+  auto ticks = [&](const char* key) -> uint64_t {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
+  };
+  e.started = ticks("started");
+  e.supervisor_started = ticks("supervisor_started");
   e.pid = pid > 0 ? static_cast<int>(pid) : -1;
   if (e.kind == Kind::kExit) e.line = line;
   e.attempt = static_cast<int>(attempt);

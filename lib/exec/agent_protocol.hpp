@@ -1,5 +1,7 @@
-// The driver's side of `tune-agent remote` on an SSH host (apps/tune-agent/remote.hpp): launch
-// requests as lines, and the agent's event lines read back. JSON stays in this one file.
+// The driver's side of tune-agent's protocol: the event lines both agents send (`tune-agent
+// serve` on this machine over a pipe, apps/tune-agent/main.cpp; `tune-agent remote` on an SSH
+// host over a channel, apps/tune-agent/remote.hpp), read by one parser, and the requests of
+// the remote agent. JSON stays in this one file.
 #pragma once
 
 #include <cstdint>
@@ -30,16 +32,17 @@ struct AgentEvent {
   Kind kind = Kind::kError;
   std::string id;
   int attempt = 0;
-  int supervisor = -1;     // -1: none (a launch that failed before its supervisor ran)
-  uint64_t offset = 0;     // launched: where the attempt's output starts in stdout.log
-  int status = 0;          // gone: the supervisor's exit status (128 + signal if killed)
-  std::string error;       // gone without a supervisor, or an error event: why
-  bool transient = false;  // gone without a supervisor: it may start if asked again
-  bool watched = false;    // launched: its output events will come
-  std::string op;          // error: the request it answers ("launch", "watch"), if known
-  int pid = -1;            // start: the trial's pid
-  uint64_t started = 0;    // start: and its start time (clock ticks since boot)
-  std::string line;        // exit: the whole line, an exit record (exit_record.hpp)
+  int supervisor = -1;              // -1: none (a launch that failed before its supervisor ran)
+  uint64_t offset = 0;              // launched: where the attempt's output starts in stdout.log
+  int status = 0;                   // gone: the supervisor's exit status (128 + signal if killed)
+  std::string error;                // gone without a supervisor, or an error event: why
+  bool transient = false;           // gone without a supervisor: it may start if asked again
+  bool watched = false;             // launched: its output events will come
+  std::string op;                   // error: the request it answers ("launch", "watch"), if known
+  int pid = -1;                     // start: the trial's pid
+  uint64_t started = 0;             // start: and its start time (clock ticks since boot)
+  uint64_t supervisor_started = 0;  // start: the supervisor's start time (the same)
+  std::string line;                 // exit: the whole line, an exit record (exit_record.hpp)
 };
 
 // One event line; nullopt for a line that is not one.
