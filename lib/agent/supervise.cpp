@@ -571,6 +571,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
 
   pid_t child = -1;
   unsigned long long child_started = 0;
+  std::string stdout_size;  // ",\"stdout_size\":N" once its stdout.log was written
   ArrivalNotes notes(g_dir, a.attempt);
   std::string reason = "exited";
   Ended ended;
@@ -596,6 +597,9 @@ int supervise(const Attempt& a, const Sinks& sinks) {
     end_descendants(child);  // nothing of the attempt runs, or writes, once its end is recorded
     for (auto& o : outs) {   // every writer is gone: what the pipes hold, then EOF
       pump(o, a.attempt, &o == &outs[0] ? &notes : nullptr);
+      struct stat st;
+      if (&o == &outs[0] && o.file >= 0 && ::fstat(o.file, &st) == 0)
+        stdout_size = ",\"stdout_size\":" + std::to_string(st.st_size);
       if (o.file >= 0) ::close(o.file);
       // A trial that ended by itself, part of whose output is lost, failed (its results, or
       // what says why it ended, are missing).
@@ -616,7 +620,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       ",\"pid\":" + (child > 0 ? std::to_string(child) : "null") +
       ",\"started\":" + std::to_string(child_started) + ",\"exit_code\":" + ended.code +
       ",\"signal\":" + ended.signal + ",\"reason\":\"" + reason + "\",\"error\":\"" +
-      json_escape(error) + "\",\"ended\":" + std::to_string(clock_s(CLOCK_REALTIME));
+      json_escape(error) + "\",\"ended\":" + std::to_string(clock_s(CLOCK_REALTIME)) + stdout_size;
   if (!sinks.record_file.empty()) write_atomic(sinks.record_file, record + "}\n", true);
   emit(sinks.log_fd, record + ",\"event\":\"exit\",\"trial\":\"" + name + "\"}");
   emit(sinks.event_fd, record + ",\"event\":\"exit\",\"id\":\"" + json_escape(a.id) + "\"}");

@@ -81,6 +81,9 @@ struct ExitInfo {
   std::string nonce;                // the attempt's secret nonce
   std::optional<int> supervisor;    // the supervisor's pid
   std::optional<uint64_t> started;  // the trial process's start time (ticks since boot)
+  // The size of the stdout.log its supervisor wrote into, when the attempt ended (a driver that
+  // reads the file by its path can tell that it missed some: it was removed or replaced)
+  std::optional<uint64_t> stdout_size;
   // Slurm: the next attempt already runs, restored from this checkpoint (a dir name; "" for
   // none) by a rerun Slurm started while no driver ran: later checkpoints are forgotten so that
   // the driver restarts the trial from the same one.

@@ -66,6 +66,38 @@ std::string liveness_command(const std::vector<Run*>& asked) {
   return cmd + "true";
 }
 
+}  // namespace
+
+// Whether the host says the attempt's supervisor is gone (one command); false if it runs, or
+// the host could not be asked (the next liveness check asks again).
+bool SshExecutor::Impl::supervisor_gone(Worker& w, Run& r) {
+  std::vector<Run*> asked{&r};
+  std::string out;
+  auto st = w.h.shell_run(liveness_command(asked), &out);
+  if (!st || *st != 0) {
+    if (!st) check(w);
+    return false;
+  }
+  for (const auto& line : lines_of(out))
+    if (line == "G " + std::to_string(r.sup_pid)) return true;
+  spdlog::warn(
+      "host {}: its agent said supervisor {} of trial {} ended, but it still runs there: not "
+      "believed",
+      w.name, r.sup_pid, r.head_dir.filename().string());
+  return false;
+}
+
+namespace {
+
+// An ended attempt part of whose output its host will not give: it failed, as one whose
+// supervisor could not write all of it does, if it had ended by itself (output_lost).
+void output_lost(Run& r, const std::string& why) {
+  spdlog::warn("trial {}: {}; it ends without it", r.head_dir.filename().string(), why);
+  if (r.exit->reason != ExitReason::kExited) return;
+  r.exit->reason = ExitReason::kOutputLost;
+  r.exit->error = why + " (part of the trial's output is lost)";
+}
+
 // An attempt whose supervisor is gone without recording its exit: supervisor_died, and its
 // trial, which may still run, is ended, so that a retry never runs beside it. The supervisor
 // led its own session, which the trial's processes stay in (pkill -s), and the trial leads its
@@ -120,9 +152,11 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       r.look = true;
       return;
     case Kind::kStart:  // the trial's pid, without a round trip to ask for it
+      // (Not what its exit record is checked against: the nonce proves a record, and a start
+      // line written into the agent's pipes by another process, which takes root there, must
+      // not make the attempt's genuine record look forged.)
       if (e.supervisor != r.sup_pid || e.pid <= 0 || r.child_pid) return;
-      r.child_pid = r.who.pid = e.pid;
-      if (e.started) r.who.started = e.started;
+      r.child_pid = e.pid;
       note_pid(r.id, e.pid);
       return;
     case Kind::kExit:  // its exit record, as its supervisor wrote it (no file read for it)
@@ -134,7 +168,9 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       if (e.supervisor < 0 || r.sup_pid != e.supervisor || r.exit || r.exited) return;
       r.look = true;
       read_exit(w, r);  // (no exit event came: sent to an earlier agent, or lost)
-      if (!r.exit) end_orphaned(w, r);
+      // Ended without a record: confirmed on the host before the attempt ends (a gone line
+      // is not proof: anyone who can write into the agent's pipes can write one).
+      if (!r.exit && supervisor_gone(w, r)) end_orphaned(w, r);
       return;
     default:
       return;
@@ -310,12 +346,15 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
       read_some = got == Look::kRead ||
                   (got == Look::kUnread &&
                    (r.failed_looks < kFailedLooks || t - r.unread_since < kWatchedLook));
-      if (r.exit && got == Look::kUnread && !read_some)
-        spdlog::warn(
-            "trial {}: cannot read the rest of its output on {} (from byte {}); it ends "
-            "without it",
-            r.head_dir.filename().string(), w.name, r.offset);
       if (r.exit && w.up && !read_some) {
+        if (got == Look::kUnread)
+          output_lost(r, "cannot read the rest of its output on " + w.name + " (from byte " +
+                             std::to_string(r.offset) + ")");
+        else if (r.exit->stdout_size && *r.exit->stdout_size > r.offset)
+          output_lost(r, "its stdout.log on " + w.name + " was removed or replaced while it ran: " +
+                             std::to_string(*r.exit->stdout_size - r.offset) +
+                             " bytes of its output, from byte " + std::to_string(r.offset) +
+                             ", cannot be read");
         r.exited = true;
         r.want_sync(true, t);  // the end-of-trial sync, before the exit is reported
       }

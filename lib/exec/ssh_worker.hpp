@@ -154,6 +154,8 @@ struct SshExecutor::Impl {
   void read_exit(Worker& w, Run& r);
   // The same, from the text of a record (nullopt: none).
   void take_exit(Run& r, const std::optional<std::string>& record);
+  // Whether the host says the attempt's supervisor is gone (one command).
+  bool supervisor_gone(Worker& w, Run& r);
   // Ends attempts whose supervisor is gone without an exit record (supervisor_died).
   void check_supervisors(Worker& w, double now);
   // One look at each attempt: exit record, output, arrivals, syncs. True if it read output.

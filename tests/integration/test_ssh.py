@@ -924,6 +924,47 @@ class SshTest(TuneTest):
                          "the first attempt's trial still runs beside the retry")
 
 
+    def test_a_gone_line_for_a_live_remote_supervisor_is_not_believed(self):
+        # A line saying a running trial's supervisor ended, written into its host's agent's
+        # stdout (as a process with root there can): the driver asks the host before it ends
+        # the attempt, finds the supervisor running, and the trial finishes as attempt 1 with
+        # every result. (Before, the attempt was ended as supervisor_died and its trial killed.)
+        if self.hosts["mode"] != "netns":
+            self.skipTest("needs root on the worker to write into its agent's stdout")
+        self.write("slow.py", """
+            import os, time, tune_trial
+            for i in range(1, 9):
+                tune_trial.report({"i": i, "proc": os.getpid()})
+                time.sleep(0.25)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: forgegone
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'slow.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            failure_config: {{max_failures: 0}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        run = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: len(self.remote_supervisors("forgegone")) == 1 and any(
+            t.get("iteration", 0) >= 1 for t in self.trials("forgegone")), timeout=60,
+            what="the trial running on the worker")
+        sup = int(self.remote_supervisors("forgegone")[0])
+        line = json.dumps({"event": "gone", "id": self.trials("forgegone")[0]["trial_id"],
+                           "attempt": 1, "supervisor": sup, "status": 0})
+        with open("/proc/%d/fd/1" % self.agent_of(sup), "w") as f:
+            f.write(line + "\n")
+        out, err = run.communicate(timeout=60)
+        self.assertEqual(run.returncode, 0, err)
+        with open(os.path.join(self.exp_dir("forgegone"), "tune.log")) as f:
+            log = f.read()
+        t = self.trials("forgegone")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1), log[-3000:])
+        rows = self.results("forgegone", t)
+        self.assertEqual([r["i"] for r in rows], list(range(1, 9)))
+        self.assertEqual(len({r["proc"] for r in rows}), 1)
+        self.assertIn("but it still runs there: not believed", log)
+
     def test_a_killed_remote_agent_leaves_its_trials_running_and_a_new_one_launches(self):
         # kill -9 of the host's tune-agent while two trials run there and two wait: the running
         # ones go on under their supervisors (same attempt, every iteration once), the driver
@@ -1202,7 +1243,8 @@ class SshTest(TuneTest):
         # The trial prints two results, then takes read permission from its own stdout.log
         # and prints a third: the driver cannot read that one over SFTP. It must neither hand
         # the exit on at once as if all output were read (the third result lost without a
-        # word, as before), nor wait for ever: after some tries it ends the trial and says why.
+        # word, as before), nor wait for ever: after some tries it ends the attempt and says
+        # why, as failed (output_lost): a result is missing.
         if os.geteuid() == 0:
             self.skipTest("root reads any file: run by integration.ssh_user as a user")
         self.write("unreadable.py", """
@@ -1220,12 +1262,44 @@ class SshTest(TuneTest):
             param_space: {{x: 1}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
-        self.tune("run", "exp.yaml", check=0, timeout=120)
+        self.tune("run", "exp.yaml", check=1, timeout=120)
         t = self.trials("unread")[0]
-        self.assertEqual(t["status"], "TERMINATED")
+        self.assertEqual(t["status"], "ERROR")
+        self.assertIn("cannot read the rest of its output", t["error"])
         self.assertEqual([r["i"] for r in self.results("unread", t)], [1, 2])
         with open(os.path.join(self.exp_dir("unread"), "tune.log")) as f:
             self.assertIn("cannot read the rest of its output", f.read())
+
+    def test_a_stdout_log_removed_or_replaced_on_the_worker_fails_the_attempt(self):
+        # The trial prints three results, then renames its stdout.log away (or deletes it)
+        # and prints three more: its supervisor writes them into the file it holds, which the
+        # driver, reading the path over SFTP, cannot see. The attempt must not end TERMINATED
+        # with three results and no word (as before): it fails as output_lost, saying why.
+        self.write("hide.py", """
+            import os, sys, time, tune_trial
+            log = os.path.join(os.environ["TUNE_TRIAL_DIR"], "stdout.log")
+            for i in range(1, 7):
+                tune_trial.report({"i": i})
+                if i == 3:
+                    time.sleep(1)
+                    if sys.argv[1] == "unlink":
+                        os.unlink(log)
+                    else:
+                        os.rename(log, log + ".away")
+                        os.mkdir(log)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: hide
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'hide.py')}", "{{how}}"]
+            param_space: {{how: {{grid_search: [unlink, replace]}}}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=1, timeout=120)
+        for t in self.trials("hide"):
+            self.assertEqual(t["status"], "ERROR", t["trial_name"])
+            self.assertIn("was removed or replaced while it ran", t["error"])
+            self.assertEqual([r["i"] for r in self.results("hide", t)], [1, 2, 3])
 
     def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
         # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial

@@ -75,6 +75,17 @@ TEST_CASE("check_exit_record believes only the attempt's own supervisor", "[exit
     CHECK(*info.pid == 41);
     CHECK(*info.supervisor == 40);
     CHECK(*info.started == 500);
+    CHECK_FALSE(info.stdout_size);  // (no stdout.log was written)
+  }
+  SECTION("the size of the stdout.log its supervisor wrote, when it gives one") {
+    std::string r = record(nonce);
+    r.insert(r.size() - 1, R"(,"stdout_size":1234)");
+    REQUIRE(exec::check_exit_record(r, 2, who, info) == exec::RecordCheck::kGenuine);
+    CHECK(info.stdout_size == std::optional<uint64_t>(1234));
+    r = record(nonce);
+    r.insert(r.size() - 1, R"(,"stdout_size":-5)");
+    REQUIRE(exec::check_exit_record(r, 2, who, info) == exec::RecordCheck::kGenuine);
+    CHECK_FALSE(info.stdout_size);
   }
   SECTION("genuine, matching the supervisor and the trial process seen") {
     who.supervisor = 40;
