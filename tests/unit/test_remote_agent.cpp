@@ -14,9 +14,9 @@
 #include <map>
 #include <sstream>
 
+#include "exec/agent_protocol.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
-#include "exec/agent_protocol.hpp"
 
 namespace fs = std::filesystem;
 using namespace tune;
