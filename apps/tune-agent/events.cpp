@@ -27,7 +27,8 @@ void emit_error(const std::string& message, const std::string& op, const std::st
   emit(e);
 }
 
-std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children) {
+std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children,
+                                 const std::function<void()>& before_gone) {
   std::vector<Child> reaped;
   for (;;) {
     int status = 0;
@@ -35,6 +36,7 @@ std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children) {
     if (pid <= 0) break;
     auto it = children.find(pid);
     if (it == children.end()) continue;
+    if (before_gone) before_gone();
     emit(json{{"event", "gone"},
               {"id", it->second.id},
               {"attempt", it->second.attempt},

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
@@ -24,7 +25,9 @@ void emit(const nlohmann::json& event);
 // An "error" event; `op` and `id`, when known, name the request it answers.
 void emit_error(const std::string& message, const std::string& op = "", const std::string& id = "");
 // Reaps the supervisors in `children` that ended, saying "gone" for each (exit status, or 128
-// + the signal that killed it); returns those it reaped.
-std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children);
+// + the signal that killed it), each after `before_gone` runs (what a supervisor said before it
+// ended goes first); returns those it reaped.
+std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children,
+                                 const std::function<void()>& before_gone = {});
 
 }  // namespace tune::agent_app

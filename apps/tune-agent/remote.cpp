@@ -226,8 +226,9 @@ void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
 }
 
 void RemoteLauncher::reap() {
-  relay_.drain();  // (an exit event before its supervisor's "gone")
-  for (const auto& c : reap_children(children_)) watches_.unwatch(c.id, c.attempt);
+  // (a supervisor's exit event before its "gone": the pipe is read after it was reaped)
+  for (const auto& c : reap_children(children_, [this] { relay_.drain(); }))
+    watches_.unwatch(c.id, c.attempt);
 }
 
 }  // namespace tune::agent_app

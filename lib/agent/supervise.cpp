@@ -614,7 +614,13 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   // Nothing of this attempt writes into the trial dir any more: the next attempt, which the
   // driver may start as soon as the exit below reaches it, can take the dir.
   if (lock_fd >= 0) ::close(lock_fd);
-  if (error.size() > 1024) error.resize(1024);  // an event stays one atomic pipe write
+  // An event stays one atomic pipe write (PIPE_BUF, 4 KiB) once escaped (at most 6 bytes a
+  // byte), and valid UTF-8: not cut inside a character.
+  if (error.size() > 512) {
+    size_t cut = 512;
+    while (cut > 0 && (static_cast<unsigned char>(error[cut]) & 0xC0) == 0x80) --cut;
+    error.resize(cut);
+  }
   std::string record =
       "{\"attempt\":" + a.attempt + ",\"nonce\":\"" + a.nonce + "\",\"supervisor\":" + me +
       ",\"pid\":" + (child > 0 ? std::to_string(child) : "null") +

@@ -157,6 +157,10 @@ bool SshHost::missing() const {
   return sftp && sftp_get_error(sftp) == SSH_FX_NO_SUCH_FILE;
 }
 
+bool SshHost::denied() const {
+  return sftp && sftp_get_error(sftp) == SSH_FX_PERMISSION_DENIED;
+}
+
 bool SshHost::agent_pending() {
   return agent && (agent_buf.find('\n') != std::string::npos || ssh_channel_poll(agent, 0) > 0);
 }

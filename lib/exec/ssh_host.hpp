@@ -62,6 +62,8 @@ struct SshHost {
   [[nodiscard]] Result<int> shell_run(const std::string& cmd, std::string* out = nullptr);
   // Whether the last SFTP call failed because the file is not there.
   [[nodiscard]] bool missing() const;
+  // After a failed SFTP operation: was it refused (permission denied)?
+  [[nodiscard]] bool denied() const;
   // Whether the agent's channel holds input already read off the socket.
   [[nodiscard]] bool agent_pending();
   // The connection's socket (-1: not connected), for waiting on its input.

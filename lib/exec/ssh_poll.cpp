@@ -49,15 +49,19 @@ void SshExecutor::Impl::take_exit(Run& r, const std::optional<std::string>& reco
 namespace {
 
 // A shell command that prints, for each attempt asked about, "G PID" if its supervisor is
-// gone: no such process, or a zombie (by its state in /proc/PID/stat; not by its command
-// line, which is the shell's until the supervisor is exec'd); else, while the trial's pid is
-// not known, "C PID CHILD" (to end it if need be).
+// gone: no such process, a zombie (by its state in /proc/PID/stat; not by its command line),
+// or, when its start time is known, a process started at another time (the pid reused); else,
+// while the trial's pid is not known, "C PID CHILD" (to end it if need be).
 std::string liveness_command(const std::vector<Run*>& asked) {
   std::string cmd;
   for (const Run* r : asked) {
     std::string p = std::to_string(r->sup_pid);
-    cmd += "s=$(sed 's/.*) //' /proc/" + p + "/stat 2>/dev/null | cut -c1); " +
-           "if [ -z \"$s\" ] || [ \"$s\" = Z ] || [ \"$s\" = X ]; then echo G " + p + "; else " +
+    // (after "pid (comm) ": the state is the 1st field, the start time the 20th)
+    cmd += "set -- $(sed 's/.*) //' /proc/" + p + "/stat 2>/dev/null) x; " +
+           "if [ \"$1\" = x ] || [ \"$1\" = Z ] || [ \"$1\" = X ]" +
+           (r->sup_started ? " || [ \"${20}\" != " + std::to_string(r->sup_started) + " ]"
+                           : std::string()) +
+           "; then echo G " + p + "; else " +
            (r->child_pid
                 ? std::string(":")
                 : "echo C " + p + " $(cat /proc/" + p + "/task/" + p + "/children 2>/dev/null)") +
@@ -69,7 +73,7 @@ std::string liveness_command(const std::vector<Run*>& asked) {
 }  // namespace
 
 // Whether the host says the attempt's supervisor is gone (one command); false if it runs, or
-// the host could not be asked (the next liveness check asks again).
+// the host could not be asked (the caller has the liveness checks ask again).
 bool SshExecutor::Impl::supervisor_gone(Worker& w, Run& r) {
   std::vector<Run*> asked{&r};
   std::string out;
@@ -157,6 +161,7 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       // not make the attempt's genuine record look forged.)
       if (e.supervisor != r.sup_pid || e.pid <= 0 || r.child_pid) return;
       r.child_pid = e.pid;
+      if (e.supervisor_started) r.sup_started = e.supervisor_started;
       note_pid(r.id, e.pid);
       return;
     case Kind::kExit:  // its exit record, as its supervisor wrote it (no file read for it)
@@ -170,7 +175,12 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       read_exit(w, r);  // (no exit event came: sent to an earlier agent, or lost)
       // Ended without a record: confirmed on the host before the attempt ends (a gone line
       // is not proof: anyone who can write into the agent's pipes can write one).
-      if (!r.exit && supervisor_gone(w, r)) end_orphaned(w, r);
+      if (!r.exit) {
+        if (supervisor_gone(w, r))
+          end_orphaned(w, r);
+        else
+          r.confirm_gone = true;
+      }
       return;
     default:
       return;
@@ -239,7 +249,8 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
   bool heard = w.agent_heard_gen == w.h.agent_gen && now - w.agent_heard < kAgentSilence;
   std::vector<Run*> asked;
   for (auto& [id, r] : w.runs) {
-    bool told = r.launched_by == w.h.agent_gen || r.watched_by == w.h.agent_gen;
+    bool told =
+        (r.launched_by == w.h.agent_gen || r.watched_by == w.h.agent_gen) && !r.confirm_gone;
     if (!r.exit && !r.exited && r.sup_pid > 0 && !(heard && told)) asked.push_back(&r);
   }
   if (asked.empty()) return;
@@ -274,6 +285,7 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::st
   auto size = w.h.size_of(r.dir + "/stdout.log");
   if (!size) {  // no stdout.log yet (its agent says when there is one), or it cannot be read
     bool missing = w.h.missing();
+    r.unread_denied = w.h.denied();
     check(w);
     return missing || !w.up ? Look::kNothing : Look::kUnread;
   }
@@ -282,6 +294,7 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::st
   auto data = w.h.read(r.dir + "/stdout.log", r.offset,
                        static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
   if (!data) {
+    r.unread_denied = w.h.denied();
     check(w);
     r.look = w.up;  // (not read: the next poll tries again)
     return w.up ? Look::kUnread : Look::kNothing;
@@ -347,9 +360,14 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
                   (got == Look::kUnread &&
                    (r.failed_looks < kFailedLooks || t - r.unread_since < kWatchedLook));
       if (r.exit && w.up && !read_some) {
-        if (got == Look::kUnread)
-          output_lost(r, "cannot read the rest of its output on " + w.name + " (from byte " +
-                             std::to_string(r.offset) + ")");
+        // (unreadable by the trial's doing: it failed; by the host's, e.g. its SFTP server gone
+        // while the session lives: said, but not held against the trial)
+        std::string unread = "cannot read the rest of its output on " + w.name + " (from byte " +
+                             std::to_string(r.offset) + ")";
+        if (got == Look::kUnread && r.unread_denied)
+          output_lost(r, unread + ": permission denied");
+        else if (got == Look::kUnread)
+          spdlog::warn("trial {}: {}; it ends without it", r.head_dir.filename().string(), unread);
         else if (r.exit->stdout_size && *r.exit->stdout_size > r.offset)
           output_lost(r, "its stdout.log on " + w.name + " was removed or replaced while it ran: " +
                              std::to_string(*r.exit->stdout_size - r.offset) +

@@ -34,6 +34,11 @@ struct Run {
   uint64_t offset = 0;
   ArrivalReader times{0};  // stdout.times on the host
   int sup_pid = -1;
+  uint64_t sup_started = 0;  // its start time there (from its start event; 0: not known)
+  // Its agent said its supervisor ended, without a record, and the host could not confirm it
+  // (no answer, or the pid runs): the liveness checks ask about it until they settle it.
+  bool confirm_gone = false;
+  bool unread_denied = false;  // the last failed read of its output: permission denied
   // The host's agent (by SshHost::agent_gen) that says when its stdout.log grows and when its
   // supervisor ends, so that it is looked at only then (and every kWatchedLook seconds); -1:
   // none, looked at on every poll. A watch is asked once of each new agent.
