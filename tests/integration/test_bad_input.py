@@ -152,6 +152,23 @@ class TrialMisbehaviourTest(TuneTest):
         self.assertEqual(trials[1]["attempt"], 1)
         self.assertIn("command not found: no-such-program-xyz", p.stdout)
 
+    def test_a_long_non_ascii_error_is_cut_whole_and_still_read(self):
+        # "command not found: " and a 1,200-byte name of two-byte characters: the supervisor
+        # cuts the error to fit its exit record, never inside a character. Before, a cut at
+        # byte 1,024 split one, the record was no JSON, and the trial was said to have lost
+        # its supervisor ("gone without recording the trial's exit").
+        name = "/nonexistent/a" + "\u00e9" * 600
+        self.write("exp.yaml", """
+            name: longerr
+            trial: {command: ["%s"]}
+            param_space: {x: 1}
+        """ % name)
+        self.tune("run", "exp.yaml", check=1)
+        t = self.trials("longerr")[0]
+        self.assertEqual(t["status"], "ERROR")
+        self.assertTrue(t["error"].startswith("command not found: /nonexistent/a\u00e9"), t["error"])
+        self.assertLessEqual(len(t["error"].encode()), 512)
+
     def test_a_trial_that_forges_its_exit_record_is_not_believed(self):
         # A trial can write anything in its own dir, e.g. junk named like an exit record (the
         # supervisor's record is elsewhere and checked: test_supervisor.py).
