@@ -88,10 +88,14 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
   if (!live.empty()) {
     std::string cmd;
     for (size_t k = 0; k < live.size(); ++k)
-      cmd += "h=$(" + dir_lock_holders(h.info.exp_dir + "/" + live[k].trial_name) +
-             "); case \" $(echo $h) \" in *\" " + std::to_string(live[k].supervisor) +
-             " \"*) echo " + std::to_string(k) + " ok;; \"  \") ;; *) echo " + std::to_string(k) +
-             " other;; esac; ";
+      // (a name that is not one dir of this experiment, "../other/trial", is never looked up:
+      // its supervisor then holds no dir of ours and is not stopped as a stray)
+      if (const auto& n = live[k].trial_name;
+          n.find('/') == std::string::npos && !n.empty() && n != "." && n != "..")
+        cmd += "h=$(" + dir_lock_holders(h.info.exp_dir + "/" + live[k].trial_name) +
+               "); case \" $(echo $h) \" in *\" " + std::to_string(live[k].supervisor) +
+               " \"*) echo " + std::to_string(k) + " ok;; \"  \") ;; *) echo " + std::to_string(k) +
+               " other;; esac; ";
     std::string held;
     if (!h.shell_run(cmd + "true", &held)) return std::nullopt;
     std::set<size_t> holds, others;

@@ -1423,6 +1423,50 @@ class SshTest(TuneTest):
                       "trial dir: not believed" % (line_a["supervisor"], b), log)
         self.assertEqual(self.remote_supervisors("forged"), [])
 
+    def test_a_forged_log_line_naming_another_experiments_dir_never_stops_its_supervisor(self):
+        # A line in one experiment's host log naming a trial "../victim/<its trial>" and the
+        # victim experiment's live supervisor: that supervisor does hold that dir, but it is no
+        # dir of this experiment, so a resume must not stop it as a stray. (Before, it did: the
+        # victim's trial was stopped.)
+        self.write("victim.yaml", textwrap.dedent(f"""
+            name: victim
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: 1, steps: 150, sleep: 0.1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.write("forger.yaml", textwrap.dedent(f"""
+            name: forger
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space: {{x: 1, steps: 30, sleep: 0.1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        victim = self.start_tune("run", "victim.yaml")
+        forger = self.start_tune("run", "forger.yaml")
+        self.wait_for(lambda: all(len(self.remote_supervisors(e)) == 1 and any(
+            t.get("iteration", 0) >= 2 for t in self.trials(e)) for e in ("victim", "forger")),
+            timeout=60, what="both experiments' trials running on the worker")
+        forger.kill()
+        forger.communicate()
+        (sup,) = self.remote_supervisors("victim")
+        trial = self.trials("victim")[0]["trial_name"]
+        with open(os.path.join(self.worker_dir(0, "victim", ".tune"),
+                               glob.glob(os.path.join(self.worker_dir(0, "victim", ".tune"),
+                                                      "attempts-*.log"))[0])) as f:
+            line = [json.loads(l) for l in f if '"supervising"' in l][-1]
+        (log,) = glob.glob(os.path.join(self.worker_dir(0, "forger", ".tune"), "attempts-*.log"))
+        with open(log, "a") as f:
+            f.write(json.dumps(dict(line, trial="../victim/" + trial), separators=(",", ":"))
+                    + "\n")
+        self.tune("run", "forger.yaml", "--resume=auto", check=0, timeout=300)
+        self.assertEqual(self.remote_supervisors("victim"), [sup])
+        out, err = victim.communicate(timeout=120)
+        self.assertEqual(victim.returncode, 0, err)
+        t = self.trials("victim")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
+        self.assertEqual(self.iterations("victim", t), list(range(1, 151)))
+
     ADOPTING_TRIAL = """
         import json, os, time
         d = os.environ["TUNE_TRIAL_DIR"]
