@@ -25,4 +25,32 @@ void base64_encode(std::string_view bytes, std::string& out) {
   out += '=';
 }
 
+std::optional<std::string> base64_decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    bool last = i + 4 == text.size();
+    int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=' && text[i + 3] == '=') : 0;
+    uint32_t v = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      int d = k >= 4 - static_cast<size_t>(pad) ? 0 : value(text[i + k]);
+      if (d < 0) return std::nullopt;
+      v = (v << 6) | static_cast<uint32_t>(d);
+    }
+    out += static_cast<char>(v >> 16);
+    if (pad < 2) out += static_cast<char>((v >> 8) & 0xff);
+    if (pad < 1) out += static_cast<char>(v & 0xff);
+  }
+  return out;
+}
+
 }  // namespace tune::util

@@ -228,7 +228,20 @@ TEST_CASE("base64 as RFC 4648 defines it", "[report][util]") {
     std::string out = "x";
     util::base64_encode(in, out);
     CHECK(out == "x" + want);
+    CHECK(util::base64_decode(want) == in);
   }
+}
+
+TEST_CASE("base64 decodes every byte back, and refuses what is not base64", "[util]") {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all += static_cast<char>(i);
+  for (size_t n = 0; n <= all.size(); n += 1 + n / 3) {
+    std::string enc;
+    util::base64_encode(all.substr(0, n), enc);
+    CHECK(util::base64_decode(enc) == all.substr(0, n));
+  }
+  for (const char* bad : {"Zg=", "Zg", "Z===", "Zm9v=g==", "Zm9\\", "Zm 9", "=Zm9", "Zg==Zg=="})
+    CHECK_FALSE(util::base64_decode(bad).has_value());
 }
 
 namespace {
