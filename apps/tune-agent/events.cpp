@@ -12,7 +12,14 @@ using nlohmann::json;
 
 void emit(const std::string& line) {
   std::string out = line + "\n";
-  while (::write(1, out.data(), out.size()) < 0 && errno == EINTR) {
+  // (one write for a short line; a remote agent's output event, up to ~180 KB, may take more,
+  // which is fine: only that agent writes to its channel, its supervisors' lines come through
+  // its relay)
+  for (size_t done = 0; done < out.size();) {
+    ssize_t n = ::write(1, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <poll.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,9 @@ class EventRelay {
   [[nodiscard]] int write_fd() const { return write_fd_; }
   // Its read end, appended to `fds`.
   void add_fd(std::vector<pollfd>& fds) const;
-  // Copies every whole line the pipe holds to stdout, each in one write.
-  void drain();
+  // Copies every whole line the pipe holds to stdout, each in one write; before an exit line,
+  // `before_exit` runs with its trial id and attempt (what the attempt printed goes first).
+  void drain(const std::function<void(const std::string&, int)>& before_exit = {});
 
  private:
   int read_fd_ = -1, write_fd_ = -1;

@@ -71,11 +71,15 @@ void RemoteLauncher::handle(const std::string& line) {
 void RemoteLauncher::watch(const json& req) {
   std::string id, dir;
   int attempt = 0, supervisor = 0;
+  Watches::Read read;
   try {
     id = req.at("id").get<std::string>();
     attempt = req.at("attempt").get<int>();
     dir = req.at("dir").get<std::string>();
     supervisor = req.at("supervisor").get<int>();
+    // (where the driver has read its files to: its output events carry the bytes after)
+    if (req.contains("offset")) read.output = req.at("offset").get<int64_t>();
+    if (req.contains("times_offset")) read.times = req.at("times_offset").get<int64_t>();
   } catch (const std::exception& e) {
     return emit_error(std::string("bad watch request: ") + e.what(), "watch", id);
   }
@@ -83,7 +87,8 @@ void RemoteLauncher::watch(const json& req) {
     return emit_error("bad watch request: no supervisor, or a trial dir that is not absolute",
                       "watch", id);
   bool gone = false;
-  std::string why = watches_.watch(id, attempt, dir, supervisor, gone);
+  if (read.output < 0 || read.times < 0) read = {};
+  std::string why = watches_.watch(id, attempt, dir, supervisor, gone, read);
   if (gone)
     emit(json{{"event", "gone"},
               {"id", id},
@@ -173,7 +178,9 @@ void RemoteLauncher::launch(const json& req) {
   if (::unlink(l.record.c_str()) != 0 && errno != ENOENT)
     return gone("cannot remove " + l.record + ": " + std::strerror(errno));
   struct stat st;
-  uint64_t offset = ::stat((dir + "/stdout.log").c_str(), &st) == 0 ? st.st_size : 0;
+  int64_t offset = ::stat((dir + "/stdout.log").c_str(), &st) == 0 ? st.st_size : 0;
+  // (its supervisor's notes start after those of the trial's earlier attempts)
+  int64_t times_offset = ::stat((dir + "/stdout.times").c_str(), &st) == 0 ? st.st_size : 0;
 
   std::vector<std::string> envs = merged_environment(l.env);
   std::vector<char*> argv, envp;
@@ -185,7 +192,7 @@ void RemoteLauncher::launch(const json& req) {
   l.a.envp = envp.data();
   // Its output is watched from before it starts: none goes unsaid.
   bool ignored = false;
-  bool watched = watches_.watch(l.id, l.attempt, dir, -1, ignored).empty();
+  bool watched = watches_.watch(l.id, l.attempt, dir, -1, ignored, {offset, times_offset}).empty();
   std::string error;
   pid_t pid =
       fork_supervisor(l.a, log_fd_, relay_.write_fd(), error, l.record, locked ? lock_fd_ : -1);
@@ -199,6 +206,7 @@ void RemoteLauncher::launch(const json& req) {
             {"attempt", l.attempt},
             {"supervisor", pid},
             {"offset", offset},
+            {"times_offset", times_offset},
             {"watched", watched}});
 }
 
@@ -217,8 +225,10 @@ int RemoteLauncher::timeout_ms() const {
 }
 
 void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
-  if (fds[first].revents) relay_.drain();
+  // (output first: a short trial's last bytes then come in its output event, before its
+  // exit, which has the driver look at the file for any it lacks)
   watches_.after_wait(fds, first + 1);
+  if (fds[first].revents) relay_.drain(flush_);
   if (int64_t now = monotonic_ms(); now >= next_alive_ms_) {
     emit(json{{"event", "alive"}});
     next_alive_ms_ = now + kAliveMs;
@@ -227,7 +237,7 @@ void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
 
 void RemoteLauncher::reap() {
   // (a supervisor's exit event before its "gone": the pipe is read after it was reaped)
-  for (const auto& c : reap_children(children_, [this] { relay_.drain(); }))
+  for (const auto& c : reap_children(children_, [this] { relay_.drain(flush_); }))
     watches_.unwatch(c.id, c.attempt);
 }
 

@@ -104,6 +104,10 @@ class RemoteLauncher {
   int64_t next_alive_ms_ = 0;  // when "alive" is said next (this host's monotonic clock)
   EventRelay relay_;
   Watches watches_;
+  // (before a supervisor's exit is passed on: what its attempt printed since its last event)
+  std::function<void(const std::string&, int)> flush_ = [this](const std::string& id, int attempt) {
+    watches_.flush(id, attempt);
+  };
 };
 
 }  // namespace tune::agent_app

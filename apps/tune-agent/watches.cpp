@@ -1,5 +1,6 @@
 #include "watches.hpp"
 
+#include <fcntl.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +13,7 @@
 #include <utility>
 
 #include "events.hpp"
+#include "util/base64.hpp"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434  // (the same on every architecture)
@@ -34,6 +36,36 @@ int64_t size_of(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
 }
 
+// A regular file of the trial dir, opened to read (never a FIFO's or a link's wait); -1 if not.
+struct ReadFile {
+  int fd = -1;
+  int64_t size = -1;
+  explicit ReadFile(const std::string& path) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat st;
+    if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) size = st.st_size;
+  }
+  ~ReadFile() {
+    if (fd >= 0) ::close(fd);
+  }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  // Bytes [from, end) as base64, if at most `most` and all of them could be read.
+  bool read(int64_t from, int64_t end, int64_t most, std::string& b64) const {
+    if (size < 0 || from < 0 || end < from || end - from > most) return false;
+    std::string bytes(static_cast<size_t>(end - from), '\0');
+    for (size_t got = 0; got < bytes.size();) {
+      ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got,
+                          static_cast<off_t>(from + static_cast<int64_t>(got)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    util::base64_encode(bytes, b64);
+    return true;
+  }
+};
+
 constexpr uint32_t kDirEvents =
     IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
 
@@ -46,7 +78,7 @@ Watches::~Watches() {
 }
 
 std::string Watches::watch(const std::string& id, int attempt, const std::string& dir,
-                           pid_t supervisor, bool& gone_already) {
+                           pid_t supervisor, bool& gone_already, Read read) {
   gone_already = false;
   if (auto old = watches_.find(id); old != watches_.end()) drop(old);
   if (inotify_fd_ < 0) inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -76,6 +108,7 @@ std::string Watches::watch(const std::string& id, int attempt, const std::string
   w.dir_wd = wd;
   w.pidfd = pidfd;
   w.supervisor = supervisor;
+  w.sent = read;
   auto it = watches_.insert_or_assign(id, std::move(w)).first;
   by_wd_[wd] = id;
   // (if stdout.log is not there yet, its creation is seen on the dir)
@@ -173,8 +206,42 @@ void Watches::output(Iter it, int64_t now) {
   // must show at the gap's end.
   unwatch_file(w);
   w.paused = true;
-  w.size_then = size_of(w.dir + "/stdout.log");
-  emit(json{{"event", "output"}, {"id", it->first}, {"attempt", w.attempt}});
+  json event{{"event", "output"}, {"id", it->first}, {"attempt", w.attempt}};
+  w.size_then = w.sent.output < 0 ? size_of(w.dir + "/stdout.log") : add_bytes(w, event);
+  emit(event);
+}
+
+void Watches::flush(const std::string& id, int attempt) {
+  auto it = watches_.find(id);
+  if (it == watches_.end() || it->second.attempt != attempt) return;
+  Watch& w = it->second;
+  if (w.sent.output < 0 || size_of(w.dir + "/stdout.log") == w.sent.output) return;
+  json event{{"event", "output"}, {"id", id}, {"attempt", attempt}};
+  int64_t size = add_bytes(w, event);
+  if (w.paused) w.size_then = size;  // (the gap's end says only what comes after)
+  emit(event);
+}
+
+int64_t Watches::add_bytes(Watch& w, json& event) {
+  ReadFile out(w.dir + "/stdout.log");
+  if (out.size < 0) return -1;
+  event["size"] = out.size;
+  // (stdout.log read first: the notes read after it cover all of its bytes read)
+  std::string data, notes;
+  ReadFile times(w.dir + "/stdout.times");
+  bool carried = out.read(w.sent.output, out.size, kInline, data) &&
+                 times.read(w.sent.times, times.size, kInline, notes);
+  if (carried) {
+    event["from"] = w.sent.output;
+    event["data"] = std::move(data);
+    event["times_from"] = w.sent.times;
+    event["times"] = std::move(notes);
+  }
+  // (not carried: the driver reads up to here itself; a stdout.times that cannot be read, or
+  // stdout.log shrunk, leave the events without bytes until the sizes make sense again)
+  w.sent.output = out.size;
+  w.sent.times = times.size < 0 ? w.sent.times : times.size;
+  return out.size;
 }
 
 // Paused watches whose gap is over: watched again, and one more "output" if the file grew.

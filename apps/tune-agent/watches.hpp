@@ -11,12 +11,22 @@
 // trial dir removed or replaced, stdout.log a link to something watched already, no inotify
 // watches left) is said "unwatched": the driver then polls that attempt. An attempt's last writes
 // before its supervisor ends may get no "output": "gone" means "look" too.
+//
+// An "output" carries the new bytes when they are few (at most kInline, and the new notes of
+// stdout.times with them), so that the driver reads nothing over SFTP for a trial's results:
+//   {"event":"output","id":..,"attempt":..,"size":S,"from":F,"data":B64,"times_from":T,"times":B64}
+// `data` is stdout.log's bytes [F, F + n), `times` stdout.times's [T, T + m), both read at the
+// event (the notes after the bytes: a note is written before the bytes it covers), S the size
+// of stdout.log then. Each event goes on from where the last one ended; when more than kInline
+// came, it carries no bytes, and the next one goes on from S (the driver reads the rest). The
+// driver takes from an event only what starts at the offsets it has read to.
 #pragma once
 
 #include <poll.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -24,9 +34,18 @@
 
 namespace tune::agent_app {
 
+// Where the driver has read an attempt's stdout.log and stdout.times to (its output events
+// carry the bytes after them); -1: it reads them itself (the events carry none).
+struct WatchRead {
+  int64_t output = -1;
+  int64_t times = -1;
+};
+
 class Watches {
  public:
-  static constexpr int64_t kOutputGap = 50;  // ms (the driver reads a printing trial as often)
+  static constexpr int64_t kOutputGap = 50;     // ms (the driver reads a printing trial as often)
+  static constexpr int64_t kInline = 64 << 10;  // bytes of output an event carries at most
+  using Read = WatchRead;
 
   Watches() = default;
   Watches(const Watches&) = delete;
@@ -38,9 +57,12 @@ class Watches {
   // superseded), also when this one cannot be made. "" or why it cannot; `gone_already` is set
   // when that supervisor is no longer there.
   std::string watch(const std::string& id, int attempt, const std::string& dir, pid_t supervisor,
-                    bool& gone_already);
+                    bool& gone_already, Read read = {});
   // Stops watching that attempt (its supervisor ended).
   void unwatch(const std::string& id, int attempt);
+  // Says "output" for that attempt now, paused or not, if its stdout.log grew since its last
+  // one carried bytes (its supervisor is about to say its exit: its last bytes go first).
+  void flush(const std::string& id, int attempt);
 
   // The descriptors to wait on, appended to `fds`, and how long a wait may last (ms, -1: no
   // limit) before a paused watch is due.
@@ -60,9 +82,12 @@ class Watches {
     int64_t last_ms = INT64_MIN / 2;  // when its last output event went
     bool paused = false;              // file_wd removed until last_ms + kOutputGap
     int64_t size_then = -1;           // stdout.log's size when it was paused
+    Read sent;                        // where its next event's bytes start
   };
   using Iter = std::unordered_map<std::string, Watch>::iterator;
   void output(Iter it, int64_t now_ms);
+  // Adds the new bytes to `event` if they are few; the size of stdout.log (-1: unreadable).
+  int64_t add_bytes(Watch& w, nlohmann::json& event);
   // Watches stdout.log if it is there ("" then, or if it is not there yet; else why not).
   std::string watch_file(Iter it);
   // A watch that stopped working: said "unwatched" and dropped after this wait's events.

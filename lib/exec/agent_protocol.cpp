@@ -3,9 +3,39 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "util/base64.hpp"
+
 namespace tune::exec {
 
 using nlohmann::json;
+
+namespace {
+
+// An output event's sizes and bytes; none (from -1) unless all of them are well formed.
+void output_bytes(const json& j, AgentEvent& e) {
+  auto num = [&](const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_number_integer() ? std::max<int64_t>(-1, it->get<int64_t>())
+                                                    : -1;
+  };
+  auto bytes = [&](const char* key) -> std::optional<std::string> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_string()) return std::nullopt;
+    return util::base64_decode(it->get_ref<const std::string&>());
+  };
+  e.size = num("size");
+  int64_t from = num("from"), times_from = num("times_from");
+  if (from < 0 || times_from < 0) return;
+  auto data = bytes("data");
+  auto times = bytes("times");
+  if (!data || !times) return;
+  e.from = from;
+  e.data = std::move(*data);
+  e.times_from = times_from;
+  e.times = std::move(*times);
+}
+
+}  // namespace
 
 std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   auto j = json::parse(line, nullptr, false);
@@ -50,6 +80,8 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   e.supervisor_started = ticks("supervisor_started");
   e.pid = pid > 0 ? static_cast<int>(pid) : -1;
   if (e.kind == Kind::kExit) e.line = line;
+  if (e.kind == Kind::kLaunched) e.times_offset = static_cast<uint64_t>(num("times_offset", 0));
+  if (e.kind == Kind::kOutput) output_bytes(j, e);
   e.attempt = static_cast<int>(attempt);
   e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;
   e.offset = static_cast<uint64_t>(offset);
@@ -71,9 +103,14 @@ std::string agent_launch_request(const RemoteLaunch& l) {
 }
 
 std::string agent_watch_request(const std::string& id, int attempt, const std::string& dir,
-                                int supervisor) {
-  return json{
-      {"op", "watch"}, {"id", id}, {"attempt", attempt}, {"dir", dir}, {"supervisor", supervisor}}
+                                int supervisor, uint64_t offset, uint64_t times_offset) {
+  return json{{"op", "watch"},
+              {"id", id},
+              {"attempt", attempt},
+              {"dir", dir},
+              {"supervisor", supervisor},
+              {"offset", offset},
+              {"times_offset", times_offset}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

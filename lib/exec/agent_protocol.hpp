@@ -43,6 +43,15 @@ struct AgentEvent {
   uint64_t started = 0;             // start: and its start time (clock ticks since boot)
   uint64_t supervisor_started = 0;  // start: the supervisor's start time (the same)
   std::string line;                 // exit: the whole line, an exit record (exit_record.hpp)
+  uint64_t times_offset = 0;        // launched: where its notes start in stdout.times
+  // output: stdout.log's size when the agent looked, and, when the new bytes were few, they
+  // (`data`, from offset `from`; -1: not carried) and the new notes of stdout.times (`times`,
+  // from offset `times_from`)
+  int64_t size = -1;
+  int64_t from = -1;
+  std::string data;
+  int64_t times_from = -1;
+  std::string times;
 };
 
 // One event line; nullopt for a line that is not one.
@@ -64,8 +73,11 @@ struct RemoteLaunch {
 [[nodiscard]] std::string agent_launch_request(const RemoteLaunch& l);
 
 // The request that has the agent watch attempt `attempt` of trial `id`, started by another
-// agent: its output (in `dir`) and the end of its supervisor `supervisor`.
+// agent: its output (in `dir`) and the end of its supervisor `supervisor`. Its output events
+// carry the bytes after `offset` in stdout.log and `times_offset` in stdout.times, where the
+// driver has read them to.
 [[nodiscard]] std::string agent_watch_request(const std::string& id, int attempt,
-                                              const std::string& dir, int supervisor);
+                                              const std::string& dir, int supervisor,
+                                              uint64_t offset, uint64_t times_offset);
 
 }  // namespace tune::exec

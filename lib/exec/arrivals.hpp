@@ -33,7 +33,8 @@ struct Arrival {
 // can write it): a line that is not a well-formed note is skipped, and memory stays bounded.
 class ArrivalReader {
  public:
-  explicit ArrivalReader(int attempt) : attempt_(attempt) {}
+  // (from `offset`, where the attempt's notes start: the file's size before it started)
+  explicit ArrivalReader(int attempt, uint64_t offset = 0) : attempt_(attempt), offset_(offset) {}
 
   // Feeds the next bytes of the file; appends the notes they complete to `out`, and sets
   // `started` when they hold the attempt's start line.

@@ -140,8 +140,8 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   if (it == w.runs.end() || it->second.attempt != e.attempt) return;
   Run& r = it->second;
   switch (e.kind) {
-    case Kind::kOutput:
-      r.look = true;
+    case Kind::kOutput:  // (the bytes it carries, or a look over SFTP)
+      if (!take_carried(w, r, e)) r.look = true;
       return;
     case Kind::kWatching:
       // Watched from now on; what came before the watch is read in this poll. (Only an answer
@@ -194,7 +194,9 @@ void SshExecutor::Impl::ask_watches(Worker& w) {
     if (r.watched_by == w.h.agent_gen || r.watch_asked == w.h.agent_gen ||
         r.launched_by == w.h.agent_gen || r.sup_pid <= 0 || r.exit || r.exited)
       continue;
-    if (!w.h.agent_send(agent_watch_request(id, r.attempt, r.dir, r.sup_pid))) return check(w);
+    if (!w.h.agent_send(
+            agent_watch_request(id, r.attempt, r.dir, r.sup_pid, r.offset, r.times.offset())))
+      return check(w);
     r.watch_asked = w.h.agent_gen;
   }
 }
@@ -225,7 +227,12 @@ void SshExecutor::Impl::read_agent(Worker& w) {
   }
   for (const auto& line : *lines)
     if (auto e = parse_agent_event(line)) w.agent_events.push_back(std::move(*e));
-  for (const auto& e : std::exchange(w.agent_events, {})) on_agent_event(w, e);
+  // (trials' pids first: output handed on in this batch carries its trial's pid)
+  auto events = std::exchange(w.agent_events, {});
+  for (const auto& e : events)
+    if (e.kind == AgentEvent::Kind::kStart) on_agent_event(w, e);
+  for (const auto& e : events)
+    if (e.kind != AgentEvent::Kind::kStart) on_agent_event(w, e);
   ask_watches(w);
 }
 
@@ -279,51 +286,6 @@ void SshExecutor::Impl::check_supervisors(Worker& w, double now) {
   }
 }
 
-// One look at an attempt's stdout.log: its new bytes, and when they arrived, handed on.
-SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r, const std::string& id) {
-  ++w.stats.looks;
-  auto size = w.h.size_of(r.dir + "/stdout.log");
-  if (!size) {  // no stdout.log yet (its agent says when there is one), or it cannot be read
-    bool missing = w.h.missing();
-    r.unread_denied = w.h.denied();
-    check(w);
-    return missing || !w.up ? Look::kNothing : Look::kUnread;
-  }
-  w.last_ok = mono();
-  if (*size <= r.offset) return Look::kNothing;
-  auto data = w.h.read(r.dir + "/stdout.log", r.offset,
-                       static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
-  if (!data) {
-    r.unread_denied = w.h.denied();
-    check(w);
-    r.look = w.up;  // (not read: the next poll tries again)
-    return w.up ? Look::kUnread : Look::kNothing;
-  }
-  if (data->empty()) return Look::kNothing;
-  // The trial's pid first, so that its first results carry it too (once per attempt; a trial
-  // that ended already has it from its exit record): from its start event, which may have
-  // come while this poll ran, or else asked of the host.
-  if (!r.child_pid && r.launched_by == w.h.agent_gen) pid_from_events(w, r);
-  ask_child_pid(w, r);
-  OutputEvent ev(id, std::move(*data));
-  ev.from = r.offset;
-  r.offset += ev.data.size();
-  // the rest in the next poll; after an answer to a stdin line, a look then too (its agent
-  // holds back what comes within 50 ms of the answer's first bytes)
-  r.look = r.offset < *size || r.awaiting_answer;
-  r.awaiting_answer = false;
-  // When it arrived, on the host's clocks (its notes are written before the output; none, or
-  // an unreadable file: the controller times it as it reads it).
-  if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
-    r.times.feed(*notes, ev.arrivals, ev.started);
-  emit(std::move(ev));
-  if (r.started_at >= 0) {
-    w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
-    r.started_at = -1;
-  }
-  return Look::kRead;
-}
-
 // One look at each attempt on the host that is due one: its exit record, new output and when it
 // arrived, its syncs. An attempt's exit is handed on after all its output and its end-of-trial
 // sync.
@@ -346,7 +308,7 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
       // its agent says its supervisor ended; one this agent started comes in its exit event,
       // or, if that was lost, is read when the agent says its supervisor ended)
       if (!r.exit && (!watched || routine) && r.launched_by != w.h.agent_gen) read_exit(w, r);
-      Look got = look(w, r, id);
+      Look got = look(w, r);
       any_output = any_output || got == Look::kRead;
       // exit only once all output is read; output that cannot be read (its host refuses) holds
       // it back kFailedLooks looks and kWatchedLook seconds, not for ever

@@ -41,6 +41,8 @@ void SshStats::add(const SshStats& o) {
   looks += o.looks;
   records_read += o.records_read;
   pid_asks += o.pid_asks;
+  carried += o.carried;
+  carried_bytes += o.carried_bytes;
 }
 
 std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,

@@ -102,6 +102,8 @@ struct SshStats {
   // an event instead), and trial pids asked with a shell command (each a round trip; such an
   // attempt's start event gives it)
   uint64_t records_read = 0, pid_asks = 0;
+  // output handed on from the bytes the agent's events carried (no SFTP read for them)
+  uint64_t carried = 0, carried_bytes = 0;
   void add(const SshStats& o);
 };
 

@@ -61,10 +61,11 @@ std::string launch_request(const SshOptions& opts, const SshHost& h, const Launc
 struct Started {
   int supervisor = -1;
   uint64_t offset = 0;
-  std::string error;         // set: not started
-  bool transient = false;    // and it may start if asked again (fork or exec failed there)
-  bool unreachable = false;  // and the host (or its agent) did not answer
-  bool watched = false;      // the agent says when its output grows
+  uint64_t times_offset = 0;  // where its notes start in stdout.times
+  std::string error;          // set: not started
+  bool transient = false;     // and it may start if asked again (fork or exec failed there)
+  bool unreachable = false;   // and the host (or its agent) did not answer
+  bool watched = false;       // the agent says when its output grows
 };
 
 Started launch_through_agent(Worker& w, const std::string& request, const std::string& id,
@@ -90,6 +91,7 @@ Started launch_through_agent(Worker& w, const std::string& request, const std::s
       if (mine && e->kind == AgentEvent::Kind::kLaunched) {
         s.supervisor = e->supervisor;
         s.offset = e->offset;
+        s.times_offset = e->times_offset;
         s.watched = e->watched;
       } else if (mine && e->kind == AgentEvent::Kind::kGone && e->supervisor < 0) {
         s.error = e->error;
@@ -331,9 +333,13 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     return;
   }
   r.offset = started.offset;
+  r.times = ArrivalReader(l.attempt, started.times_offset);
   r.sup_pid = started.supervisor;
   r.launched_by = w.h.agent_gen;
   r.watched_by = started.watched ? w.h.agent_gen : -1;
+  // (watched from before it started: its agent says when to look, the routine looks start now)
+  r.look = !started.watched;
+  r.last_look = mono();
   r.who.supervisor = r.sup_pid;
   // Where its output starts: the controller reads the attempt's lines from there.
   OutputEvent where(l.trial_id, "");

@@ -162,7 +162,14 @@ struct SshExecutor::Impl {
   bool poll(Worker& w, bool due);
   // One look at an attempt's output (kUnread: stdout.log has more, which could not be read).
   enum class Look { kNothing, kRead, kUnread };
-  Look look(Worker& w, Run& r, const std::string& id);
+  // ssh_output.cpp
+  Look look(Worker& w, Run& r);
+  // The bytes an output event of its agent carries, handed on if they start where the attempt
+  // was read to; true if that reads it to the size the event gives (no look is needed).
+  bool take_carried(Worker& w, Run& r, const AgentEvent& e);
+  // New output of the attempt, from r.offset, and when it arrived, handed on to the controller.
+  void hand_on(Worker& w, Run& r, std::string data, std::vector<Arrival> arrivals,
+               std::optional<HostTime> started);
   void poll_syncs(Worker& w, double t);
   void tick(Worker& w);
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.

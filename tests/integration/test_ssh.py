@@ -1090,6 +1090,17 @@ class SshTest(TuneTest):
         # (a look that reads the first output before the start event reached the driver asks:
         # a race the agent nearly always wins; 0 or 1 of 50 in the benchmark's runs)
         self.assertLessEqual(pids, 4, log[-3000:])
+        # Each trial's result came in its agent's output event, not from a read of its
+        # stdout.log over SFTP (a look): before, each trial was looked at at least once.
+        looks, carried = map(int, re.findall(
+            r"(\d+) looks at trials' output; (\d+) outputs carried", log)[-1])
+        print("%d looks at trials' output, %d outputs carried by events" % (looks, carried))
+        self.assertGreaterEqual(carried, 20, log[-3000:])
+        self.assertLessEqual(looks, 4, log[-3000:])
+        # and when it arrived, from its supervisor's notes
+        for t in trials:
+            row = self.results("events", t)[0]
+            self.assertGreater(row["time_this_iter_s"], 0, t["trial_name"])
 
     def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
         # Each trial reports three checkpoints as fast as it can and exits at once: its last

@@ -42,9 +42,10 @@ struct Agent {
   pid_t pid = -1;
   int to = -1, from = -1;
   std::string buf;
-  std::map<std::string, int> outputs;     // output events passed over, by "id#attempt"
-  std::vector<exec::AgentEvent> relayed;  // supervisors' start and exit events, passed over
-  int alive = 0;                          // heartbeats passed over
+  std::map<std::string, int> outputs;           // output events passed over, by "id#attempt"
+  std::vector<exec::AgentEvent> output_events;  // and the events
+  std::vector<exec::AgentEvent> relayed;        // supervisors' start and exit events, passed over
+  int alive = 0;                                // heartbeats passed over
   explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -81,6 +82,7 @@ struct Agent {
         auto e = exec::parse_agent_event(line);
         if (e && e->kind == Kind::kOutput && !outputs_too) {
           ++outputs[e->id + "#" + std::to_string(e->attempt)];
+          output_events.push_back(std::move(*e));
           continue;
         }
         if (e && e->kind == Kind::kAlive) {
@@ -370,6 +372,68 @@ TEST_CASE("tune-agent remote says when a trial's output grows, at most every 50 
   CHECK(said >= 2);
   CHECK(said <= took / 0.050 + 3);  // not one per write
   CHECK(said < 300);
+  // Few bytes each: every event carried them, each going on from the last; together they are
+  // the attempt's output and its notes, as the files hold them.
+  std::string data, times;
+  for (const auto& e : agent.output_events) {
+    REQUIRE(e.from == static_cast<int64_t>(launched->offset + data.size()));
+    REQUIRE(e.times_from == static_cast<int64_t>(launched->times_offset + times.size()));
+    data += e.data;
+    times += e.times;
+    CHECK(e.size == static_cast<int64_t>(launched->offset + data.size()));
+  }
+  std::string log = read(s.dir / "trial_h" / "stdout.log");
+  // (the last writes may come after the last event: "gone" means "look" too)
+  CHECK(log.substr(0, data.size()) == data);
+  CHECK(data.size() > 1000);
+  CHECK(read(s.dir / "trial_h" / "stdout.times").substr(0, times.size()) == times);
+  CHECK(times.find("start 1 ") == 0);
+}
+
+// What the driver does with output events (ssh_output.cpp), on their own: bytes taken from an
+// event that starts where it has read to, else read from the file up to the event's size.
+TEST_CASE("tune-agent remote: an output burst too big to carry is left to the driver to read",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  fs::create_directories(s.dir / "trial_g");
+  std::ofstream(s.dir / "trial_g" / "stdout.log") << "earlier attempt\n";
+  // 1 MB at once, then small lines.
+  agent.send(exec::agent_launch_request(
+      launch(s, "g", "trial_g",
+             {"/bin/sh", "-c",
+              "head -c 1000000 /dev/zero | tr '\\0' x; echo; for i in 1 2 3; do sleep 0.1; echo "
+              "\"{\\\"i\\\": $i}\"; done"})));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  auto gone = agent.next();
+  REQUIRE(gone);
+  REQUIRE(gone->kind == Kind::kGone);
+  std::string log = read(s.dir / "trial_g" / "stdout.log");
+  uint64_t offset = launched->offset;
+  int carried = 0, left = 0;
+  std::string got;
+  for (const auto& e : agent.output_events) {
+    REQUIRE(e.size >= 0);
+    if (e.from >= 0 && static_cast<uint64_t>(e.from) <= offset &&
+        offset <= e.from + e.data.size()) {
+      CHECK(static_cast<int64_t>(e.data.size()) <= 64 << 10);
+      got += e.data.substr(offset - e.from);
+      offset = e.from + e.data.size();
+      ++carried;
+    } else {
+      CHECK(e.from == -1);  // (never a gap: an event goes on from where the last one ended)
+      got += log.substr(offset, e.size - offset);
+      offset = e.size;
+      ++left;
+    }
+  }
+  got += log.substr(offset);  // (after the last event: read when "gone" comes)
+  CHECK(got == log.substr(launched->offset));
+  CHECK(left >= 1);
+  CHECK(carried >= 3);  // (the small lines after the burst)
 }
 
 TEST_CASE("tune-agent remote watches a supervisor it did not start: its output and its end",
@@ -379,7 +443,7 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_w");
   pid_t other = stand_in_supervisor();
-  agent.send(exec::agent_watch_request("w", 3, (s.dir / "trial_w").string(), other));
+  agent.send(exec::agent_watch_request("w", 3, (s.dir / "trial_w").string(), other, 0, 0));
   auto watching = agent.next();
   REQUIRE(watching);
   CHECK(watching->kind == Kind::kWatching);
@@ -391,16 +455,29 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   CHECK_FALSE(agent.next(true, 300));
   // Output, then more of it within the gap after the first "output": that one at once, one
   // more at the gap's end for the rest.
+  // Each carries its bytes, from where the watch said the driver had read to, and the notes
+  // of stdout.times with them (written before the bytes, as a supervisor does).
+  std::ofstream(s.dir / "trial_w" / "stdout.times") << "start 3 1 1\n9 2 2\n";
   std::ofstream(s.dir / "trial_w" / "stdout.log", std::ios::app) << "{\"x\": 1}\n";
   auto output = agent.next(true);
   REQUIRE(output);
   CHECK(output->kind == Kind::kOutput);
   CHECK(output->id == "w");
   CHECK(output->attempt == 3);
+  CHECK(output->size == 9);
+  CHECK(output->from == 0);
+  CHECK(output->data == "{\"x\": 1}\n");
+  CHECK(output->times_from == 0);
+  CHECK(output->times == "start 3 1 1\n9 2 2\n");
+  std::ofstream(s.dir / "trial_w" / "stdout.times", std::ios::app) << "18 3 3\n";
   std::ofstream(s.dir / "trial_w" / "stdout.log", std::ios::app) << "{\"x\": 2}\n";
   output = agent.next(true);
   REQUIRE(output);
   CHECK(output->kind == Kind::kOutput);
+  CHECK(output->from == 9);
+  CHECK(output->data == "{\"x\": 2}\n");
+  CHECK(output->times_from == 18);
+  CHECK(output->times == "18 3 3\n");
   CHECK_FALSE(agent.next(true, 300));  // and nothing more
   ::kill(other, SIGKILL);
   auto gone = agent.next(true);
@@ -411,12 +488,12 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   CHECK(gone->status == -1);  // (not the agent's child: its status is not the agent's to know)
   ::waitpid(other, nullptr, 0);
   // One that is gone already is said gone at once; a watch that is not one is refused.
-  agent.send(exec::agent_watch_request("x", 1, (s.dir / "trial_w").string(), other));
+  agent.send(exec::agent_watch_request("x", 1, (s.dir / "trial_w").string(), other, 0, 0));
   gone = agent.next();
   REQUIRE(gone);
   CHECK(gone->kind == Kind::kGone);
   CHECK(gone->id == "x");
-  agent.send(exec::agent_watch_request("y", 1, "relative", 1));
+  agent.send(exec::agent_watch_request("y", 1, "relative", 1, 0, 0));
   auto error = agent.next();
   REQUIRE(error);
   CHECK(error->kind == Kind::kError);
@@ -440,7 +517,7 @@ TEST_CASE("tune-agent remote: a watched trial dir that goes away is said unwatch
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_v");
   pid_t other = stand_in_supervisor();
-  agent.send(exec::agent_watch_request("v", 1, (s.dir / "trial_v").string(), other));
+  agent.send(exec::agent_watch_request("v", 1, (s.dir / "trial_v").string(), other, 0, 0));
   auto watching = agent.next();
   REQUIRE(watching);
   CHECK(watching->kind == Kind::kWatching);
@@ -468,6 +545,25 @@ TEST_CASE("agent event lines that are not the agent's are refused", "[remote_age
   CHECK(e->id.empty());
   CHECK(e->attempt == 0);
   CHECK(e->supervisor == -1);
+  // An output event's bytes are taken only whole and well formed: else it is a bare "output"
+  // (the driver reads the file itself).
+  auto out = [](const std::string& fields) {
+    return exec::parse_agent_event(R"({"event":"output","id":"a","attempt":1,)" + fields + "}");
+  };
+  e = out(R"("size":3,"from":0,"data":"YWJj","times_from":4,"times":"")");
+  REQUIRE(e);
+  CHECK((e->from == 0 && e->data == "abc" && e->times_from == 4 && e->times.empty()));
+  for (const char* bad : {R"("size":3,"from":0,"data":"YWJ","times_from":0,"times":"")",
+                          R"("size":3,"from":-2,"data":"YWJj","times_from":0,"times":"")",
+                          R"("size":3,"from":0,"data":"YWJj","times":"")",
+                          R"("size":3,"from":0,"data":"YWJj","times_from":0,"times":7)",
+                          R"("size":3,"from":"0","data":"YWJj","times_from":0,"times":"")"}) {
+    e = out(bad);
+    REQUIRE(e);
+    CHECK(e->kind == Kind::kOutput);
+    CHECK(e->from == -1);
+    CHECK(e->data.empty());
+  }
 }
 
 TEST_CASE("tune-supervisor runs nothing without a nonce on stdin", "[remote_agent]") {

@@ -1,0 +1,91 @@
+// A host's attempts' output, on its I/O thread: the bytes its agent's output events carry, and
+// looks at stdout.log over SFTP for the rest, handed on with when they arrived.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "exec/ssh_worker.hpp"
+
+namespace tune::exec {
+
+using namespace ssh_impl;
+
+void SshExecutor::Impl::hand_on(Worker& w, Run& r, std::string data, std::vector<Arrival> arrivals,
+                                std::optional<HostTime> started) {
+  // The trial's pid first, so that its first results carry it too (once per attempt; a trial
+  // that ended already has it from its exit record): from its start event, which may have
+  // come while this poll ran, or else asked of the host.
+  if (!r.child_pid && r.launched_by == w.h.agent_gen) pid_from_events(w, r);
+  ask_child_pid(w, r);
+  OutputEvent ev(r.id, std::move(data));
+  ev.from = r.offset;
+  ev.arrivals = std::move(arrivals);
+  ev.started = started;
+  r.offset += ev.data.size();
+  // after an answer to a stdin line, a look then too (its agent holds back what comes within
+  // 50 ms of the answer's first bytes)
+  if (r.awaiting_answer) r.look = true;
+  r.awaiting_answer = false;
+  emit(std::move(ev));
+  if (r.started_at >= 0) {
+    w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
+    r.started_at = -1;
+  }
+}
+
+bool SshExecutor::Impl::take_carried(Worker& w, Run& r, const AgentEvent& e) {
+  if (r.exited || e.from < 0 || e.size < 0) return false;
+  uint64_t from = static_cast<uint64_t>(e.from), times_from = static_cast<uint64_t>(e.times_from);
+  // Only bytes that go on from where this driver has read (an event that starts after it
+  // would leave a gap; one that ends before it is all read already) and the notes with them.
+  if (from > r.offset || from + e.data.size() < r.offset) return false;
+  if (times_from > r.times.offset() || times_from + e.times.size() < r.times.offset()) return false;
+  std::string fresh = e.data.substr(r.offset - from);
+  if (!fresh.empty()) {
+    std::vector<Arrival> arrivals;
+    std::optional<HostTime> started;
+    r.times.feed(std::string_view(e.times).substr(r.times.offset() - times_from), arrivals,
+                 started);
+    ++w.stats.carried;
+    w.stats.carried_bytes += fresh.size();
+    hand_on(w, r, std::move(fresh), std::move(arrivals), started);
+  }
+  return r.offset >= static_cast<uint64_t>(e.size);
+}
+
+// One look at an attempt's stdout.log: its new bytes, and when they arrived, handed on.
+SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r) {
+  // All its supervisor wrote is read (its exit record says how much): nothing to look at.
+  if (r.exit && r.exit->stdout_size && r.offset >= *r.exit->stdout_size) return Look::kNothing;
+  ++w.stats.looks;
+  auto size = w.h.size_of(r.dir + "/stdout.log");
+  if (!size) {  // no stdout.log yet (its agent says when there is one), or it cannot be read
+    bool missing = w.h.missing();
+    r.unread_denied = w.h.denied();
+    check(w);
+    return missing || !w.up ? Look::kNothing : Look::kUnread;
+  }
+  w.last_ok = mono();
+  if (*size <= r.offset) return Look::kNothing;
+  auto data = w.h.read(r.dir + "/stdout.log", r.offset,
+                       static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
+  if (!data) {
+    r.unread_denied = w.h.denied();
+    check(w);
+    r.look = w.up;  // (not read: the next poll tries again)
+    return w.up ? Look::kUnread : Look::kNothing;
+  }
+  if (data->empty()) return Look::kNothing;
+  // When it arrived, on the host's clocks (its notes are written before the output; none, or
+  // an unreadable file: the controller times it as it reads it).
+  std::vector<Arrival> arrivals;
+  std::optional<HostTime> started;
+  if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
+    r.times.feed(*notes, arrivals, started);
+  hand_on(w, r, std::move(*data), std::move(arrivals), started);
+  if (r.offset < *size) r.look = true;  // the rest in the next poll
+  return Look::kRead;
+}
+
+}  // namespace tune::exec
