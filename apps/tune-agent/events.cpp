@@ -1,6 +1,7 @@
 #include "events.hpp"
 
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -9,6 +10,12 @@
 namespace tune::agent_app {
 
 using nlohmann::json;
+
+int64_t monotonic_ms() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 void emit(const std::string& line) {
   std::string out = line + "\n";

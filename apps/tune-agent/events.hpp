@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -18,6 +19,9 @@ struct Child {
   std::string id;  // the driver's trial id
   int attempt = 0;
 };
+
+// This host's monotonic clock, in ms (the agent's heartbeat and watches time themselves by it).
+[[nodiscard]] int64_t monotonic_ms();
 
 void emit(const std::string& line);
 // `event` as one line (bytes that are not UTF-8, in a path or a message, are replaced).

@@ -11,8 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -209,14 +207,6 @@ void RemoteLauncher::launch(const json& req) {
             {"times_offset", times_offset},
             {"watched", watched}});
 }
-
-namespace {
-int64_t monotonic_ms() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
-}  // namespace
 
 int RemoteLauncher::timeout_ms() const {
   int64_t alive = std::max<int64_t>(0, next_alive_ms_ - monotonic_ms());

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -24,12 +23,6 @@ namespace tune::agent_app {
 using nlohmann::json;
 
 namespace {
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t size_of(const std::string& path) {
   struct stat st;
@@ -187,7 +180,7 @@ void Watches::add_fds(std::vector<pollfd>& fds) const {
 }
 
 int Watches::timeout_ms() const {
-  int64_t now = now_ms();
+  int64_t now = monotonic_ms();
   int64_t best = -1;
   for (const auto& [id, w] : watches_)
     if (w.paused) {
@@ -299,7 +292,7 @@ void Watches::read_inotify(int64_t now) {
 }
 
 void Watches::after_wait(const std::vector<pollfd>& fds, size_t first) {
-  int64_t now = now_ms();
+  int64_t now = monotonic_ms();
   std::vector<std::string> ended;
   for (size_t i = first; i < fds.size(); ++i) {
     if (!fds[i].revents) continue;

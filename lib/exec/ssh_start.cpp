@@ -20,6 +20,9 @@ namespace {
 struct Unstarted {
   bool host_lost = false;
   std::string why;
+  // Not the trial's fault, nor a lost host (its disk is full): retried as a supervisor that
+  // died is, per failure_config, instead of an error that is not retried.
+  bool host_fault = false;
 };
 
 // trial.sync_workdir: words of the command (and the cwd) that name a path inside the workdir
@@ -206,7 +209,8 @@ std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const L
     if (auto written = w.h.write(r.dir + "/params.json", *params, 0644); !written) {
       impl.check(w);
       if (!w.up) return unreachable();
-      return Unstarted{false, written.error().message};
+      bool full = !w.h.full_note(r.dir).empty();
+      return Unstarted{false, written.error().message, full};
     }
   }
   impl.check(w);
@@ -263,7 +267,9 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
     if (u.host_lost) check(w);
     ExitInfo info;
     info.attempt = l.attempt;
-    info.reason = u.host_lost ? ExitReason::kHostLost : ExitReason::kExecFailed;
+    info.reason = u.host_lost    ? ExitReason::kHostLost
+                  : u.host_fault ? ExitReason::kSupervisorDied
+                                 : ExitReason::kExecFailed;
     info.error = u.why;
     emit(ExitEvent{l.trial_id, std::move(info)});
   };

@@ -1315,7 +1315,9 @@ class SshTest(TuneTest):
     def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
         # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial
         # prints 12 MB. The driver must not wait forever for an exit record that cannot be
-        # written: it ends the attempt, says why, and finishes.
+        # written: it ends the attempt, says why, and finishes. The retries find the disk still
+        # full (their params.json cannot be placed): not the trial's fault, so they are retried
+        # per max_failures too (the first retry ended the trial, as a launch error, before).
         if self.hosts["mode"] != "netns":
             self.skipTest("needs netns mode (root) to give a worker its own small disk")
         self.write("big.py", """
@@ -1329,7 +1331,7 @@ class SshTest(TuneTest):
             trial:
               command: ["{PY}", "{os.path.join(self.dir, 'big.py')}"]
             param_space: {{x: {{grid_search: [1]}}}}
-            failure_config: {{max_failures: 1}}
+            failure_config: {{max_failures: 2}}
             hosts:
             """) + self.host_lines((0,)) + "\n")
         subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", "dfull", "4m"], check=True,
@@ -1344,6 +1346,8 @@ class SshTest(TuneTest):
         with open(os.path.join(self.exp_dir("dfull"), "tune.log")) as f:
             log = f.read()
         self.assertIn("No space left on device", log)
+        self.assertEqual(t["attempt"], 3, log[-3000:])
+        self.assertIn("params.json", log)
 
     def test_a_driver_killed_right_after_a_remote_launch_finds_the_attempt_on_resume(self):
         # kill -9 as soon as the remote supervisor runs (before any state write could name the
