@@ -1,5 +1,6 @@
 #include "events.hpp"
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,16 +18,50 @@ int64_t monotonic_ms() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-void emit(const std::string& line) {
-  std::string out = line + "\n";
-  // (one write for a short line; a remote agent's output event, up to ~180 KB, may take more,
-  // which is fine: only that agent writes to its channel, its supervisors' lines come through
-  // its relay)
-  for (size_t done = 0; done < out.size();) {
-    ssize_t n = ::write(1, out.data() + done, out.size() - done);
+namespace {
+bool g_queued = false;
+std::string g_out;  // queued for stdout
+size_t g_out_from = 0;
+// A driver that reads nothing for so long that this much is queued is stuck or gone: what
+// comes then is dropped (exits are in the record files too), not kept without bound.
+constexpr size_t kMaxQueued = 64u << 20;
+}  // namespace
+
+void queue_output() {
+  g_queued = true;
+  ::fcntl(1, F_SETFL, ::fcntl(1, F_GETFL) | O_NONBLOCK);
+}
+
+size_t flush_output() {
+  while (g_out_from < g_out.size()) {
+    ssize_t n = ::write(1, g_out.data() + g_out_from, g_out.size() - g_out_from);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
+    if (n <= 0) break;  // EAGAIN: the rest when stdout is writable again (or EPIPE: gone)
+    g_out_from += static_cast<size_t>(n);
+  }
+  if (g_out_from == g_out.size() || g_out_from > (1u << 20)) {
+    g_out.erase(0, g_out_from);
+    g_out_from = 0;
+  }
+  return g_out.size() - g_out_from;
+}
+
+size_t queued_output() {
+  return g_out.size() - g_out_from;
+}
+
+void emit(const std::string& line) {
+  if (g_queued) {
+    if (queued_output() + line.size() >= kMaxQueued) return;
+    g_out += line;
+    g_out += '\n';
+    flush_output();
+    return;
+  }
+  // One write (a line of the driver's machine's agent is short: whole, never interleaved with
+  // its supervisors' lines to the same stdout).
+  std::string out = line + "\n";
+  while (::write(1, out.data(), out.size()) < 0 && errno == EINTR) {
   }
 }
 

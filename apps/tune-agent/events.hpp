@@ -23,6 +23,16 @@ struct Child {
 // This host's monotonic clock, in ms (the agent's heartbeat and watches time themselves by it).
 [[nodiscard]] int64_t monotonic_ms();
 
+// Lines to stdout are queued from now on, and written without blocking as the driver reads
+// them (flush_output, when stdout is writable): the remote agent, whose output events carry
+// trials' bytes, must go on answering requests and relaying exits while the driver or the link
+// is slow. (Not on the driver's machine: its supervisors write to the same stdout.)
+void queue_output();
+// Writes what is queued that stdout takes now; bytes still queued.
+size_t flush_output();
+// Bytes queued for stdout (0 unless queue_output was called).
+[[nodiscard]] size_t queued_output();
+
 void emit(const std::string& line);
 // `event` as one line (bytes that are not UTF-8, in a path or a message, are replaced).
 void emit(const nlohmann::json& event);

@@ -179,7 +179,9 @@ int serve(Handler& handler, int sig_fd) {
   char chunk[65536];
   std::vector<pollfd> fds;
   for (;;) {
-    fds = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}};
+    // (stdout while lines are queued for it, tune::agent_app::queue_output; else ignored)
+    int out_fd = tune::agent_app::queued_output() > 0 ? 1 : -1;
+    fds = {{0, POLLIN, 0}, {sig_fd, POLLIN, 0}, {out_fd, POLLOUT, 0}};
     handler.add_fds(fds);
     if (::poll(fds.data(), fds.size(), handler.timeout_ms()) < 0) {
       if (errno == EINTR) continue;
@@ -191,7 +193,8 @@ int serve(Handler& handler, int sig_fd) {
       }
       handler.reap();
     }
-    handler.after_wait(fds, 2);
+    handler.after_wait(fds, 3);
+    if (tune::agent_app::queued_output() > 0) tune::agent_app::flush_output();
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t n = ::read(0, chunk, sizeof chunk);
       if (n < 0 && errno == EINTR) continue;
@@ -289,6 +292,7 @@ int main(int argc, char** argv) {
     int sig_fd = child_signals();
     ::fcntl(0, F_SETFD, FD_CLOEXEC);
     tune::agent_app::RemoteLauncher launcher(log_fd, lock_fd, lock_path);
+    tune::agent_app::queue_output();
     emit(nlohmann::json{{"event", "ready"}, {"agent", ::getpid()}});
     return serve(launcher, sig_fd);
   }

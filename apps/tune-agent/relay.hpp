@@ -25,7 +25,8 @@ class EventRelay {
   [[nodiscard]] int write_fd() const { return write_fd_; }
   // Its read end, appended to `fds`.
   void add_fd(std::vector<pollfd>& fds) const;
-  // Copies every whole line the pipe holds to stdout, each in one write; before an exit line,
+  // Copies every whole start or exit line the pipe holds to stdout (others are not a
+  // supervisor's: dropped); before an exit line,
   // `before_exit` runs with its trial id and attempt (what the attempt printed goes first).
   void drain(const std::function<void(const std::string&, int)>& before_exit = {});
 

@@ -114,6 +114,7 @@ bool RemoteLauncher::parse(const json& req, Request& l) {
     l.a.use_fifo = req.at("fifo").get<bool>();
     l.args = req.at("argv").get<std::vector<std::string>>();
     l.env = req.at("env").get<std::vector<std::string>>();
+    if (auto p = req.find("params"); p != req.end()) l.params = p->get<std::string>();
     if (l.args.empty()) throw std::runtime_error("empty argv");
     if (l.attempt < 1) throw std::runtime_error("attempt " + std::to_string(l.attempt));
     // (a nonce nobody could check would make its exit record one nobody believes)
@@ -126,6 +127,7 @@ bool RemoteLauncher::parse(const json& req, Request& l) {
   }
   l.a.id = l.id;
   l.a.attempt = std::to_string(l.attempt);
+  l.a.params_json = l.params ? &*l.params : nullptr;
   return true;
 }
 
@@ -215,10 +217,10 @@ int RemoteLauncher::timeout_ms() const {
 }
 
 void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
-  // (output first: a short trial's last bytes then come in its output event, before its
-  // exit, which has the driver look at the file for any it lacks)
-  watches_.after_wait(fds, first + 1);
+  // (starts before output: the first output handed on carries its trial's pid; an attempt's
+  // last output goes before its exit all the same, flush_)
   if (fds[first].revents) relay_.drain(flush_);
+  watches_.after_wait(fds, first + 1);
   if (int64_t now = monotonic_ms(); now >= next_alive_ms_) {
     emit(json{{"event", "alive"}});
     next_alive_ms_ = now + kAliveMs;

@@ -50,6 +50,7 @@
 //                                 the request's, as far as they could be)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -91,6 +92,7 @@ class RemoteLauncher {
     int attempt = 0;
     tune::agent::Attempt a;
     std::vector<std::string> args, env;
+    std::optional<std::string> params;  // what its supervisor writes to params.json
   };
   static bool parse(const nlohmann::json& req, Request& l);
   std::string lock_log(bool& locked);

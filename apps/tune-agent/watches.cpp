@@ -46,6 +46,7 @@ struct ReadFile {
   // Bytes [from, end) as base64, if at most `most` and all of them could be read.
   bool read(int64_t from, int64_t end, int64_t most, std::string& b64) const {
     if (size < 0 || from < 0 || end < from || end - from > most) return false;
+    if (end == from) return true;  // (nothing new: no read, also of a file not there)
     std::string bytes(static_cast<size_t>(end - from), '\0');
     for (size_t got = 0; got < bytes.size();) {
       ssize_t n = ::pread(fd, bytes.data() + got, bytes.size() - got,
@@ -222,7 +223,12 @@ int64_t Watches::add_bytes(Watch& w, json& event) {
   // (stdout.log read first: the notes read after it cover all of its bytes read)
   std::string data, notes;
   ReadFile times(w.dir + "/stdout.times");
-  bool carried = out.read(w.sent.output, out.size, kInline, data) &&
+  // (none yet: its supervisor writes the first note with the first line of output)
+  if (times.fd < 0 && errno == ENOENT) times.size = 0;
+  // Nothing carried while the driver has not read what went before (a slow link, or a driver
+  // busy elsewhere): it reads the bytes itself, and the agent's own lines go out meanwhile.
+  bool carried = queued_output() <= kMaxBacklog &&
+                 out.read(w.sent.output, out.size, kInline, data) &&
                  times.read(w.sent.times, times.size, kInline, notes);
   if (carried) {
     event["from"] = w.sent.output;

@@ -45,6 +45,8 @@ class Watches {
  public:
   static constexpr int64_t kOutputGap = 50;     // ms (the driver reads a printing trial as often)
   static constexpr int64_t kInline = 64 << 10;  // bytes of output an event carries at most
+  // bytes queued for the driver above which events carry none (events.hpp: queue_output)
+  static constexpr size_t kMaxBacklog = 256u << 10;
   using Read = WatchRead;
 
   Watches() = default;
@@ -60,8 +62,8 @@ class Watches {
                     bool& gone_already, Read read = {});
   // Stops watching that attempt (its supervisor ended).
   void unwatch(const std::string& id, int attempt);
-  // Says "output" for that attempt now, paused or not, if its stdout.log grew since its last
-  // one carried bytes (its supervisor is about to say its exit: its last bytes go first).
+  // Says "output" for that attempt now, paused or not, if its stdout.log's size is not the one
+  // its last event saw (its supervisor is about to say its exit: its last bytes go first).
   void flush(const std::string& id, int attempt);
 
   // The descriptors to wait on, appended to `fds`, and how long a wait may last (ms, -1: no

@@ -80,7 +80,11 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   e.supervisor_started = ticks("supervisor_started");
   e.pid = pid > 0 ? static_cast<int>(pid) : -1;
   if (e.kind == Kind::kExit) e.line = line;
-  if (e.kind == Kind::kLaunched) e.times_offset = static_cast<uint64_t>(num("times_offset", 0));
+  if (e.kind == Kind::kLaunched) {
+    int64_t times_offset = num("times_offset", 0);
+    if (times_offset < 0) return std::nullopt;
+    e.times_offset = static_cast<uint64_t>(times_offset);
+  }
   if (e.kind == Kind::kOutput) output_bytes(j, e);
   e.attempt = static_cast<int>(attempt);
   e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;
@@ -92,14 +96,15 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
 std::string agent_launch_request(const RemoteLaunch& l) {
   json envs = json::array();
   for (const auto& [k, v] : l.env) envs.push_back(k + "=" + v);
-  return json{{"op", "launch"},       {"id", l.id},
-              {"attempt", l.attempt}, {"dir", l.dir},
-              {"record", l.record},   {"nonce", l.nonce},
-              {"lease", l.lease},     {"orphan_timeout", l.orphan_timeout},
-              {"grace", l.grace},     {"cwd", l.cwd},
-              {"fifo", l.fifo},       {"argv", l.argv},
-              {"env", envs}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  json req{{"op", "launch"},       {"id", l.id},
+           {"attempt", l.attempt}, {"dir", l.dir},
+           {"record", l.record},   {"nonce", l.nonce},
+           {"lease", l.lease},     {"orphan_timeout", l.orphan_timeout},
+           {"grace", l.grace},     {"cwd", l.cwd},
+           {"fifo", l.fifo},       {"argv", l.argv},
+           {"env", envs}};
+  if (l.params) req["params"] = *l.params;
+  return req.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string agent_watch_request(const std::string& id, int attempt, const std::string& dir,

@@ -69,6 +69,9 @@ struct RemoteLaunch {
   bool fifo = false;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
+  // set: the supervisor writes it to dir/params.json if that is missing or other (the driver
+  // places none over SFTP: one round trip per start, not five)
+  std::optional<std::string> params;
 };
 [[nodiscard]] std::string agent_launch_request(const RemoteLaunch& l);
 

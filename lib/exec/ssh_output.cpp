@@ -12,7 +12,12 @@ namespace tune::exec {
 using namespace ssh_impl;
 
 void SshExecutor::Impl::hand_on(Worker& w, Run& r, std::string data, std::vector<Arrival> arrivals,
-                                std::optional<HostTime> started) {
+                                std::optional<HostTime> started, bool carried) {
+  // (notes an earlier event carried ahead of their bytes go first)
+  if (!r.arrivals_ahead.empty())
+    arrivals.insert(arrivals.begin(), r.arrivals_ahead.begin(), r.arrivals_ahead.end());
+  r.arrivals_ahead.clear();
+  if (!started) started = std::exchange(r.started_ahead, std::nullopt);
   // The trial's pid first, so that its first results carry it too (once per attempt; a trial
   // that ended already has it from its exit record): from its start event, which may have
   // come while this poll ran, or else asked of the host.
@@ -23,10 +28,11 @@ void SshExecutor::Impl::hand_on(Worker& w, Run& r, std::string data, std::vector
   ev.arrivals = std::move(arrivals);
   ev.started = started;
   r.offset += ev.data.size();
-  // after an answer to a stdin line, a look then too (its agent holds back what comes within
-  // 50 ms of the answer's first bytes)
-  if (r.awaiting_answer) r.look = true;
+  // after an answer to a stdin line read over SFTP, a look then too (its agent holds back what
+  // comes within 50 ms of the answer's first bytes; carried, the rest comes in its next event)
+  if (r.awaiting_answer && !carried) r.look = true;
   r.awaiting_answer = false;
+  w.output_handed_on = true;
   emit(std::move(ev));
   if (r.started_at >= 0) {
     w.stats.first_output_ms.push_back((mono() - r.started_at) * 1000);
@@ -42,14 +48,20 @@ bool SshExecutor::Impl::take_carried(Worker& w, Run& r, const AgentEvent& e) {
   if (from > r.offset || from + e.data.size() < r.offset) return false;
   if (times_from > r.times.offset() || times_from + e.times.size() < r.times.offset()) return false;
   std::string fresh = e.data.substr(r.offset - from);
-  if (!fresh.empty()) {
-    std::vector<Arrival> arrivals;
-    std::optional<HostTime> started;
-    r.times.feed(std::string_view(e.times).substr(r.times.offset() - times_from), arrivals,
-                 started);
+  // (after its supervisor's end, only what it wrote: not bytes another process appended)
+  if (r.exit && r.exit->stdout_size)
+    fresh.resize(std::min<uint64_t>(
+        fresh.size(), *r.exit->stdout_size - std::min(*r.exit->stdout_size, r.offset)));
+  std::vector<Arrival> arrivals;
+  std::optional<HostTime> started;
+  r.times.feed(std::string_view(e.times).substr(r.times.offset() - times_from), arrivals, started);
+  if (fresh.empty()) {  // (notes ahead of their bytes: handed on with them)
+    r.arrivals_ahead.insert(r.arrivals_ahead.end(), arrivals.begin(), arrivals.end());
+    if (started) r.started_ahead = started;
+  } else {
     ++w.stats.carried;
     w.stats.carried_bytes += fresh.size();
-    hand_on(w, r, std::move(fresh), std::move(arrivals), started);
+    hand_on(w, r, std::move(fresh), std::move(arrivals), started, true);
   }
   return r.offset >= static_cast<uint64_t>(e.size);
 }
@@ -67,6 +79,8 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r) {
     return missing || !w.up ? Look::kNothing : Look::kUnread;
   }
   w.last_ok = mono();
+  // (after its supervisor's end, only what it wrote: not bytes another process appended)
+  if (r.exit && r.exit->stdout_size) size = std::min(*size, *r.exit->stdout_size);
   if (*size <= r.offset) return Look::kNothing;
   auto data = w.h.read(r.dir + "/stdout.log", r.offset,
                        static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
@@ -83,7 +97,7 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r) {
   std::optional<HostTime> started;
   if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
     r.times.feed(*notes, arrivals, started);
-  hand_on(w, r, std::move(*data), std::move(arrivals), started);
+  hand_on(w, r, std::move(*data), std::move(arrivals), started, false);
   if (r.offset < *size) r.look = true;  // the rest in the next poll
   return Look::kRead;
 }

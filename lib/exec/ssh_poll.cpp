@@ -132,7 +132,8 @@ void end_orphaned(Worker& w, Run& r) {
 // The host's agent relayed a supervisor's start (the trial's pid) or exit record, or said a
 // supervisor ended: its exit record is read now (or, without one, the attempt ends as
 // supervisor_died) instead of at the next liveness check.
-// And its output events: that attempt is looked at in this poll; and the answers to watches.
+// And its output events: the bytes they carry are handed on, else that attempt is looked at in
+// this poll; and the answers to watches.
 void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   using Kind = AgentEvent::Kind;
   if (e.kind == Kind::kError) return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
@@ -140,7 +141,7 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   if (it == w.runs.end() || it->second.attempt != e.attempt) return;
   Run& r = it->second;
   switch (e.kind) {
-    case Kind::kOutput:  // (the bytes it carries, or a look over SFTP)
+    case Kind::kOutput:  // (the bytes it carries; else, or for the rest, a look over SFTP)
       if (!take_carried(w, r, e)) r.look = true;
       return;
     case Kind::kWatching:
@@ -343,7 +344,8 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
   // Syncs advance whether or not the trial printed (a trial that prints at every poll once
   // starved them: checkpoints reached the head ~9 s late with sync_period 1).
   if (w.up) poll_syncs(w, t);
-  return any_output;
+  // (output its agent's events carried counts as output read, for the poll schedule)
+  return std::exchange(w.output_handed_on, false) || any_output;
 }
 
 // The host's syncs: those under way advance; those wanted start, longest waiting first, while

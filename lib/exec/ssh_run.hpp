@@ -32,7 +32,11 @@ struct Run {
   AttemptIdentity who;  // what a genuine record must say
   bool warned_forged = false;
   uint64_t offset = 0;
-  ArrivalReader times{0};  // stdout.times on the host
+  ArrivalReader times{0};             // stdout.times on the host
+  std::optional<std::string> params;  // params.json, sent in its launch request (then dropped)
+  // notes an agent's event carried ahead of their bytes (handed on with them)
+  std::vector<Arrival> arrivals_ahead;
+  std::optional<HostTime> started_ahead;
   int sup_pid = -1;
   uint64_t sup_started = 0;  // its start time there (from its start event; 0: not known)
   // Its agent said its supervisor ended, without a record, and the host could not confirm it

@@ -17,6 +17,9 @@ namespace {
 
 // Why an attempt did not start: its host is gone (host_lost: re-queued elsewhere) or the host
 // refused it (exec_failed: a refused command, a full disk).
+// params.json up to this size goes in the launch request, a bigger one over SFTP first.
+constexpr size_t kParamsInRequest = 256u << 10;
+
 struct Unstarted {
   bool host_lost = false;
   std::string why;
@@ -55,6 +58,7 @@ std::string launch_request(const SshOptions& opts, const SshHost& h, const Launc
   rl.fifo = l.stdin_fifo;
   rl.argv = argv;
   rl.env = l.env;
+  rl.params = r.params;
   return agent_launch_request(rl);
 }
 
@@ -204,7 +208,10 @@ std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const L
   std::error_code ec;
   if (!params && fs::exists(l.trial_dir / "params.json", ec))
     return Unstarted{false, params.error().message};
-  if (params) {
+  // (a small one goes in the launch request: its supervisor writes it, after it took the dir)
+  if (params && params->size() <= kParamsInRequest) {
+    r.params = std::move(*params);
+  } else if (params) {
     (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
     if (auto written = w.h.write(r.dir + "/params.json", *params, 0644); !written) {
       impl.check(w);
@@ -301,6 +308,7 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
       return unstarted({false, "cannot start it on " + w.name + ": '" + util::printable(word, 80) +
                                    "' is not UTF-8 text"});
   std::string request = launch_request(opts, w.h, l, r, cwd, argv);
+  r.params.reset();
   w.live_cache.reset();
   double t0 = mono();
   Started started = launch_through_agent(w, request, l.trial_id, l.attempt);

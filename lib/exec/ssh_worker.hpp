@@ -70,6 +70,7 @@ struct Worker {
   std::string name;
   SshHost h;
   std::unordered_map<std::string, Run> runs;
+  bool output_handed_on = false;  // since the last poll (carried, or read: the poll schedule)
   bool ready = false;  // connected once (the first connect is connect()'s, not the tick's)
   bool up = false, lost = false;
   double down_since = 0, next_retry = 0, backoff = 1, last_check = 0;
@@ -164,12 +165,14 @@ struct SshExecutor::Impl {
   enum class Look { kNothing, kRead, kUnread };
   // ssh_output.cpp
   Look look(Worker& w, Run& r);
-  // The bytes an output event of its agent carries, handed on if they start where the attempt
-  // was read to; true if that reads it to the size the event gives (no look is needed).
+  // The bytes an output event of its agent carries, handed on from where the attempt was read
+  // to, if they reach that point (and the notes with them too); true if that reads it to the
+  // size the event gives (no look is needed).
   bool take_carried(Worker& w, Run& r, const AgentEvent& e);
-  // New output of the attempt, from r.offset, and when it arrived, handed on to the controller.
+  // New output of the attempt, from r.offset, and when it arrived, handed on to the controller
+  // (`carried`: in an agent's event, else read over SFTP).
   void hand_on(Worker& w, Run& r, std::string data, std::vector<Arrival> arrivals,
-               std::optional<HostTime> started);
+               std::optional<HostTime> started, bool carried);
   void poll_syncs(Worker& w, double t);
   void tick(Worker& w);
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.

@@ -10,8 +10,8 @@ namespace tune::util {
 
 // Appends the base64 form of `bytes` to `out` (4 characters per 3 bytes, padded). Never fails.
 void base64_encode(std::string_view bytes, std::string& out);
-// The bytes `text` encodes; nullopt if it is not base64 as base64_encode writes it (its
-// length a multiple of 4, only the alphabet, '=' only as the padding at the end).
+// The bytes `text` encodes; nullopt if it is not base64 (its length a multiple of 4, only the
+// alphabet, '=' only as the padding at the end; unused bits before the padding are ignored).
 [[nodiscard]] std::optional<std::string> base64_decode(std::string_view text);
 
 }  // namespace tune::util

@@ -390,8 +390,8 @@ TEST_CASE("tune-agent remote says when a trial's output grows, at most every 50 
   CHECK(times.find("start 1 ") == 0);
 }
 
-// What the driver does with output events (ssh_output.cpp), on their own: bytes taken from an
-// event that starts where it has read to, else read from the file up to the event's size.
+// Checked against a driver's rule (as ssh_output.cpp has it, written again here): bytes taken
+// from an event that reaches where it has read to, else read from the file up to its size.
 TEST_CASE("tune-agent remote: an output burst too big to carry is left to the driver to read",
           "[remote_agent]") {
   Scratch s;
@@ -434,6 +434,48 @@ TEST_CASE("tune-agent remote: an output burst too big to carry is left to the dr
   CHECK(got == log.substr(launched->offset));
   CHECK(left >= 1);
   CHECK(carried >= 3);  // (the small lines after the burst)
+}
+
+TEST_CASE("tune-agent remote answers while the driver reads nothing; what it then says adds up",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  // A trial printing ~1.5 MB in short lines over ~1 s, while the driver reads nothing of the
+  // agent's channel (a slow link, or a driver busy elsewhere): its events fill the channel.
+  agent.send(exec::agent_launch_request(
+      launch(s, "p", "trial_p",
+             {"/bin/sh", "-c",
+              "i=0; while [ $i -lt 100 ]; do head -c 15000 /dev/zero | tr '\\0' y; echo; "
+              "i=$((i+1)); sleep 0.01; done"})));
+  ::usleep(1500 * 1000);
+  // A launch asked now is made at once all the same (with blocking writes the agent waited
+  // for the channel, and started nothing until the driver read).
+  agent.send(exec::agent_launch_request(launch(s, "q", "trial_q", {"true"})));
+  for (int i = 0; i < 100 && !fs::exists(s.dir / "trial_q"); ++i) ::usleep(20000);
+  CHECK(fs::exists(s.dir / "trial_q"));
+  int gone = 0;
+  uint64_t offset = 0;
+  while (gone < 2) {
+    auto e = agent.next();
+    REQUIRE(e);
+    if (e->kind == Kind::kGone) ++gone;
+  }
+  std::string log = read(s.dir / "trial_p" / "stdout.log"), got;
+  for (const auto& e : agent.output_events) {
+    if (e.id != "p") continue;
+    if (e.from >= 0 && static_cast<uint64_t>(e.from) <= offset &&
+        offset <= e.from + e.data.size()) {
+      got += e.data.substr(offset - e.from);
+      offset = e.from + e.data.size();
+    } else if (e.size >= 0 && static_cast<uint64_t>(e.size) > offset) {
+      got += log.substr(offset, e.size - offset);
+      offset = e.size;
+    }
+  }
+  got += log.substr(offset);
+  CHECK(got == log);
+  CHECK(log.size() > 1000000);
 }
 
 TEST_CASE("tune-agent remote watches a supervisor it did not start: its output and its end",
