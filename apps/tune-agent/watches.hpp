@@ -19,7 +19,7 @@
 // event (the notes after the bytes: a note is written before the bytes it covers), S the size
 // of stdout.log then. Each event goes on from where the last one ended; when more than kInline
 // came, it carries no bytes, and the next one goes on from S (the driver reads the rest). The
-// driver takes from an event only what starts at the offsets it has read to.
+// driver takes from an event what lies past the offsets it has read to.
 #pragma once
 
 #include <poll.h>

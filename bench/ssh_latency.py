@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""An SSH worker behind a link with latency (scripts/test-hosts.sh; needs root): command to first
+output read, and wall time per one-result trial, when every byte between the driver and the
+host's sshd is held back `--delay-ms` each way (a TCP relay on this machine; the kernel's netem
+is not available everywhere). The figures the loopback benchmark (bench.py --only ssh) cannot
+show: what each round trip of the driver's per-trial protocol costs on a real network.
+
+    bench/ssh_latency.py [--tune BIN] [--baseline-tune OLD_BIN] [--delay-ms 10] [--repeat 3]
+                         [--trials 20]
+
+Each run: `--trials` trials, one at a time, each printing one result and exiting. The builds
+run alternately, `--repeat` times each, in the same invocation; figures are medians of the runs'
+medians (the driver's own "ssh timings" line), with the runs' range."""
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "test-hosts.sh")
+
+
+def start_relay(target_host, target_port, delay_s):
+    """A TCP relay on 127.0.0.1 (its port returned) to target, each chunk passed on delay_s after
+    it came, in order, both ways: a link with 2 * delay_s of round-trip time."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    port = []
+
+    async def pipe(reader, writer):
+        queue = asyncio.Queue()
+
+        async def pass_on():
+            while True:
+                due, data = await queue.get()
+                wait = due - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if data is None:
+                    writer.close()
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        task = asyncio.ensure_future(pass_on())
+        try:
+            while True:
+                data = await reader.read(65536)
+                queue.put_nowait((loop.time() + delay_s, data or None))
+                if not data:
+                    break
+            await task
+        except (ConnectionError, OSError):
+            task.cancel()
+
+    async def client(reader, writer):
+        try:
+            up_r, up_w = await asyncio.open_connection(target_host, target_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+
+    async def serve():
+        server = await asyncio.start_server(client, "127.0.0.1", 0)
+        port.append(server.sockets[0].getsockname()[1])
+        ready.set()
+        async with server:
+            await server.serve_forever()
+
+    threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True).start()
+    ready.wait(10)
+    return port[0]
+
+
+def one_run(tune, tmp, hosts, port, trials, name):
+    h = hosts["hosts"][0]
+    one = os.path.join(tmp, "one_result.sh")
+    with open(one, "w") as f:
+        f.write("echo '{\"x\": 1}'\n")
+    yaml = os.path.join(tmp, name + ".yaml")
+    with open(yaml, "w") as f:
+        f.write(textwrap.dedent(f"""
+            name: {name}
+            trial: {{command: [sh, {json.dumps(one)}]}}
+            param_space: {{i: {{grid_search: {list(range(trials))}}}}}
+            sync_config: {{syncer: none}}
+            hosts:
+              - ssh: {{host: 127.0.0.1, port: {port}, user: {hosts["user"]},
+                       identity_file: {hosts["identity_file"]},
+                       known_hosts_file: {hosts["known_hosts"]}, storage_path: {h["storage_path"]},
+                       cpus: 1}}
+            """))
+    storage = os.path.join(tmp, "runs")
+    t0 = time.monotonic()
+    subprocess.run([tune, "run", yaml, "--quiet", "--storage-path", storage], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    wall = time.monotonic() - t0
+    with open(os.path.join(storage, name, "tune.log")) as f:
+        line = [l for l in f if "ssh timings:" in l][-1]
+    first = float(re.search(r"first output read ([\d.]+) ms", line).group(1))
+    looks = int(re.search(r"(\d+) looks at trials' output", line).group(1))
+    return {"first_ms": first, "trial_ms": wall * 1000 / trials, "looks": looks}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tune", default=os.path.join(ROOT, "build", "tune"))
+    ap.add_argument("--baseline-tune")
+    ap.add_argument("--delay-ms", type=float, default=10.0, help="each way")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=20)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="tune-ssh-latency-")
+    hosts_dir = os.path.join(tmp, "hosts")
+    subprocess.run([SCRIPT, "up", hosts_dir, "1"], check=True, stdout=subprocess.DEVNULL)
+    try:
+        with open(os.path.join(hosts_dir, "hosts.json")) as f:
+            hosts = json.load(f)
+        h = hosts["hosts"][0]
+        port = start_relay(h["host"], h["port"], a.delay_ms / 1000)
+        builds = [("this build", a.tune)] + ([("baseline", a.baseline_tune)]
+                                             if a.baseline_tune else [])
+        runs = {label: [] for label, _ in builds}
+        for k in range(a.repeat):
+            for label, binary in builds:
+                runs[label].append(one_run(binary, tmp, hosts, port, a.trials,
+                                           "lat%d%s" % (k, "b" if label == "baseline" else "")))
+        print("link: %.1f ms each way (round trip %.1f ms), %d one-result trials one at a time, "
+              "%d runs of each build, alternated" % (a.delay_ms, 2 * a.delay_ms, a.trials, a.repeat))
+        for key, what in (("first_ms", "command to first output read, ms"),
+                          ("trial_ms", "wall time per trial, ms"),
+                          ("looks", "looks at output over SFTP, per run")):
+            cells = []
+            for label, _ in builds:
+                v = [r[key] for r in runs[label]]
+                cells.append("%s %.1f (%.1f-%.1f)" % (label, statistics.median(v), min(v), max(v)))
+            if len(builds) == 2:
+                ratio = statistics.median(r[key] for r in runs[builds[0][0]]) / max(
+                    1e-9, statistics.median(r[key] for r in runs[builds[1][0]]))
+                cells.append("ratio %.2fx" % ratio)
+            print("%-38s %s" % (what, "; ".join(cells)))
+    finally:
+        subprocess.run([SCRIPT, "down", hosts_dir], stdout=subprocess.DEVNULL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
