@@ -159,6 +159,34 @@ std::string read(const fs::path& p) {
   return ss.str();
 }
 
+// What a driver reads of trial `id`'s stdout.log `log` from `offset` with the agent's output
+// `events`, by its rule (ssh_output.cpp's, written again here): the bytes of an event that
+// reaches where it has read to, else a read of the file up to the event's size; then the rest
+// of the file (read when "gone" comes). `carried` / `looked`: how many events went each way.
+std::string as_driver_reads(const std::vector<exec::AgentEvent>& events, const std::string& id,
+                            const std::string& log, uint64_t offset, int& carried, int& looked) {
+  std::string got;
+  carried = looked = 0;
+  for (const auto& e : events) {
+    if (e.id != id) continue;
+    if (e.from >= 0 && static_cast<uint64_t>(e.from) <= offset &&
+        offset <= e.from + e.data.size()) {
+      CHECK(static_cast<int64_t>(e.data.size()) <= 64 << 10);
+      got += e.data.substr(offset - e.from);
+      offset = e.from + e.data.size();
+      ++carried;
+    } else {
+      CHECK(e.from == -1);  // (never a gap: an event goes on from where the last one ended)
+      if (e.size >= 0 && static_cast<uint64_t>(e.size) > offset) {
+        got += log.substr(offset, e.size - offset);
+        offset = e.size;
+      }
+      ++looked;
+    }
+  }
+  return got + log.substr(std::min<uint64_t>(offset, log.size()));
+}
+
 }  // namespace
 
 TEST_CASE("tune-agent remote starts a supervisor per request and says when it ends",
@@ -412,26 +440,9 @@ TEST_CASE("tune-agent remote: an output burst too big to carry is left to the dr
   REQUIRE(gone);
   REQUIRE(gone->kind == Kind::kGone);
   std::string log = read(s.dir / "trial_g" / "stdout.log");
-  uint64_t offset = launched->offset;
   int carried = 0, left = 0;
-  std::string got;
-  for (const auto& e : agent.output_events) {
-    REQUIRE(e.size >= 0);
-    if (e.from >= 0 && static_cast<uint64_t>(e.from) <= offset &&
-        offset <= e.from + e.data.size()) {
-      CHECK(static_cast<int64_t>(e.data.size()) <= 64 << 10);
-      got += e.data.substr(offset - e.from);
-      offset = e.from + e.data.size();
-      ++carried;
-    } else {
-      CHECK(e.from == -1);  // (never a gap: an event goes on from where the last one ended)
-      got += log.substr(offset, e.size - offset);
-      offset = e.size;
-      ++left;
-    }
-  }
-  got += log.substr(offset);  // (after the last event: read when "gone" comes)
-  CHECK(got == log.substr(launched->offset));
+  CHECK(as_driver_reads(agent.output_events, "g", log, launched->offset, carried, left) ==
+        log.substr(launched->offset));
   CHECK(left >= 1);
   CHECK(carried >= 3);  // (the small lines after the burst)
 }
@@ -455,26 +466,15 @@ TEST_CASE("tune-agent remote answers while the driver reads nothing; what it the
   for (int i = 0; i < 100 && !fs::exists(s.dir / "trial_q"); ++i) ::usleep(20000);
   CHECK(fs::exists(s.dir / "trial_q"));
   int gone = 0;
-  uint64_t offset = 0;
   while (gone < 2) {
     auto e = agent.next();
     REQUIRE(e);
     if (e->kind == Kind::kGone) ++gone;
   }
-  std::string log = read(s.dir / "trial_p" / "stdout.log"), got;
-  for (const auto& e : agent.output_events) {
-    if (e.id != "p") continue;
-    if (e.from >= 0 && static_cast<uint64_t>(e.from) <= offset &&
-        offset <= e.from + e.data.size()) {
-      got += e.data.substr(offset - e.from);
-      offset = e.from + e.data.size();
-    } else if (e.size >= 0 && static_cast<uint64_t>(e.size) > offset) {
-      got += log.substr(offset, e.size - offset);
-      offset = e.size;
-    }
-  }
-  got += log.substr(offset);
-  CHECK(got == log);
+  std::string log = read(s.dir / "trial_p" / "stdout.log");
+  int carried = 0, left = 0;
+  CHECK(as_driver_reads(agent.output_events, "p", log, 0, carried, left) == log);
+  CHECK(carried >= 1);
   CHECK(log.size() > 1000000);
 }
 
