@@ -85,6 +85,20 @@ struct SshHost {
   // Reads up to `max` bytes of `path` from `offset`.
   [[nodiscard]] std::optional<std::string> read(const std::string& path, uint64_t offset,
                                                 size_t max);
+  // Byte ranges of files a trial can replace (its output, its notes, its exit record), read
+  // with one command of the kept shell: a FIFO there is never opened for a blocking read (an
+  // SFTP open of one waits for a writer, and holds every later request of the connection), a
+  // link is not followed, and each read is bounded in time.
+  struct Range {
+    std::string path;
+    uint64_t offset = 0;
+    size_t max = 0;
+  };
+  struct RangeRead {
+    enum class Got { kData, kMissing, kDenied, kNotFile } got = Got::kMissing;
+    std::string data;
+  };
+  [[nodiscard]] Result<std::vector<RangeRead>> read_ranges(const std::vector<Range>& ranges);
   // Writes `path` through a temporary name and a rename.
   [[nodiscard]] Result<void> write(const std::string& path, std::string_view content, int mode);
 

@@ -71,34 +71,39 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r) {
   // All its supervisor wrote is read (its exit record says how much): nothing to look at.
   if (r.exit && r.exit->stdout_size && r.offset >= *r.exit->stdout_size) return Look::kNothing;
   ++w.stats.looks;
-  auto size = w.h.size_of(r.dir + "/stdout.log");
-  if (!size) {  // no stdout.log yet (its agent says when there is one), or it cannot be read
-    bool missing = w.h.missing();
-    r.unread_denied = w.h.denied();
-    check(w);
-    return missing || !w.up ? Look::kNothing : Look::kUnread;
-  }
-  w.last_ok = mono();
+  // Its output and the notes of when it arrived, in one round trip (not over SFTP: the trial
+  // can make either file a FIFO, whose SFTP open would wait for a writer for ever).
+  uint64_t most = kReadChunk;
   // (after its supervisor's end, only what it wrote: not bytes another process appended)
-  if (r.exit && r.exit->stdout_size) size = std::min(*size, *r.exit->stdout_size);
-  if (*size <= r.offset) return Look::kNothing;
-  auto data = w.h.read(r.dir + "/stdout.log", r.offset,
-                       static_cast<size_t>(std::min<uint64_t>(*size - r.offset, kReadChunk)));
-  if (!data) {
-    r.unread_denied = w.h.denied();
+  if (r.exit && r.exit->stdout_size) most = std::min(most, *r.exit->stdout_size - r.offset);
+  auto got = w.h.read_ranges({{r.dir + "/stdout.log", r.offset, static_cast<size_t>(most)},
+                              {r.dir + "/stdout.times", r.times.offset(), kReadChunk}});
+  using Got = SshHost::RangeRead::Got;
+  if (!got) {
     check(w);
+    r.unread_denied = false;
     r.look = w.up;  // (not read: the next poll tries again)
     return w.up ? Look::kUnread : Look::kNothing;
   }
-  if (data->empty()) return Look::kNothing;
+  w.last_ok = mono();
+  auto& out = (*got)[0];
+  // no stdout.log yet (its agent says when there is one), or something else in its place (a
+  // dir, a FIFO, a link: its supervisor writes on into the file it holds, which the exit
+  // record's stdout_size tells from what was read), or it cannot be read
+  if (out.got == Got::kMissing || out.got == Got::kNotFile) return Look::kNothing;
+  if (out.got == Got::kDenied) {
+    r.unread_denied = true;
+    return Look::kUnread;
+  }
+  if (out.data.empty()) return Look::kNothing;
   // When it arrived, on the host's clocks (its notes are written before the output; none, or
   // an unreadable file: the controller times it as it reads it).
   std::vector<Arrival> arrivals;
   std::optional<HostTime> started;
-  if (auto notes = w.h.read(r.dir + "/stdout.times", r.times.offset(), kReadChunk))
-    r.times.feed(*notes, arrivals, started);
-  hand_on(w, r, std::move(*data), std::move(arrivals), started, false);
-  if (r.offset < *size) r.look = true;  // the rest in the next poll
+  if ((*got)[1].got == Got::kData) r.times.feed((*got)[1].data, arrivals, started);
+  bool full = out.data.size() == most;
+  hand_on(w, r, std::move(out.data), std::move(arrivals), started, false);
+  if (full) r.look = true;  // the rest in the next poll
   return Look::kRead;
 }
 

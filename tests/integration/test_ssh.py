@@ -1091,7 +1091,7 @@ class SshTest(TuneTest):
         # a race the agent nearly always wins; 0 or 1 of 50 in the benchmark's runs)
         self.assertLessEqual(pids, 4, log[-3000:])
         # Each trial's result came in its agent's output event, not from a read of its
-        # stdout.log over SFTP (a look): before, each trial was looked at at least once.
+        # stdout.log by the driver (a look): before, each trial was looked at at least once.
         looks, carried = map(int, re.findall(
             r"(\d+) looks at trials' output; (\d+) outputs carried", log)[-1])
         print("%d looks at trials' output, %d outputs carried by events" % (looks, carried))
@@ -1252,7 +1252,7 @@ class SshTest(TuneTest):
 
     def test_output_its_host_will_not_let_be_read_is_named_and_the_trial_still_ends(self):
         # The trial prints two results, then takes read permission from its own stdout.log
-        # and prints a third: the driver cannot read that one over SFTP. It must neither hand
+        # and prints a third: the driver cannot read that one there. It must neither hand
         # the exit on at once as if all output were read (the third result lost without a
         # word, as before), nor wait for ever: after some tries it ends the attempt and says
         # why, as failed (output_lost): a result is missing.
@@ -1281,10 +1281,37 @@ class SshTest(TuneTest):
         with open(os.path.join(self.exp_dir("unread"), "tune.log")) as f:
             self.assertIn("cannot read the rest of its output", f.read())
 
+    def test_a_trial_that_makes_its_stdout_times_a_fifo_does_not_hang_its_hosts_reading(self):
+        # Lines of 100 KB are too big for the agent's events to carry: the driver reads them
+        # itself, with the notes of when they arrived. Half way the trial puts a FIFO in place
+        # of stdout.times. An SFTP open of it waited for a writer for ever, and every later
+        # request on that connection with it: no result came, and Ctrl-C never ended the run.
+        self.write("fifo.py", """
+            import json, os
+            d = os.environ["TUNE_TRIAL_DIR"]
+            for i in range(1, 41):
+                if i == 20:
+                    os.rename(os.path.join(d, "stdout.times"), os.path.join(d, "away.times"))
+                    os.mkfifo(os.path.join(d, "stdout.times"))
+                print(json.dumps({"i": i, "pad": "x" * 100000}), flush=True)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: fifo
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'fifo.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            sync_config: {{syncer: none}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=120)
+        for t in self.trials("fifo"):
+            self.assertEqual(t["status"], "TERMINATED", t["trial_name"])
+            self.assertEqual([r["i"] for r in self.results("fifo", t)], list(range(1, 41)))
+
     def test_a_stdout_log_removed_or_replaced_on_the_worker_fails_the_attempt(self):
         # The trial prints three results, then renames its stdout.log away (or deletes it)
         # and prints three more: its supervisor writes them into the file it holds, which the
-        # driver, reading the path over SFTP, cannot see. The attempt must not end TERMINATED
+        # driver, reading the path, cannot see. The attempt must not end TERMINATED
         # with three results and no word (as before): it fails as output_lost, saying why.
         self.write("hide.py", """
             import os, sys, time, tune_trial
