@@ -39,7 +39,8 @@ size_t flush_output() {
     if (n <= 0) break;  // EAGAIN: the rest when stdout is writable again (or EPIPE: gone)
     g_out_from += static_cast<size_t>(n);
   }
-  if (g_out_from == g_out.size() || g_out_from > (1u << 20)) {
+  // (what was written is dropped once it is half of the queue: each byte moved about once)
+  if (g_out_from == g_out.size() || g_out_from > g_out.size() / 2) {
     g_out.erase(0, g_out_from);
     g_out_from = 0;
   }

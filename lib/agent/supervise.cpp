@@ -67,7 +67,9 @@ void write_atomic(const std::string& target, const std::string& content, bool ma
   if (auto slash = target.rfind('/'); make_dir && slash != std::string::npos && slash > 0)
     ::mkdir(target.substr(0, slash).c_str(), 0700);  // usually there already
   std::string tmp = target + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // (a new file: never through a link, nor into a FIFO left there, which would block)
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return diag("cannot write " + tmp + ": " + std::strerror(errno));
   bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
   ok = ::close(fd) == 0 && ok;

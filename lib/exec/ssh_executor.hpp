@@ -59,6 +59,9 @@ struct SshHostInfo {
   int gpus = 0;
   std::string exp_dir;      // <storage_path>/<experiment> on the host (absolute)
   std::string helpers_dir;  // where tune_trial.py is on the host
+  // GNU dd, base64 and timeout are there: a trial's files are read without blocking opens
+  // (SshHost::read_ranges); else over SFTP, which a FIFO in their place stalls
+  bool safe_reads = false;
 };
 
 // The name of the workdir's copy in an experiment dir on a host.

@@ -95,7 +95,7 @@ struct SshHost {
     size_t max = 0;
   };
   struct RangeRead {
-    enum class Got { kData, kMissing, kDenied, kNotFile } got = Got::kMissing;
+    enum class Got { kData, kMissing, kDenied, kNotFile, kFailed } got = Got::kMissing;
     std::string data;
   };
   [[nodiscard]] Result<std::vector<RangeRead>> read_ranges(const std::vector<Range>& ranges);

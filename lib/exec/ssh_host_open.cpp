@@ -204,7 +204,9 @@ Result<void> SshHost::place_helpers(const SshOptions& opts) {
   // (each answer on a line of its own, labelled: a tool missing there leaves its line out)
   std::string cmd = "mkdir -p -- " + q(info.exp_dir + "/.tune") + " " + q(info.helpers_dir) +
                     " && { echo cpus $(nproc 2>/dev/null); echo gpus $(ls /dev | grep -c "
-                    "'^nvidia[0-9]'); for f in";
+                    "'^nvidia[0-9]'); { printf x | base64 -w0 && timeout 1 dd if=/dev/null "
+                    "iflag=skip_bytes,count_bytes,nonblock bs=65536 status=none; } >/dev/null "
+                    "2>&1 && echo reads dd; for f in";
   for (const auto& p : placed) cmd += " " + q(p.remote);
   cmd += "; do echo sum $(cksum < \"$f\" 2>/dev/null); done; }";
   std::string out;
@@ -217,7 +219,13 @@ Result<void> SshHost::place_helpers(const SshOptions& opts) {
     if (line.starts_with("cpus ")) nproc = std::clamp(std::atoi(line.c_str() + 5), 0, 1 << 20);
     if (line.starts_with("gpus ")) ngpu = std::clamp(std::atoi(line.c_str() + 5), 0, 1 << 10);
     if (line.starts_with("sum ")) sums.push_back(line.substr(4));
+    if (line == "reads dd") info.safe_reads = true;
   }
+  if (!info.safe_reads)
+    spdlog::warn(
+        "host {}: no GNU dd, base64 and timeout there: trials' output is read over SFTP, which a "
+        "trial that puts a FIFO in place of its stdout.log or stdout.times can stall",
+        cfg.name);
   info.cpus = cfg.cpus.value_or(nproc > 0 ? nproc : 1);
   info.gpus = cfg.gpus.value_or(ngpu);
   // The supervisor, the agent and the Python helper, unless the host has them already.

@@ -91,8 +91,8 @@ SshExecutor::Impl::Look SshExecutor::Impl::look(Worker& w, Run& r) {
   // dir, a FIFO, a link: its supervisor writes on into the file it holds, which the exit
   // record's stdout_size tells from what was read), or it cannot be read
   if (out.got == Got::kMissing || out.got == Got::kNotFile) return Look::kNothing;
-  if (out.got == Got::kDenied) {
-    r.unread_denied = true;
+  if (out.got == Got::kDenied || out.got == Got::kFailed) {  // (failed: tried again)
+    r.unread_denied = out.got == Got::kDenied;
     return Look::kUnread;
   }
   if (out.data.empty()) return Look::kNothing;

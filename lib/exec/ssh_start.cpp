@@ -17,8 +17,10 @@ namespace {
 
 // Why an attempt did not start: its host is gone (host_lost: re-queued elsewhere) or the host
 // refused it (exec_failed: a refused command, a full disk).
-// params.json up to this size goes in the launch request, a bigger one over SFTP first.
-constexpr size_t kParamsInRequest = 256u << 10;
+// params.json up to this size goes in the launch request, a bigger one over SFTP first (a
+// config this small reaches the trial in TUNE_CONFIG too: if its supervisor cannot write the
+// file, which it says in stderr.log, the trial still has it; a bigger one fails the start).
+constexpr size_t kParamsInRequest = 128u << 10;
 
 struct Unstarted {
   bool host_lost = false;
@@ -209,7 +211,8 @@ std::optional<Unstarted> place_files(SshExecutor::Impl& impl, Worker& w, const L
   if (!params && fs::exists(l.trial_dir / "params.json", ec))
     return Unstarted{false, params.error().message};
   // (a small one goes in the launch request: its supervisor writes it, after it took the dir)
-  if (params && params->size() <= kParamsInRequest) {
+  if (params && params->size() <= kParamsInRequest &&
+      util::invalid_utf8_at(*params) == std::string::npos) {  // (the request is JSON)
     r.params = std::move(*params);
   } else if (params) {
     (void)w.h.shell_run("mkdir -p -- " + q(r.dir));
