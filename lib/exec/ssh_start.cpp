@@ -15,13 +15,13 @@ using namespace ssh_impl;
 
 namespace {
 
-// Why an attempt did not start: its host is gone (host_lost: re-queued elsewhere) or the host
-// refused it (exec_failed: a refused command, a full disk).
 // params.json up to this size goes in the launch request, a bigger one over SFTP first (a
 // config this small reaches the trial in TUNE_CONFIG too: if its supervisor cannot write the
 // file, which it says in stderr.log, the trial still has it; a bigger one fails the start).
 constexpr size_t kParamsInRequest = 128u << 10;
 
+// Why an attempt did not start: its host is gone (host_lost: re-queued elsewhere) or the host
+// refused it (exec_failed: a refused command; supervisor_died: a full disk there).
 struct Unstarted {
   bool host_lost = false;
   std::string why;
