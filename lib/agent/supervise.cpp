@@ -497,6 +497,13 @@ void emit(int fd, const std::string& line) {
   }
 }
 
+// (a file that is missing or not a file: 0)
+uint64_t size_or_zero(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size)
+                                                               : 0;
+}
+
 std::string trial_name(const std::string& dir) {
   auto slash = dir.find_last_of('/');
   return slash == std::string::npos ? dir : dir.substr(slash + 1);
@@ -530,8 +537,15 @@ int supervise(const Attempt& a, const Sinks& sinks) {
   bool dir_busy = false;
   int lock_fd = -1;
   const bool fresh_dir = take_trial_dir(a, error, dir_busy, lock_fd);
+  // Where this attempt's output and notes start in the trial's files (after what its earlier
+  // attempts, or an earlier experiment of the same name, left there), in the log and the record:
+  // a driver killed before it wrote down what the launch answered reads on from here.
+  std::string from;
+  if (lock_fd >= 0)
+    from = ",\"stdout_from\":" + std::to_string(size_or_zero(g_dir + "/stdout.log")) +
+           ",\"times_from\":" + std::to_string(size_or_zero(g_dir + "/stdout.times"));
   emit(sinks.log_fd, "{\"event\":\"supervising\",\"trial\":\"" + name +
-                         "\",\"attempt\":" + a.attempt + who + "}");
+                         "\",\"attempt\":" + a.attempt + who + from + "}");
   if (sinks.hold_fd >= 0) ::close(sinks.hold_fd);
   if (sinks.ready_fd >= 0) ::close(sinks.ready_fd);
   if (lock_fd >= 0) write_params(a, fresh_dir);
@@ -628,7 +642,8 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       ",\"pid\":" + (child > 0 ? std::to_string(child) : "null") +
       ",\"started\":" + std::to_string(child_started) + ",\"exit_code\":" + ended.code +
       ",\"signal\":" + ended.signal + ",\"reason\":\"" + reason + "\",\"error\":\"" +
-      json_escape(error) + "\",\"ended\":" + std::to_string(clock_s(CLOCK_REALTIME)) + stdout_size;
+      json_escape(error) + "\",\"ended\":" + std::to_string(clock_s(CLOCK_REALTIME)) + stdout_size +
+      from;
   if (!sinks.record_file.empty()) write_atomic(sinks.record_file, record + "}\n", true);
   emit(sinks.log_fd, record + ",\"event\":\"exit\",\"trial\":\"" + name + "\"}");
   emit(sinks.event_fd, record + ",\"event\":\"exit\",\"id\":\"" + json_escape(a.id) + "\"}");

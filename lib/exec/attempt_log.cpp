@@ -108,6 +108,8 @@ void AttemptLog::add(std::string_view line) {
     auto& a = by_attempt_[key(trial->get<std::string>(), attempt->get<int>())];
     a.supervisor = static_cast<int>(*sup);
     a.supervisor_started = num("supervisor_started").value_or(0);
+    if (*event == "supervising")
+      a.stdout_from = num("stdout_from"), a.times_from = num("times_from");
     if (pid) {
       a.pid = static_cast<int>(*pid);
       a.started = num("started").value_or(0);
@@ -144,6 +146,8 @@ std::vector<LiveAttempt> live_attempts(const AttemptLog& log, const AttemptLog::
     if (!logged || a.attempt <= 0) continue;
     a.supervisor = pid;
     a.supervisor_started = logged->supervisor_started;
+    a.stdout_from = logged->stdout_from;
+    a.times_from = logged->times_from;
     out.push_back(std::move(a));
   }
   return out;

@@ -29,6 +29,9 @@ struct LoggedAttempt {
   std::optional<int> pid;           // the trial's process
   uint64_t started = 0;             // and its start time
   std::optional<std::string> exit;  // the exit line, as written (check_exit_record)
+  // Where the attempt's output starts in stdout.log, and its notes in stdout.times (from the
+  // supervising line; older supervisors did not say)
+  std::optional<uint64_t> stdout_from, times_from;
 };
 
 // What the log says, by "trial_name\0attempt". Reads on from `offset` (updated), so a caller

@@ -61,6 +61,10 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   if (const auto* v = field("nonce"); v && v->is_string()) info.nonce = v->get<std::string>();
   if (const auto* v = field("stdout_size"); v && v->is_number_unsigned())
     info.stdout_size = v->get<uint64_t>();
+  if (const auto* v = field("stdout_from"); v && v->is_number_unsigned())
+    info.stdout_from = v->get<uint64_t>();
+  if (const auto* v = field("times_from"); v && v->is_number_unsigned())
+    info.times_from = v->get<uint64_t>();
   // The supervisor always writes a string reason and the time it ended.
   const auto* reason = field("reason");
   const auto* ended = field("ended");

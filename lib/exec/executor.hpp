@@ -84,6 +84,8 @@ struct ExitInfo {
   // The size of the stdout.log its supervisor wrote into, when the attempt ended (a driver that
   // reads the file by its path can tell that it missed some: it was removed or replaced)
   std::optional<uint64_t> stdout_size;
+  // Where the attempt's output started in stdout.log, and its notes in stdout.times
+  std::optional<uint64_t> stdout_from, times_from;
   // Slurm: the next attempt already runs, restored from this checkpoint (a dir name; "" for
   // none) by a rerun Slurm started while no driver ran: later checkpoints are forgotten so that
   // the driver restarts the trial from the same one.
@@ -142,6 +144,8 @@ struct LiveAttempt {
   // believed at all). Only those that hold it are stopped as strays.
   bool holds_dir = true;
   std::string job_step;  // a Slurm job step known by its id alone (JOBID.STEPID)
+  // Where its output starts in stdout.log and its notes in stdout.times, as its supervisor said
+  std::optional<uint64_t> stdout_from, times_from;
 };
 
 // What attach() found of an attempt that an earlier driver started.

@@ -37,6 +37,20 @@ std::string dir_lock_holders(const std::string& dir) {
          "substr($6, length($6) - length(i) + 1) == i { print $5 }' /proc/locks";
 }
 
+// A re-attached attempt is read from where its supervisor says its output and notes start, if
+// that is past where the state says: a driver killed before it wrote down what the launch
+// answered has the size of the head's copy of stdout.log there, and what comes before is an
+// earlier attempt's, or an earlier experiment's of the same name whose trial dirs the host kept.
+void read_from(Run& r, std::optional<uint64_t> stdout_from, std::optional<uint64_t> times_from) {
+  if (stdout_from && *stdout_from > r.offset) {
+    spdlog::info(
+        "trial {}: attempt {}'s output starts at byte {} of stdout.log there: read from it",
+        r.head_dir.filename().string(), r.attempt, *stdout_from);
+    r.offset = *stdout_from;
+  }
+  if (times_from) r.times = ArrivalReader(r.attempt, *times_from);
+}
+
 }  // namespace
 
 // The attempts whose supervisors run on the host now: the lines of its attempt log in which
@@ -135,32 +149,41 @@ std::optional<int> SshExecutor::Impl::supervisor_of_dir(SshHost& h, const std::s
   return -1;
 }
 
-std::optional<int> SshExecutor::Impl::find_supervisor(Worker& w, const std::string& dir,
-                                                      int attempt) {
-  auto live = live_supervisors(w);
-  if (!live) return std::nullopt;
+std::optional<const LiveAttempt*> SshExecutor::Impl::find_live(Worker& w, const std::string& dir,
+                                                               int attempt) {
+  if (!live_supervisors(w)) return std::nullopt;
   // (the log is the experiment's on that host: a trial dir there is the exp dir's child)
   std::string name = fs::path(dir).filename().string();
-  for (const auto& a : *live)
-    if (a.trial_name == name && a.attempt == attempt) return a.supervisor;
-  return -1;
+  for (const auto& a : *w.live_cache)
+    if (a.trial_name == name && a.attempt == attempt) return &a;
+  return nullptr;
+}
+
+std::optional<int> SshExecutor::Impl::find_supervisor(Worker& w, const std::string& dir,
+                                                      int attempt) {
+  auto live = find_live(w, dir, attempt);
+  if (!live) return std::nullopt;
+  return *live ? (*live)->supervisor : -1;
 }
 
 Attached SshExecutor::Impl::attach_on_host(Worker& w, const Launch& l) {
   if (!w.up) return Attached::kGone;  // restarts (from the head's latest checkpoint)
   Run r = new_run(l, w);
-  auto pid = find_supervisor(w, r.dir, l.attempt);
-  if (!pid) {
+  auto live = find_live(w, r.dir, l.attempt);
+  if (!live) {
     check(w);
     return Attached::kGone;
   }
-  r.sup_pid = *pid;
+  r.sup_pid = *live ? (*live)->supervisor : -1;
   Attached found = Attached::kRunning;
   remove_sync_leftovers(r.head_dir);
-  if (r.sup_pid <= 0) {
+  if (*live) {
+    read_from(r, (*live)->stdout_from, (*live)->times_from);
+  } else {
     read_exit(w, r);
     if (r.exit) {
       found = Attached::kEnded;
+      read_from(r, r.exit->stdout_from, r.exit->times_from);
     } else {
       auto holder = supervisor_of_dir(w.h, r.dir);
       if (!holder || *holder <= 0) return Attached::kGone;

@@ -202,8 +202,11 @@ struct SshExecutor::Impl {
   // The attempts whose supervisors run on the host (its attempt log and its processes); nullopt
   // if it can't be asked.
   static std::optional<std::vector<LiveAttempt>> live_supervisors(Worker& w);
-  // The pid of the supervisor running attempt `attempt` in `dir` there (-1: none); nullopt if
-  // the host could not be asked.
+  // The supervisor running attempt `attempt` in `dir` there (nullptr: none; held in
+  // w.live_cache); nullopt if the host could not be asked.
+  static std::optional<const LiveAttempt*> find_live(Worker& w, const std::string& dir,
+                                                     int attempt);
+  // Its pid (-1: none).
   static std::optional<int> find_supervisor(Worker& w, const std::string& dir, int attempt);
   // The live supervisor that holds `dir`'s lock there, by the host's /proc/locks (-1: none).
   static std::optional<int> supervisor_of_dir(SshHost& h, const std::string& dir);

@@ -1402,6 +1402,55 @@ class SshTest(TuneTest):
         with open(os.path.join(self.exp_dir("early"), "tune.log")) as f:
             self.assertIn("re-attached", f.read())
 
+    def test_a_name_reused_where_the_worker_kept_the_trial_dirs_reads_only_new_output(self):
+        # The head's experiment dir removed and the worker's kept: a new run of the same name
+        # appends to the old trials' stdout.log there. A driver killed before its state said
+        # where the new attempts' output starts has the head's size there, 0: on resume the old
+        # rows must not be taken for new ones, nor the old start for the new attempt's.
+        self.write("reused.py", """
+            import time, tune_trial
+            cfg = tune_trial.config()
+            for i in range(1, 11):
+                time.sleep(0.1 if cfg["x"] == 1 else 0.4)
+                tune_trial.report({"step": i, "wall": time.time()})
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: reused
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'reused.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        shutil.rmtree(self.exp_dir("reused"))
+        began = time.time()
+        run = self.start_tune("run", "exp.yaml")
+        deadline = time.time() + 60
+        while len(self.remote_supervisors("reused", attempt=1)) < 2 and time.time() < deadline:
+            time.sleep(0.005)
+        run.kill()
+        run.communicate()
+        time.sleep(2)  # x=1 ends while no driver runs (found by its exit record); x=2 runs on
+        # What a kill before the first state write after the launches leaves, made certain: the
+        # offsets the state has for them are the head's sizes, 0.
+        for f in (os.path.join(self.exp_dir("reused"), "experiment_state.json"),
+                  os.path.join(self.exp_dir("reused"), ".tune", "state.journal")):
+            if os.path.exists(f):
+                with open(f) as fh:
+                    text = fh.read()
+                with open(f, "w") as fh:
+                    fh.write(re.sub(r'"stdout_offset":\s*\d+', '"stdout_offset":0', text))
+        self.tune("run", "exp.yaml", "--resume=auto", check=0, timeout=300)
+        trials = self.trials("reused")
+        self.assertEqual(len(trials), 2)
+        for t in trials:
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
+            rows = self.results("reused", t)
+            self.assertEqual([r["step"] for r in rows], list(range(1, 11)), t["trial_name"])
+            self.assertTrue(all(r["wall"] >= began and r["timestamp"] >= began - 1 for r in rows),
+                            rows)
+            self.assertLess(rows[0]["time_this_iter_s"], 2, rows[0])
+
     def test_an_attempt_the_hosts_log_lost_is_found_by_its_dir_lock_on_resume(self):
         # The host's attempt log emptied while no driver ran (or the attempt was started by an
         # older tune, whose supervisors wrote none): the supervisor still holds the trial dir's

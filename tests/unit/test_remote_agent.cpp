@@ -357,6 +357,42 @@ TEST_CASE("tune-agent remote: its supervisors are its forks, found again as a re
   CHECK_FALSE(fs::exists(s.dir / "trial_n"));
 }
 
+TEST_CASE("tune-agent remote: where an attempt's output starts is in its log line and record",
+          "[remote_agent]") {
+  // A trial dir an earlier attempt (or an earlier experiment of the same name) left output in:
+  // a driver that did not write down the launch's answer reads the new attempt from there.
+  Scratch s;
+  fs::create_directories(s.dir / "trial_r");
+  {
+    std::ofstream(s.dir / "trial_r" / "stdout.log") << "{\"old\": 1}\n{\"old\": 2}\n";
+    std::ofstream(s.dir / "trial_r" / "stdout.times") << "old notes\n";
+  }
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  agent.send(exec::agent_launch_request(launch(s, "r", "trial_r", {"sh", "-c", "echo new"})));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  CHECK(launched->offset == 22);
+  for (int i = 0; i < 1000 && !fs::exists(s.dir / "trial_r.exit.json"); ++i) ::usleep(10000);
+  auto record = exec::parse_exit_record(read(s.dir / "trial_r.exit.json"), 1);
+  REQUIRE(record);
+  CHECK(record->stdout_from == 22u);
+  CHECK(record->times_from == 10u);
+  CHECK(record->stdout_size > 22u);
+  exec::AttemptLog log(s.dir / "attempts.log");
+  log.refresh();
+  const auto* logged = log.find("trial_r", 1);
+  REQUIRE(logged);
+  CHECK(logged->stdout_from == 22u);
+  CHECK(logged->times_from == 10u);
+  // (what live_attempts() gives a resume carries them too)
+  auto live = exec::live_attempts(log, [](int, uint64_t) { return true; });
+  REQUIRE(live.size() == 1);
+  CHECK(live[0].stdout_from == 22u);
+  CHECK(live[0].times_from == 10u);
+}
+
 TEST_CASE("tune-agent remote starts nothing a driver that is gone asked for", "[remote_agent]") {
   Scratch s;
   Agent agent(s.dir / "attempts.log");
