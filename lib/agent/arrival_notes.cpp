@@ -52,12 +52,9 @@ void ArrivalNotes::write_line(const std::string& line) {
   }
 }
 
-void ArrivalNotes::before_write(int log_fd, const char* data, size_t n) {
+void ArrivalNotes::before_write(uint64_t log_size, const char* data, size_t n) {
   if (!std::memchr(data, '\n', n)) return;
-  struct stat st {};
-  if (::fstat(log_fd, &st) != 0) return;
-  write_line(std::to_string(static_cast<unsigned long long>(st.st_size) + n) + " " + stamp() +
-             "\n");
+  write_line(std::to_string(log_size + n) + " " + stamp() + "\n");
 }
 
 }  // namespace tune::agent

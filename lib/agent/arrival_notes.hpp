@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace tune::agent {
@@ -19,11 +20,11 @@ class ArrivalNotes {
   ArrivalNotes& operator=(const ArrivalNotes&) = delete;
 
   void started();
-  // To call before appending `data` to the log open as `log_fd` (O_APPEND, this process its
-  // only writer): notes that the bytes up to its size + data's have arrived now, if `data`
-  // ends a line (only line ends are looked up: a trial that prints byte by byte does not
-  // make a note per byte).
-  void before_write(int log_fd, const char* data, size_t n);
+  // To call before appending `data` to the log, which is `log_size` bytes now (O_APPEND, this
+  // process its only writer): notes that the bytes up to its size + data's have arrived now,
+  // if `data` ends a line (only line ends are noted: a trial that prints byte by byte does
+  // not make a note per byte).
+  void before_write(uint64_t log_size, const char* data, size_t n);
 
  private:
   void write_line(const std::string& line);

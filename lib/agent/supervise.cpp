@@ -305,7 +305,24 @@ struct Output {
   const char* name = "";
   bool failed = false;
   std::string error;  // why it failed
+  uint64_t end = 0;   // stdout: where this process's last write ended in the file
 };
+
+// stdout.log found shorter than this process wrote it: another process (the trial, writing to
+// its own log by its path) cut it, and what it held past the cut may never have been read. The
+// attempt fails, and nothing more is written there: a driver reading on from where it was would
+// take results that come after a gap (and a checkpoint past it, which its retry would start
+// from), while the retry starts from a checkpoint before the gap and prints them all again.
+void check_not_cut(Output& o, uint64_t size) {
+  if (size >= o.end || o.failed) return;
+  o.failed = true;
+  o.error = std::string(o.name) + " in " + g_dir + " was cut from " + std::to_string(o.end) +
+            " to " + std::to_string(size) +
+            " bytes by another process; what the trial printed since is not kept";
+  diag(o.error);
+  ::close(o.file);
+  o.file = -1;
+}
 
 // Copies what the pipe holds now (its read end is non-blocking); at EOF closes it.
 // `notes`: where stdout's arrival times go (null for stderr).
@@ -330,7 +347,14 @@ void pump(Output& o, const std::string& attempt, ArrivalNotes* notes) {
     };
     if (o.file < 0 && !o.failed) o.file = open_log(o.name, attempt);
     if (o.file < 0) failed("create");
-    if (notes && o.file >= 0) notes->before_write(o.file, buf, static_cast<size_t>(n));
+    struct stat st {};
+    if (notes && o.file >= 0 && ::fstat(o.file, &st) == 0) {
+      check_not_cut(o, static_cast<uint64_t>(st.st_size));
+      if (o.file >= 0) {
+        notes->before_write(static_cast<uint64_t>(st.st_size), buf, static_cast<size_t>(n));
+        o.end = static_cast<uint64_t>(st.st_size) + static_cast<uint64_t>(n);
+      }
+    }
     for (ssize_t done = 0; o.file >= 0 && done < n;) {
       ssize_t w = ::write(o.file, buf + done, static_cast<size_t>(n - done));
       if (w < 0 && errno == EINTR) continue;
@@ -614,8 +638,10 @@ int supervise(const Attempt& a, const Sinks& sinks) {
     for (auto& o : outs) {   // every writer is gone: what the pipes hold, then EOF
       pump(o, a.attempt, &o == &outs[0] ? &notes : nullptr);
       struct stat st;
-      if (&o == &outs[0] && o.file >= 0 && ::fstat(o.file, &st) == 0)
+      if (&o == &outs[0] && o.file >= 0 && ::fstat(o.file, &st) == 0) {
         stdout_size = ",\"stdout_size\":" + std::to_string(st.st_size);
+        check_not_cut(o, static_cast<uint64_t>(st.st_size));
+      }
       if (o.file >= 0) ::close(o.file);
       // A trial that ended by itself, part of whose output is lost, failed (its results, or
       // what says why it ended, are missing).

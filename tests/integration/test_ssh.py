@@ -1339,6 +1339,47 @@ class SshTest(TuneTest):
             self.assertIn("was removed or replaced while it ran", t["error"])
             self.assertEqual([r["i"] for r in self.results("hide", t)], [1, 2, 3])
 
+    def test_a_trial_that_cuts_its_own_stdout_log_is_retried_and_loses_no_result(self):
+        # At step 5 of its first run the trial empties its own stdout.log (a logger opened on
+        # it with "w"). Before, what the driver had not read went without a word, and it read
+        # on from its old offset in what came after: rows 5-8 missing, and the attempt's
+        # retry started from the checkpoint of step 9. Now the attempt fails as output_lost,
+        # naming the cut, nothing after the cut is taken, and its retry from the checkpoint of
+        # step 3 gives every result once.
+        self.write("cut.py", """
+            import os, tempfile, time, tune_trial
+            log = os.path.join(os.environ["TUNE_TRIAL_DIR"], "stdout.log")
+            ck = tune_trial.get_checkpoint()
+            i = int(open(os.path.join(ck, "i")).read()) if ck else 0
+            while i < 9:
+                i += 1
+                time.sleep(0.1)
+                if i == 5 and not ck:
+                    open(log, "w").close()
+                if i % 3:
+                    tune_trial.report({"step": i})
+                    continue
+                with tempfile.TemporaryDirectory() as d:
+                    with open(os.path.join(d, "i"), "w") as f:
+                        f.write(str(i))
+                    tune_trial.report({"step": i}, checkpoint_dir=d)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: cut
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'cut.py')}"]
+            param_space: {{x: 1}}
+            failure_config: {{max_failures: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=120)
+        t = self.trials("cut")[0]
+        self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 2))
+        self.assertEqual([r["step"] for r in self.results("cut", t)], list(range(1, 10)))
+        with open(os.path.join(self.exp_dir("cut"), "tune.log")) as f:
+            self.assertRegex(f.read(), r"stdout.log in \S+ was cut from \d+ to 0 bytes by another "
+                                       r"process; what the trial printed since is not kept")
+
     def test_a_worker_whose_disk_fills_up_ends_the_trial_with_the_reason(self):
         # The worker's experiment dir is a 4 MiB tmpfs (in its own mount namespace); the trial
         # prints 12 MB. The driver must not wait forever for an exit record that cannot be

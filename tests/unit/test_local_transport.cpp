@@ -308,6 +308,39 @@ TEST_CASE("local transport: attach finds running and ended attempts in the log, 
   CHECK(o.exits["end"].exit_code == 4);
 }
 
+TEST_CASE("local transport: a trial that cuts its own stdout.log fails, naming the cut") {
+  // What the log held past the cut may never have been read: the attempt fails (output_lost,
+  // retried like a lost log), whether the cut comes between two writes or after the last.
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  REQUIRE(ex.start(launch(s.dir, "mid",
+                          {"sh", "-c",
+                           "echo one; sleep 0.3; : > trial_mid/stdout.log; "
+                           "echo two"})));
+  REQUIRE(ex.start(launch(s.dir, "last",
+                          {"sh", "-c",
+                           "echo one; echo two; sleep 0.3; "
+                           ": > trial_last/stdout.log"})));
+  REQUIRE(ex.start(launch(s.dir, "grown",
+                          {"sh", "-c",
+                           "echo one; echo extra >> trial_grown/stdout.log; "
+                           "echo two"})));
+  auto o = run_until_exits(ex, 3);
+  for (auto [id, from] : {std::pair{"mid", 4}, {"last", 8}}) {
+    INFO(o.exits[id].error);
+    CHECK(o.exits[id].reason == exec::ExitReason::kOutputLost);
+    CHECK(o.exits[id].error.find("stdout.log in " + (s.dir / "trial_").string() + id +
+                                 " was cut from " + std::to_string(from) +
+                                 " to 0 bytes by another process; what the trial printed "
+                                 "since is not kept") != std::string::npos);
+  }
+  // (nothing after the cut: a reader going on from where it was would take results past a gap)
+  CHECK(util::read_file(s.dir / "trial_mid" / "stdout.log").value() == "");
+  // (bytes appended by another process are no loss)
+  CHECK(o.exits["grown"].reason == exec::ExitReason::kExited);
+  CHECK(o.exits["grown"].exit_code == 0);
+}
+
 TEST_CASE("attempt log: forged, torn and foreign lines") {
   Scratch s;
   fs::path file = s.dir / exec::kAttemptLog;
