@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "exec/ssh_changes.hpp"
 #include "util/clock.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
@@ -25,10 +26,6 @@ constexpr const char* kBatchStaging = ".sync_checkpoint_batch";
 
 using util::mono;
 
-std::string q(const std::string& s) {
-  return util::shell_quote(s);
-}
-
 }  // namespace
 
 void SshStats::add(const SshStats& o) {
@@ -43,6 +40,7 @@ void SshStats::add(const SshStats& o) {
   pid_asks += o.pid_asks;
   carried += o.carried;
   carried_bytes += o.carried_bytes;
+  inline_syncs += o.inline_syncs;
 }
 
 std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,
@@ -89,26 +87,26 @@ void plan_sync(SyncContext& c, Run& r, bool full) {
                    const std::vector<std::string>& extra) { return copy_from(c, src, dst, extra); };
   // Unchanged since the last sync (nothing in the trial dir newer than its mark, checked by
   // the kept shell in a few ms): no rsync. Otherwise the mark is set first, so that a file
-  // written while rsync runs is seen as changed next time.
-  std::string check_out;
-  auto check =
-      h.shell_run("cd -- " + q(r.dir) + " 2>/dev/null || exit 0; if [ -e .tune_sync_mark ] && " +
-                      "[ -z \"$(find . \\( -name 'checkpoint_*' -o -name '.staged_checkpoint_*' " +
-                      "-o -name '.pending_checkpoint_*' \\) -prune -o -newer .tune_sync_mark " +
-                      "-print -quit)\" ]; then echo unchanged; else touch .tune_sync_mark; fi",
-                  &check_out);
-  if (!check) check_out.clear();
-  bool unchanged = check && check_out.find("unchanged") != std::string::npos;
+  // written while rsync runs is seen as changed next time. An ended attempt's few small changes
+  // come in the answer and are written here (ssh_changes.hpp): no rsync either.
+  bool inline_files = r.exited && c.opts.syncer == "rsync" && h.info.safe_reads;
+  std::string answer;
+  auto look = h.shell_run(changes_command(r.dir, inline_files), &answer);
+  Changes changes = look ? parse_changes(answer) : Changes{};
+  if (changes.kind == Changes::Kind::kFiles) {
+    if (auto written = write_changed_files(r.head_dir, changes.files); written) {
+      c.stats.inline_syncs += 1;
+    } else {
+      spdlog::debug("trial {}: {}; rsync copies the files", trial_name(r), written.error().message);
+      changes.kind = Changes::Kind::kRsync;
+    }
+  }
   std::optional<Run::Step> files;
-  if (!unchanged)
-    files = Run::Step{
-        rsync(r.dir + "/", r.head_dir.string() + "/",
-              {"--exclude=checkpoint_*", "--exclude=stdin.fifo", "--exclude=.tune_sync_mark",
-               "--exclude=.staged_checkpoint_*", "--exclude=.pending_checkpoint_*",
-               "--exclude=*.tmp", "--exclude=result.json", "--exclude=progress.csv"}),
-        {},
-        {},
-        {}};
+  if (changes.kind == Changes::Kind::kRsync) {
+    std::vector<std::string> excludes;
+    for (const char* x : kSyncExcludes) excludes.push_back(std::string("--exclude=") + x);
+    files = Run::Step{rsync(r.dir + "/", r.head_dir.string() + "/", excludes), {}, {}, {}};
+  }
   std::vector<std::string> missing = checkpoints_to_copy(r, full);
   // One the head has a copy of already (seed_checkpoint): only what differs crosses the link.
   std::vector<std::string> seeded;

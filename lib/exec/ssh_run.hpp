@@ -108,6 +108,8 @@ struct SshStats {
   uint64_t records_read = 0, pid_asks = 0;
   // output handed on from the bytes the agent's events carried (no SFTP read for them)
   uint64_t carried = 0, carried_bytes = 0;
+  // ended attempts' last syncs whose few small files came with the look for changes (no rsync)
+  uint64_t inline_syncs = 0;
   void add(const SshStats& o);
 };
 

@@ -1102,6 +1102,56 @@ class SshTest(TuneTest):
             row = self.results("events", t)[0]
             self.assertGreater(row["time_this_iter_s"], 0, t["trial_name"])
 
+    def test_an_ended_trials_few_small_files_come_back_without_an_rsync(self):
+        # 12 one-result trials, each writing a line to stderr and a small file in a dir of its
+        # own; trial 0 writes 1 MB there too. An ended trial's last sync takes a few small files
+        # from the answer to its look for changes (one command of the kept shell), not from an
+        # rsync (several round trips more): the head has every file as the worker has it,
+        # bytes and mtime, and the driver counts the syncs that needed no rsync.
+        self.write("small.py", """
+            import os, sys, tune_trial
+            x = int(sys.argv[1])
+            d = os.path.join(os.environ["TUNE_TRIAL_DIR"], "logs")
+            os.makedirs(d)
+            with open(os.path.join(d, "notes.txt"), "w") as f:
+                f.write("trial %d\\n" % x)
+            if x == 0:
+                with open(os.path.join(d, "big.bin"), "wb") as f:
+                    f.write(os.urandom(1 << 20))
+            print("to stderr", file=sys.stderr)
+            tune_trial.report({"x": x})
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: small
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'small.py')}", "{{x}}"]
+            param_space: {{x: {{grid_search: {list(range(12))}}}}}
+            hosts:
+            """) + self.host_lines((0,), cpus=4) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        trials = self.trials("small")
+        self.assertEqual(len(trials), 12)
+        for t in trials:
+            x = t["config"]["x"]
+            self.assertEqual([r["x"] for r in self.results("small", t)], [x])
+            head = os.path.join(self.exp_dir("small"), t["trial_name"])
+            worker = self.worker_dir(0, "small", t["trial_name"])
+            names = ["stdout.log", "stdout.times", "stderr.log", "params.json", "logs/notes.txt"]
+            for name in names + (["logs/big.bin"] if x == 0 else []):
+                with open(os.path.join(head, name), "rb") as a, \
+                        open(os.path.join(worker, name), "rb") as b:
+                    self.assertEqual(a.read(), b.read(), (t["trial_name"], name))
+                self.assertEqual(os.stat(os.path.join(head, name)).st_mtime_ns,
+                                 os.stat(os.path.join(worker, name)).st_mtime_ns, name)
+            self.assertEqual(os.stat(os.path.join(head, "logs")).st_mtime_ns,
+                             os.stat(os.path.join(worker, "logs")).st_mtime_ns)
+            with open(os.path.join(head, "stderr.log")) as f:
+                self.assertIn("to stderr", f.read())
+        with open(os.path.join(self.exp_dir("small"), "tune.log")) as f:
+            log = f.read()
+        inline = [int(m) for m in re.findall(r"(\d+) of them last syncs without rsync", log)]
+        self.assertEqual(inline, [11], log[-3000:])  # (trial 0's 1 MB went by rsync)
+
     def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
         # Each trial reports three checkpoints as fast as it can and exits at once: its last
         # lines and its exit reach the driver together. Every checkpoint is adopted on the

@@ -1,0 +1,212 @@
+// The look for changes in a trial dir that an SSH sync starts with (exec/ssh_changes.hpp): its
+// shell command, run here by /bin/sh as the host's kept shell runs it; its answer, read as from
+// a hostile host; and the files written on the head from it.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
+
+#include "exec/ssh_changes.hpp"
+#include "fake_executor.hpp"
+#include "util/base64.hpp"
+#include "util/fs.hpp"
+#include "util/process.hpp"
+
+using namespace tune;
+using exec::Changes;
+using testing::ScratchDir;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The command's answer, as the kept shell gives it (stdout and stderr together).
+std::string ask(const fs::path& dir, bool inline_files) {
+  fs::path out = dir.parent_path() / "answer.txt";
+  auto rc = util::run_process({"/bin/sh", "-c", exec::changes_command(dir.string(), inline_files)},
+                              out, 30);
+  REQUIRE(rc);
+  auto text = util::read_file(out);
+  REQUIRE(text);
+  return *text;
+}
+
+void put(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// A line of the answer for a file of `n` bytes ("f SIZE MTIME MODE PATH"), and its data.
+std::string listed(const std::string& path, const std::string& data) {
+  return "f " + std::to_string(data.size()) + " 1764237600.5 644 " + path + "\n";
+}
+std::string read_as(const std::string& data) {
+  std::string b64;
+  util::base64_encode(data, b64);
+  return "F\n" + b64 + "\n";
+}
+
+}  // namespace
+
+TEST_CASE("ssh changes: an ended attempt's few small files come with the look", "[ssh_changes]") {
+  ScratchDir d;
+  fs::path t = d.path / "trial";
+  put(t / "stdout.log", "{\"x\": 1}\n");
+  // The first look marks the dir and takes all there is; the next, only what changed since.
+  auto all = exec::parse_changes(ask(t, true));
+  REQUIRE(all.kind == Changes::Kind::kFiles);
+  REQUIRE(all.files.size() == 1);
+  CHECK(all.files[0].path == "stdout.log");
+  CHECK(all.files[0].data == "{\"x\": 1}\n");
+  CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kUnchanged);
+  ::usleep(20'000);  // (newer than the mark by more than the clock's tick)
+  put(t / "stdout.log", "{\"x\": 1}\n{\"x\": 2}\n");
+  put(t / "sub dir" / "  odd name\\", "bytes\n");
+  put(t / "checkpoint_000001" / "model.pt", "not listed");
+  put(t / "result.json", "not listed");
+  put(t / "x.tmp", "not listed");
+  ::chmod((t / "sub dir" / "  odd name\\").c_str(), 0750);
+  auto c = exec::parse_changes(ask(t, true));
+  REQUIRE(c.kind == Changes::Kind::kFiles);
+  REQUIRE(c.files.size() == 3);
+  std::sort(c.files.begin(), c.files.end(),
+            [](const auto& a, const auto& b) { return a.path < b.path; });
+  CHECK(c.files[0].path == "stdout.log");
+  CHECK(c.files[0].data == "{\"x\": 1}\n{\"x\": 2}\n");
+  CHECK(c.files[1].path == "sub dir");  // (new: made on the head, with its mtime)
+  CHECK(c.files[1].dir);
+  CHECK(c.files[2].path == "sub dir/  odd name\\");
+  CHECK(c.files[2].data == "bytes\n");
+  CHECK(c.files[2].mode == 0750);
+  struct stat st {};
+  REQUIRE(::stat((t / "stdout.log").c_str(), &st) == 0);
+  CHECK(c.files[0].mtime.tv_sec == st.st_mtim.tv_sec);
+  CHECK(c.files[0].mtime.tv_nsec == st.st_mtim.tv_nsec);
+  // Written on the head: the same bytes and mtime, a new file with the host's mode.
+  fs::path head = d.path / "head";
+  fs::create_directories(head);
+  REQUIRE(exec::write_changed_files(head, c.files));
+  CHECK(util::read_file(head / "stdout.log").value() == "{\"x\": 1}\n{\"x\": 2}\n");
+  CHECK(util::read_file(head / "sub dir" / "  odd name\\").value() == "bytes\n");
+  REQUIRE(::stat((head / "stdout.log").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == c.files[0].mtime.tv_sec);
+  CHECK(st.st_mtim.tv_nsec == c.files[0].mtime.tv_nsec);
+  REQUIRE(::stat((head / "sub dir" / "  odd name\\").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0700) == 0700);
+  REQUIRE(::stat((head / "sub dir").c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec == c.files[1].mtime.tv_sec);
+  CHECK(st.st_mtim.tv_nsec == c.files[1].mtime.tv_nsec);
+  CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kUnchanged);
+  // A look that does not take files only says whether anything changed (the first: yes).
+  CHECK(exec::parse_changes(ask(d.path / "head", false)).kind == Changes::Kind::kRsync);
+  CHECK(exec::parse_changes(ask(d.path / "head", false)).kind == Changes::Kind::kUnchanged);
+  ::usleep(20'000);
+  put(t / "stderr.log", "warning\n");
+  CHECK(exec::parse_changes(ask(t, false)).kind == Changes::Kind::kRsync);
+  CHECK(exec::parse_changes(ask(t, false)).kind == Changes::Kind::kUnchanged);
+}
+
+TEST_CASE("ssh changes: anything but a few small files asks for an rsync", "[ssh_changes]") {
+  ScratchDir d;
+  fs::path t = d.path / "trial";
+  fs::create_directories(t);
+  auto after_mark = [&] {
+    (void)ask(t, true);
+    ::usleep(20'000);
+  };
+  SECTION("a link") {
+    after_mark();
+    fs::create_symlink("/etc/passwd", t / "link");
+  }
+  SECTION("a FIFO") {
+    after_mark();
+    REQUIRE(::mkfifo((t / "fifo").c_str(), 0600) == 0);
+  }
+  SECTION("a name with a newline") {
+    after_mark();
+    put(t / "two\nlines", "x");
+  }
+  SECTION("too many files") {
+    after_mark();
+    for (size_t i = 0; i <= exec::kMaxInlineFiles; ++i) put(t / ("f" + std::to_string(i)), "x");
+  }
+  SECTION("too many bytes") {
+    after_mark();
+    put(t / "big", std::string(exec::kMaxInlineBytes + 1, 'x'));
+  }
+  SECTION("no trial dir") {
+    fs::remove_all(t);
+  }
+  CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kRsync);
+}
+
+TEST_CASE("ssh changes: an answer not as expected asks for an rsync", "[ssh_changes]") {
+  using K = Changes::Kind;
+  std::string ok = "files\n" + listed("a", "xy") + ".\n" + read_as("xy");
+  CHECK(exec::parse_changes(ok).kind == K::kFiles);
+  CHECK(exec::parse_changes("unchanged\n").kind == K::kUnchanged);
+  for (std::string bad : {
+           std::string(""),
+           std::string("unchanged"),  // (cut short)
+           std::string("rsync\n"),
+           std::string("files\n.\n"),
+           ok.substr(0, ok.size() - 1),
+           "files\n" + listed("a", "xy") + ".\n" + read_as("xyz"),  // grew since listed
+           "files\n" + listed("a", "xy") + ".\nN\n",
+           "files\n" + listed("a", "xy") + ".\nF\n!!notbase64\n",
+           "files\n" + listed("../a", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("/etc/a", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("a/../../b", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("a//b", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("./a", "xy") + ".\n" + read_as("xy"),
+           // (what a sync never copies: a host may not write it on the head)
+           "files\n" + listed("result.json", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("checkpoint_000001/model.pt", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("sub/progress.csv", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed(".sync_checkpoint_000002/a", "xy") + ".\n" + read_as("xy"),
+           "files\n" + listed("a.tmp", "xy") + ".\n" + read_as("xy"),
+           "files\nl 4096 1.0 755 a\n.\n" + read_as("xy"),
+           std::string("files\nd 4096 1.0 17777 a\n.\n"),
+           "files\nf 2 1.0 999 a\n.\n" + read_as("xy"),
+           "files\nf 2 x.0 644 a\n.\n" + read_as("xy"),
+           "files\nf -2 1.0 644 a\n.\n" + read_as("xy"),
+           std::string("files\nf 99999999999 1.0 644 a\n.\n"),
+       }) {
+    INFO(bad);
+    CHECK(exec::parse_changes(bad).kind == K::kRsync);
+  }
+  std::string many = "files\n";
+  for (size_t i = 0; i <= exec::kMaxInlineFiles; ++i) many += listed("f" + std::to_string(i), "x");
+  CHECK(exec::parse_changes(many + ".\n").kind == K::kRsync);
+}
+
+TEST_CASE("ssh changes: files are written inside the head's trial dir only", "[ssh_changes]") {
+  ScratchDir d;
+  fs::path head = d.path / "head", outside = d.path / "outside";
+  fs::create_directories(head);
+  fs::create_directories(outside);
+  fs::create_directory_symlink(outside, head / "sub");
+  fs::create_symlink(outside / "target", head / "link");
+  exec::ChangedFile f;
+  f.data = "hostile";
+  f.path = "sub/file";  // through a link on the head: refused
+  CHECK_FALSE(exec::write_changed_files(head, {f}));
+  f.path = "../outside/file";
+  CHECK_FALSE(exec::write_changed_files(head, {f}));
+  CHECK(fs::is_empty(outside));
+  f.path = "link";  // a link there is replaced, its target never written
+  REQUIRE(exec::write_changed_files(head, {f}));
+  CHECK_FALSE(fs::exists(outside / "target"));
+  CHECK(fs::is_regular_file(fs::symlink_status(head / "link")));
+  // A file there keeps its mode.
+  put(head / "run.sh", "old");
+  ::chmod((head / "run.sh").c_str(), 0700);
+  f.path = "run.sh";
+  f.mode = 0644;
+  REQUIRE(exec::write_changed_files(head, {f}));
+  struct stat st {};
+  REQUIRE(::stat((head / "run.sh").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK(util::read_file(head / "run.sh").value() == "hostile");
+}
