@@ -84,9 +84,10 @@ bool plain_relative(std::string_view p) {
 }
 
 // The dir `path` names under `root` (all of it for a dir, else the file's), each part made
-// where missing (with `mode` for the last of a dir) and entered without following a link; -1
-// with errno set if one cannot be. `name`: what is left (the file's name; "" for a dir).
-int enter(int root, const ChangedFile& f, std::string& name) {
+// where missing if `make` (with `mode` for the last of a dir) and entered without following a
+// link; -1 with errno set if one cannot be. `name`: what is left (the file's name; "" for a
+// dir).
+int enter(int root, const ListedFile& f, std::string& name, bool make = true) {
   std::string_view p = f.path;
   int dir = ::dup(root);
   while (dir >= 0 && !p.empty()) {
@@ -95,7 +96,7 @@ int enter(int root, const ChangedFile& f, std::string& name) {
     std::string c(p.substr(0, slash));
     p.remove_prefix(slash == std::string_view::npos ? p.size() : slash + 1);
     mode_t mode = p.empty() ? (f.mode & 0777) | 0700 : 0755;
-    int sub = ::mkdirat(dir, c.c_str(), mode) == 0 || errno == EEXIST
+    int sub = !make || ::mkdirat(dir, c.c_str(), mode) == 0 || errno == EEXIST
                   ? ::openat(dir, c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                   : -1;
     int e = errno;
@@ -107,7 +108,22 @@ int enter(int root, const ChangedFile& f, std::string& name) {
   return dir;
 }
 
-Result<void> write_one(int root, const ChangedFile& f) {
+// Whether the head has `f` as the host listed it: a dir, or a regular file of its size and
+// mtime (the test rsync makes before it copies a file).
+bool on_head(int root, const ListedFile& f) {
+  std::string name;
+  int dir = enter(root, f, name, false);
+  if (dir < 0) return false;
+  struct stat st {};
+  bool same =
+      f.dir || (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == f.size &&
+                st.st_mtim.tv_sec == f.mtime.tv_sec && st.st_mtim.tv_nsec == f.mtime.tv_nsec);
+  ::close(dir);
+  return same;
+}
+
+Result<void> write_one(int root, const ListedFile& f) {
   std::string name;
   int dir = enter(root, f, name);
   if (dir < 0) return fail("cannot make or enter a dir of ", f.path, ": ", std::strerror(errno));
@@ -156,30 +172,34 @@ std::string changes_command(const std::string& dir, bool inline_files) {
     return cmd + "if [ -e .tune_sync_mark ] && [ -z \"$(find . " + pruned() +
            " -newer .tune_sync_mark -print -quit 2>/dev/null)\" ]; then echo unchanged; "
            "else touch .tune_sync_mark; echo rsync; fi )";
-  // The next sync's mark is made before the look (what changes after it is seen next time);
-  // each entry changed since the last mark (all of them at the first sync) is listed as "TYPE
-  // SIZE MTIME MODE PATH" (type x: a path that holds a newline), and if all are files and dirs,
-  // few and small, each file is read as read_ranges() reads one (nothing but a regular file,
-  // never a wait on a FIFO swapped in).
-  return cmd + "t=$(mktemp) || exit 0; nl=$(printf '\\n_'); nl=${nl%_}; newer=; " +
-         "[ -e .tune_sync_mark ] && newer='-newer .tune_sync_mark'; " +
-         "rm -f .tune_sync_mark.tmp; touch .tune_sync_mark.tmp; " + "if ! find . " + pruned() +
-         " $newer ! -path . \\( -path \"*$nl*\" " +
-         "-printf 'x 0 0 0 -\\n' -o -printf '%y %s %T@ %m %P\\n' \\) > \"$t\" 2>/dev/null; then " +
-         "mv -f .tune_sync_mark.tmp .tune_sync_mark; rm -f \"$t\"; echo rsync; exit 0; fi; " +
+  // The next sync's mark is made before the look (what changes after it is seen next time).
+  // Every entry is listed, "n" if changed since the last mark (all at the first sync) else
+  // "o", then "TYPE SIZE MTIME MODE PATH" (x: a path that holds a newline); the listing goes
+  // base64 (a name is never a line of the answer). If all are files and dirs, not too many,
+  // and the changed files few and small, each of those is read as read_ranges() reads one
+  // (nothing but a regular file, never a wait on a FIFO swapped in). Temporary files go in a
+  // dir of the command's own.
+  const std::string limits =
+      "$1 == \"x\" || ($2 != \"f\" && $2 != \"d\") || ++n > " + std::to_string(kMaxListed) +
+      " || ($1 == \"n\" && $2 == \"f\" && (++k > " + std::to_string(kMaxInlineFiles) +
+      " || (s += $3) > " + std::to_string(kMaxInlineBytes) + "))";
+  return cmd + "d=$(mktemp -d) || exit 0; nl=$(printf '\\n_'); nl=${nl%_}; " +
+         "ref=.tune_sync_mark; [ -e \"$ref\" ] || { ref=\"$d/ref\"; touch -d @0 \"$ref\"; }; " +
+         "rm -f .tune_sync_mark.tmp; touch .tune_sync_mark.tmp; " + "if find . " + pruned() +
+         " ! -path . \\( -path \"*$nl*\" -printf 'x x 0 0 0 -\\n' -o -newer \"$ref\" " +
+         "-printf 'n %y %s %T@ %m %P\\n' -o -printf 'o %y %s %T@ %m %P\\n' \\) " +
+         "> \"$d/l\" 2>/dev/null; then r=0; else r=1; fi; " +
          "mv -f .tune_sync_mark.tmp .tune_sync_mark; " +
-         "if [ ! -s \"$t\" ]; then rm -f \"$t\"; echo unchanged; exit 0; fi; " +
-         "if ! awk '($1 != \"f\" && $1 != \"d\") || ++n > " + std::to_string(kMaxInlineFiles) +
-         " || ($1 == \"f\" && (s += $2) > " + std::to_string(kMaxInlineBytes) +
-         ") { bad = 1 } END { exit bad }' \"$t\"; then rm -f \"$t\"; echo rsync; exit 0; fi; " +
-         "echo files; cat \"$t\"; echo .; " +
-         "while IFS= read -r e; do case $e in d*) continue;; esac; " +
-         "p=${e#* }; p=${p#* }; p=${p#* }; p=${p#* }; " +
+         "if [ $r != 0 ]; then echo rsync; elif [ ! -s \"$d/l\" ]; then echo unchanged; " +
+         "elif ! awk '" + limits + " { bad = 1 } END { exit bad }' \"$d/l\"; then echo rsync; " +
+         "else echo files; base64 -w0 < \"$d/l\"; echo; " +
+         "while IFS= read -r e; do case $e in \"n f \"*) ;; *) continue;; esac; " +
+         "p=${e#* }; p=${p#* }; p=${p#* }; p=${p#* }; p=${p#* }; " +
          "if [ -L \"$p\" ] || [ ! -f \"$p\" ]; then echo N; elif timeout 3 dd if=\"$p\" " +
-         "of=\"$t.d\" iflag=count_bytes,nonblock bs=65536 count=" +
+         "of=\"$d/data\" iflag=count_bytes,nonblock bs=65536 count=" +
          std::to_string(kMaxInlineBytes + 1) +
-         " status=none 2>/dev/null; then echo F; base64 -w0 < \"$t.d\"; echo; else echo E; fi; " +
-         "done < \"$t\"; rm -f \"$t\" \"$t.d\" )";
+         " status=none 2>/dev/null; then echo F; base64 -w0 < \"$d/data\"; echo; else echo E; " +
+         "fi; done < \"$d/l\"; fi; rm -rf \"$d\" )";
 }
 
 Changes parse_changes(std::string_view answer) {
@@ -188,34 +208,39 @@ Changes parse_changes(std::string_view answer) {
   auto first = next_line(answer, at);
   if (first == "unchanged") out.kind = Changes::Kind::kUnchanged;
   if (first != "files") return out;
-  std::vector<ChangedFile> files;
+  auto b64 = next_line(answer, at);
+  auto listing = b64 ? util::base64_decode(*b64) : std::nullopt;
+  if (!listing) return out;
+  std::vector<ListedFile> files;
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
-  for (;;) {
-    auto line = next_line(answer, at);
-    if (!line) return out;
-    if (*line == ".") break;
+  size_t changed = 0, lat = 0;
+  for (std::optional<std::string_view> line; (line = next_line(*listing, lat));) {
     std::string_view rest = *line;
-    ChangedFile f;
+    ListedFile f;
     uint64_t size = 0;
-    std::string_view type = word(rest);
+    std::string_view state = word(rest), type = word(rest);
+    f.changed = state == "n";
     f.dir = type == "d";
-    if ((type != "f" && !f.dir) || !number(word(rest), size) || !mtime_of(word(rest), f.mtime) ||
-        !number(word(rest), f.mode, 8) || f.mode > 07777 || !plain_relative(rest) ||
-        files.size() == kMaxInlineFiles || (!f.dir && (total += size) > kMaxInlineBytes))
+    if ((state != "n" && state != "o") || (type != "f" && !f.dir) || !number(word(rest), size) ||
+        !mtime_of(word(rest), f.mtime) || !number(word(rest), f.mode, 8) || f.mode > 07777 ||
+        !plain_relative(rest) || files.size() == kMaxListed)
+      return out;
+    if (f.changed && !f.dir && (++changed > kMaxInlineFiles || (total += size) > kMaxInlineBytes))
       return out;
     f.path = std::string(rest);
+    f.size = size;
     files.push_back(std::move(f));
-    sizes.push_back(size);
   }
-  for (size_t i = 0; i < files.size(); ++i) {
-    if (files[i].dir) continue;  // (nothing read)
+  if (lat != listing->size()) return out;  // (a last line cut short)
+  for (auto& f : files) {
+    if (!f.changed || f.dir) continue;  // (nothing read)
     auto status = next_line(answer, at);
     if (status != "F") return out;  // (gone, replaced or unreadable since it was listed)
-    auto b64 = next_line(answer, at);
-    auto data = b64 ? util::base64_decode(*b64) : std::nullopt;
-    if (!data || data->size() != sizes[i]) return out;  // (it changed meanwhile)
-    files[i].data = std::move(*data);
+    auto data_b64 = next_line(answer, at);
+    auto data = data_b64 ? util::base64_decode(*data_b64) : std::nullopt;
+    if (!data || data->size() != f.size) return out;  // (it changed meanwhile)
+    f.data = std::move(*data);
   }
   if (files.empty()) return out;
   out.kind = Changes::Kind::kFiles;
@@ -223,24 +248,26 @@ Changes parse_changes(std::string_view answer) {
   return out;
 }
 
-Result<void> write_changed_files(const fs::path& head_dir, const std::vector<ChangedFile>& files) {
+Result<void> write_changed_files(const fs::path& head_dir, const std::vector<ListedFile>& files) {
   int root = ::open(head_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (root < 0) return fail("cannot open ", head_dir.string(), ": ", std::strerror(errno));
+  auto failed = [&](Result<void> r) {
+    ::close(root);
+    return r;
+  };
   for (const auto& f : files) {
-    if (!plain_relative(f.path)) {
-      ::close(root);
-      return fail("not a path inside the trial dir: ", f.path);
-    }
-    if (auto w = write_one(root, f); !w) {
-      ::close(root);
-      return w;
-    }
+    if (!plain_relative(f.path)) return failed(fail("not a path inside the trial dir: ", f.path));
+    // (one made before the last mark with an old mtime, or that an earlier sync missed)
+    if (!f.changed && !on_head(root, f))
+      return failed(fail(f.path, " is not on the head as the host has it"));
   }
+  for (const auto& f : files)
+    if (auto w = f.changed ? write_one(root, f) : Result<void>{}; !w) return failed(w);
   // The dirs' mtimes, once nothing more is written into them.
   const timespec omit{0, UTIME_OMIT};
   for (const auto& f : files) {
     std::string name;
-    int dir = f.dir ? enter(root, f, name) : -1;
+    int dir = f.dir && f.changed ? enter(root, f, name) : -1;
     const timespec times[2] = {omit, f.mtime};
     if (dir >= 0) (void)::futimens(dir, times);
     if (dir >= 0) ::close(dir);

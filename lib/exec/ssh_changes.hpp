@@ -25,13 +25,18 @@ inline constexpr const char* kSyncExcludes[] = {"checkpoint_*",          ".stage
                                                 ".tune_sync_mark",       "*.tmp",
                                                 "result.json",           "progress.csv"};
 
-// Up to this many files of at most this many bytes in all come in the answer.
+// Up to this many entries are listed, and up to this many changed files of at most this many
+// bytes in all come in the answer.
+inline constexpr size_t kMaxListed = 1024;
 inline constexpr size_t kMaxInlineFiles = 64;
 inline constexpr uint64_t kMaxInlineBytes = 512 << 10;
 
-struct ChangedFile {
-  std::string path;  // relative to the trial dir
-  bool dir = false;  // a dir (made if missing), else a regular file
+// An entry of the trial dir, as the host listed it.
+struct ListedFile {
+  std::string path;     // relative to the trial dir
+  bool dir = false;     // a dir, else a regular file
+  bool changed = true;  // since the last sync's mark (then `data` holds a file's bytes)
+  uint64_t size = 0;
   timespec mtime{};
   unsigned mode = 0644;
   std::string data;
@@ -39,27 +44,32 @@ struct ChangedFile {
 
 struct Changes {
   enum class Kind {
-    kUnchanged,  // nothing changed since the last sync
+    kUnchanged,  // the trial dir holds nothing a sync copies
     kRsync,      // an rsync is wanted (anything but a few small files, or an answer not understood)
-    kFiles,      // these files and dirs changed, and nothing else: `files` holds them
+    kFiles,      // the trial dir holds these files and dirs, and nothing else: `files`
   } kind = Kind::kRsync;
-  std::vector<ChangedFile> files;
+  std::vector<ListedFile> files;
 };
 
 // The command (for SshHost::shell_run) that looks for changes in `dir` since the last sync and
-// marks this one. `inline_files` (an ended attempt's trial dir, which nothing writes into any
-// more, on a host with GNU find, dd, base64 and timeout): few small changes come in the answer.
+// marks this one. Without `inline_files`, it says only whether anything changed. With it (an
+// ended attempt's trial dir, which nothing writes into any more, on a host with GNU find, dd,
+// base64 and timeout), it lists every entry a sync copies, and when that is only files and
+// dirs, at most kMaxListed, and the changed files few and small, the answer holds those files.
 [[nodiscard]] std::string changes_command(const std::string& dir, bool inline_files);
 
-// Its answer. Anything not as expected (a path that leaves the dir, data that is not the size
-// listed, a truncated answer) asks for an rsync, which copies whatever is there.
+// Its answer. Anything not as expected (a path that leaves the dir or names what a sync never
+// copies, data that is not the size listed, a truncated answer) asks for an rsync, which copies
+// whatever is there.
 [[nodiscard]] Changes parse_changes(std::string_view answer);
 
-// Writes `files` under `head_dir`, each through a temporary name and a rename, with its mtime
-// (dirs: made where missing, and their mtimes set last): never through a link, never outside
-// `head_dir`. A file that is there keeps its mode (as rsync keeps it); a new one gets the
-// host's, less the umask.
+// Brings the head's trial dir `head_dir` to what the host listed: fails, writing nothing, if
+// an entry listed as unchanged is not there as listed (a file made with an old mtime, or one an
+// earlier sync missed: an rsync must compare them all); else writes each changed file through
+// a temporary name and a rename, with its mtime (dirs: made where missing, their mtimes set
+// last). Never through a link, never outside `head_dir`. A file that is there keeps its mode
+// (as rsync keeps it); a new one gets the host's permission bits, less the umask.
 [[nodiscard]] Result<void> write_changed_files(const fs::path& head_dir,
-                                               const std::vector<ChangedFile>& files);
+                                               const std::vector<ListedFile>& files);
 
 }  // namespace tune::exec

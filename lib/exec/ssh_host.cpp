@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,6 +112,16 @@ std::string SshHost::ssh_words() const {
 }
 
 Result<void> SshHost::open_shell() {
+  uint8_t raw[8];
+  for (size_t got = 0; got < sizeof raw;) {
+    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("cannot draw a random marker: ", std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
+  shell_key.clear();
+  for (uint8_t b : raw)
+    shell_key += "0123456789abcdef"[b >> 4], shell_key += "0123456789abcdef"[b & 15];
   shell = ssh_channel_new(session);
   if (!shell || ssh_channel_open_session(shell) != SSH_OK ||
       ssh_channel_request_exec(shell, "exec /bin/sh") != SSH_OK)
@@ -220,7 +231,7 @@ Result<std::vector<std::string>> SshHost::agent_events(int timeout_ms) {
 // Runs a command in the kept shell; returns its exit status and output (stdout only).
 Result<int> SshHost::shell_run(const std::string& cmd, std::string* out) {
   if (!shell) return run(cmd, out);
-  std::string marker = "__tune_done_" + std::to_string(++shell_seq) + "__";
+  std::string marker = "__tune_done_" + shell_key + "_" + std::to_string(++shell_seq) + "__";
   std::string line = "{ " + cmd + "\n} </dev/null 2>&1; echo \"" + marker + " $?\"\n";
   if (ssh_channel_write(shell, line.data(), static_cast<uint32_t>(line.size())) !=
       static_cast<int>(line.size()))

@@ -29,6 +29,9 @@ struct SshHost {
   ssh_channel shell = nullptr;
   std::string shell_buf;
   uint64_t shell_seq = 0;
+  // In the marker that ends each command's answer: drawn anew for each shell, so that output a
+  // trial controls (a file's name or bytes in an answer) cannot end an answer early.
+  std::string shell_key;
   // The host's tune-agent (`tune-agent remote`) on a channel of its own: each launch is one
   // request line, each answer an event line (apps/tune-agent/remote.hpp).
   ssh_channel agent = nullptr;

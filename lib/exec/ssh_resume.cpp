@@ -69,7 +69,7 @@ std::optional<std::vector<LiveAttempt>> SshExecutor::Impl::live_supervisors(Work
   // the user may append lines).
   std::string read =
       "grep -F '\"event\":\"supervising\"' \"$1\" 2>/dev/null | "
-      "grep -v -E '__tune_done_[0-9]+__ ' | awk 'length($0) <= 4096' | tail -c 33554432";
+      "grep -v -E '__tune_done_[0-9a-f]+_[0-9]+__ ' | awk 'length($0) <= 4096' | tail -c 33554432";
   std::string args = q(read) + " sh " + q(h.attempt_log);
   std::string out;
   auto st = h.shell_run(

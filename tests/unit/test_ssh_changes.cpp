@@ -1,9 +1,11 @@
 // The look for changes in a trial dir that an SSH sync starts with (exec/ssh_changes.hpp): its
 // shell command, run here by /bin/sh as the host's kept shell runs it; its answer, read as from
 // a hostile host; and the files written on the head from it.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
@@ -37,9 +39,15 @@ void put(const fs::path& p, const std::string& text) {
   std::ofstream(p) << text;
 }
 
-// A line of the answer for a file of `n` bytes ("f SIZE MTIME MODE PATH"), and its data.
+// A line of the listing for a changed file holding `data` ("n f SIZE MTIME MODE PATH"); the
+// answer made of a listing and reads; a read of `data`.
 std::string listed(const std::string& path, const std::string& data) {
-  return "f " + std::to_string(data.size()) + " 1764237600.5 644 " + path + "\n";
+  return "n f " + std::to_string(data.size()) + " 1764237600.5 644 " + path + "\n";
+}
+std::string answer(const std::string& listing, const std::string& reads = "") {
+  std::string b64;
+  util::base64_encode(listing, b64);
+  return "files\n" + b64 + "\n" + reads;
 }
 std::string read_as(const std::string& data) {
   std::string b64;
@@ -59,7 +67,12 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   REQUIRE(all.files.size() == 1);
   CHECK(all.files[0].path == "stdout.log");
   CHECK(all.files[0].data == "{\"x\": 1}\n");
-  CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kUnchanged);
+  CHECK(all.files[0].changed);
+  auto again = exec::parse_changes(ask(t, true));  // (listed, unchanged: nothing read)
+  REQUIRE(again.kind == Changes::Kind::kFiles);
+  REQUIRE(again.files.size() == 1);
+  CHECK_FALSE(again.files[0].changed);
+  CHECK(again.files[0].data.empty());
   ::usleep(20'000);  // (newer than the mark by more than the clock's tick)
   put(t / "stdout.log", "{\"x\": 1}\n{\"x\": 2}\n");
   put(t / "sub dir" / "  odd name\\", "bytes\n");
@@ -97,7 +110,22 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   REQUIRE(::stat((head / "sub dir").c_str(), &st) == 0);
   CHECK(st.st_mtim.tv_sec == c.files[1].mtime.tv_sec);
   CHECK(st.st_mtim.tv_nsec == c.files[1].mtime.tv_nsec);
-  CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kUnchanged);
+  // The next look lists them all unchanged, and the head has them as listed.
+  auto after = exec::parse_changes(ask(t, true));
+  REQUIRE(after.kind == Changes::Kind::kFiles);
+  CHECK(std::none_of(after.files.begin(), after.files.end(), [](auto& f) { return f.changed; }));
+  CHECK(exec::write_changed_files(head, after.files));
+  // A file made since with an old mtime (cp -p, tar x, shutil.copy2) is not newer than the
+  // mark: listed unchanged, and not on the head, so the files are not taken from the answer.
+  put(t / "copied", "old\n");
+  struct timespec old_times[2] = {{978307200, 0}, {978307200, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, (t / "copied").c_str(), old_times, 0) == 0);
+  auto copied = exec::parse_changes(ask(t, true));
+  REQUIRE(copied.kind == Changes::Kind::kFiles);
+  auto written = exec::write_changed_files(head, copied.files);
+  REQUIRE_FALSE(written);
+  CHECK(written.error().message == "copied is not on the head as the host has it");
+  CHECK_FALSE(fs::exists(head / "copied"));
   // A look that does not take files only says whether anything changed (the first: yes).
   CHECK(exec::parse_changes(ask(d.path / "head", false)).kind == Changes::Kind::kRsync);
   CHECK(exec::parse_changes(ask(d.path / "head", false)).kind == Changes::Kind::kUnchanged);
@@ -143,42 +171,59 @@ TEST_CASE("ssh changes: anything but a few small files asks for an rsync", "[ssh
 
 TEST_CASE("ssh changes: an answer not as expected asks for an rsync", "[ssh_changes]") {
   using K = Changes::Kind;
-  std::string ok = "files\n" + listed("a", "xy") + ".\n" + read_as("xy");
-  CHECK(exec::parse_changes(ok).kind == K::kFiles);
+  std::string ok = answer(listed("a", "xy") + "o d 4096 1.5 755 sub\n", read_as("xy"));
+  auto parsed = exec::parse_changes(ok);
+  REQUIRE(parsed.kind == K::kFiles);
+  REQUIRE(parsed.files.size() == 2);
+  CHECK(parsed.files[0].data == "xy");
+  CHECK((parsed.files[1].dir && !parsed.files[1].changed));
   CHECK(exec::parse_changes("unchanged\n").kind == K::kUnchanged);
+  auto bad_listing = [](const std::string& line) { return answer(line, read_as("xy")); };
   for (std::string bad : {
            std::string(""),
            std::string("unchanged"),  // (cut short)
            std::string("rsync\n"),
-           std::string("files\n.\n"),
+           std::string("files\n"),
+           std::string("files\n!!notbase64\n"),
+           answer(""),
            ok.substr(0, ok.size() - 1),
-           "files\n" + listed("a", "xy") + ".\n" + read_as("xyz"),  // grew since listed
-           "files\n" + listed("a", "xy") + ".\nN\n",
-           "files\n" + listed("a", "xy") + ".\nF\n!!notbase64\n",
-           "files\n" + listed("../a", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("/etc/a", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("a/../../b", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("a//b", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("./a", "xy") + ".\n" + read_as("xy"),
+           answer(listed("a", "xy"), read_as("xyz")),  // grew since listed
+           answer(listed("a", "xy"), "N\n"),
+           answer(listed("a", "xy"), "F\n!!notbase64\n"),
+           answer(listed("a", "xy").substr(0, 10)),  // a listing cut short
+           bad_listing(listed("../a", "xy")),
+           bad_listing(listed("/etc/a", "xy")),
+           bad_listing(listed("a/../../b", "xy")),
+           bad_listing(listed("a//b", "xy")),
+           bad_listing(listed("./a", "xy")),
            // (what a sync never copies: a host may not write it on the head)
-           "files\n" + listed("result.json", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("checkpoint_000001/model.pt", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("sub/progress.csv", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed(".sync_checkpoint_000002/a", "xy") + ".\n" + read_as("xy"),
-           "files\n" + listed("a.tmp", "xy") + ".\n" + read_as("xy"),
-           "files\nl 4096 1.0 755 a\n.\n" + read_as("xy"),
-           std::string("files\nd 4096 1.0 17777 a\n.\n"),
-           "files\nf 2 1.0 999 a\n.\n" + read_as("xy"),
-           "files\nf 2 x.0 644 a\n.\n" + read_as("xy"),
-           "files\nf -2 1.0 644 a\n.\n" + read_as("xy"),
-           std::string("files\nf 99999999999 1.0 644 a\n.\n"),
+           bad_listing(listed("result.json", "xy")),
+           bad_listing(listed("checkpoint_000001/model.pt", "xy")),
+           bad_listing(listed("sub/progress.csv", "xy")),
+           bad_listing(listed(".sync_checkpoint_000002/a", "xy")),
+           bad_listing(listed("a.tmp", "xy")),
+           bad_listing("n l 4096 1.0 755 a\n"),
+           bad_listing("x x 0 0 0 -\n"),
+           bad_listing("m f 2 1.0 644 a\n"),
+           bad_listing("n d 4096 1.0 17777 a\n"),
+           bad_listing("n f 2 1.0 999 a\n"),
+           bad_listing("n f 2 x.0 644 a\n"),
+           bad_listing("n f -2 1.0 644 a\n"),
+           bad_listing("n f 99999999999 1.0 644 a\n"),
        }) {
     INFO(bad);
     CHECK(exec::parse_changes(bad).kind == K::kRsync);
   }
-  std::string many = "files\n";
-  for (size_t i = 0; i <= exec::kMaxInlineFiles; ++i) many += listed("f" + std::to_string(i), "x");
-  CHECK(exec::parse_changes(many + ".\n").kind == K::kRsync);
+  std::string many, reads;
+  for (size_t i = 0; i <= exec::kMaxInlineFiles; ++i) {
+    many += listed("f" + std::to_string(i), "x");
+    reads += read_as("x");
+  }
+  CHECK(exec::parse_changes(answer(many, reads)).kind == K::kRsync);
+  std::string listing;
+  for (size_t i = 0; i <= exec::kMaxListed; ++i)
+    listing += "o f 1 1.0 644 f" + std::to_string(i) + "\n";
+  CHECK(exec::parse_changes(answer(listing)).kind == K::kRsync);
 }
 
 TEST_CASE("ssh changes: files are written inside the head's trial dir only", "[ssh_changes]") {
@@ -188,7 +233,7 @@ TEST_CASE("ssh changes: files are written inside the head's trial dir only", "[s
   fs::create_directories(outside);
   fs::create_directory_symlink(outside, head / "sub");
   fs::create_symlink(outside / "target", head / "link");
-  exec::ChangedFile f;
+  exec::ListedFile f;
   f.data = "hostile";
   f.path = "sub/file";  // through a link on the head: refused
   CHECK_FALSE(exec::write_changed_files(head, {f}));
