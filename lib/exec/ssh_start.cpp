@@ -353,6 +353,9 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   r.times = ArrivalReader(l.attempt, started.times_offset);
   r.sup_pid = started.supervisor;
   r.launched_by = w.h.agent_gen;
+  // Its first periodic sync one period from now (a trial that just started has nothing to
+  // copy: before, each start cost an rsync at once, which its end-of-trial sync then waited for).
+  r.next_sync = mono() + opts.sync_period;
   r.watched_by = started.watched ? w.h.agent_gen : -1;
   // (watched from before it started: its agent says when to look, the routine looks start now)
   r.look = !started.watched;
