@@ -305,20 +305,38 @@ struct Output {
   const char* name = "";
   bool failed = false;
   std::string error;  // why it failed
-  uint64_t end = 0;   // stdout: where this process's last write ended in the file
+  // stdout: where this process's last write ended in the file, and its last bytes
+  uint64_t end = 0;
+  char tail[16] = {};
+  size_t tail_len = 0;
 };
 
-// stdout.log found shorter than this process wrote it: another process (the trial, writing to
-// its own log by its path) cut it, and what it held past the cut may never have been read. The
+// How stdout.log differs from what this process wrote there, if it does: shorter (cut), or
+// not holding the last bytes it wrote where it wrote them (overwritten), by another process
+// (the trial, writing to its own log by its path). "" if it holds them.
+std::string check_log(const Output& o, uint64_t size) {
+  std::string where = std::string(o.name) + " in " + g_dir;
+  if (size < o.end)
+    return where + " was cut from " + std::to_string(o.end) + " to " + std::to_string(size) +
+           " bytes by another process";
+  char now[sizeof o.tail];
+  if (o.tail_len > 0 && (::pread(o.file, now, o.tail_len, static_cast<off_t>(o.end - o.tail_len)) !=
+                             static_cast<ssize_t>(o.tail_len) ||
+                         std::memcmp(now, o.tail, o.tail_len) != 0))
+    return where + " was overwritten by another process";
+  return "";
+}
+
+// Checked before each write: what the log held past the cut may never have been read. The
 // attempt fails, and nothing more is written there: a driver reading on from where it was would
 // take results that come after a gap (and a checkpoint past it, which its retry would start
 // from), while the retry starts from a checkpoint before the gap and prints them all again.
 void check_not_cut(Output& o, uint64_t size) {
-  if (size >= o.end || o.failed) return;
+  if (o.failed) return;
+  std::string why = check_log(o, size);
+  if (why.empty()) return;
   o.failed = true;
-  o.error = std::string(o.name) + " in " + g_dir + " was cut from " + std::to_string(o.end) +
-            " to " + std::to_string(size) +
-            " bytes by another process; what the trial printed since is not kept";
+  o.error = why + "; what the trial printed since is not kept";
   diag(o.error);
   ::close(o.file);
   o.file = -1;
@@ -350,12 +368,11 @@ void pump(Output& o, const std::string& attempt, ArrivalNotes* notes) {
     struct stat st {};
     if (notes && o.file >= 0 && ::fstat(o.file, &st) == 0) {
       check_not_cut(o, static_cast<uint64_t>(st.st_size));
-      if (o.file >= 0) {
+      if (o.file >= 0)
         notes->before_write(static_cast<uint64_t>(st.st_size), buf, static_cast<size_t>(n));
-        o.end = static_cast<uint64_t>(st.st_size) + static_cast<uint64_t>(n);
-      }
     }
-    for (ssize_t done = 0; o.file >= 0 && done < n;) {
+    ssize_t done = 0;
+    while (o.file >= 0 && done < n) {
       ssize_t w = ::write(o.file, buf + done, static_cast<size_t>(n - done));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
@@ -364,6 +381,12 @@ void pump(Output& o, const std::string& attempt, ArrivalNotes* notes) {
         break;
       }
       done += w;
+    }
+    // (O_APPEND: the file's offset is where this write ended)
+    if (notes && o.file >= 0 && !o.failed) {
+      if (off_t end = ::lseek(o.file, 0, SEEK_CUR); end >= 0) o.end = static_cast<uint64_t>(end);
+      o.tail_len = std::min(sizeof o.tail, static_cast<size_t>(done));
+      std::memcpy(o.tail, buf + done - o.tail_len, o.tail_len);
     }
   }
 }
@@ -611,7 +634,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
 
   pid_t child = -1;
   unsigned long long child_started = 0;
-  std::string stdout_size;  // ",\"stdout_size\":N" once its stdout.log was written
+  std::string stdout_size;  // ",\"stdout_size\":N" once its stdout.log was written (+ stdout_cut)
   ArrivalNotes notes(g_dir, a.attempt);
   std::string reason = "exited";
   Ended ended;
@@ -640,7 +663,13 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       struct stat st;
       if (&o == &outs[0] && o.file >= 0 && ::fstat(o.file, &st) == 0) {
         stdout_size = ",\"stdout_size\":" + std::to_string(st.st_size);
-        check_not_cut(o, static_cast<uint64_t>(st.st_size));
+        // Cut or overwritten after the trial's last output: lost only if the driver had not
+        // read all of it by then, which the driver judges (exec::judge_cut).
+        if (std::string why = o.failed ? "" : check_log(o, static_cast<uint64_t>(st.st_size));
+            !why.empty()) {
+          diag(why + " after the trial's last output");
+          stdout_size += ",\"stdout_cut\":" + std::to_string(o.end);
+        }
       }
       if (o.file >= 0) ::close(o.file);
       // A trial that ended by itself, part of whose output is lost, failed (its results, or

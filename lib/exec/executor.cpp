@@ -65,6 +65,8 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
     info.stdout_from = v->get<uint64_t>();
   if (const auto* v = field("times_from"); v && v->is_number_unsigned())
     info.times_from = v->get<uint64_t>();
+  if (const auto* v = field("stdout_cut"); v && v->is_number_unsigned())
+    info.stdout_cut = v->get<uint64_t>();
   // The supervisor always writes a string reason and the time it ended.
   const auto* reason = field("reason");
   const auto* ended = field("ended");
@@ -73,6 +75,16 @@ std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt) {
   info.reason = parse_exit_reason(reason->get<std::string>()).value_or(ExitReason::kExited);
   if (const auto* v = field("error"); v && v->is_string()) info.error = v->get<std::string>();
   return info;
+}
+
+void judge_cut(ExitInfo& info, uint64_t read_to) {
+  if (!info.stdout_cut || read_to >= *info.stdout_cut || info.reason != ExitReason::kExited) return;
+  info.reason = ExitReason::kOutputLost;
+  info.error =
+      "stdout.log was cut or overwritten by another process after the trial's last "
+      "output, before bytes " +
+      std::to_string(read_to) + " to " + std::to_string(*info.stdout_cut) +
+      " of it were read (part of the trial's output is lost)";
 }
 
 timespec lease_stamp() {

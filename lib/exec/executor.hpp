@@ -86,6 +86,9 @@ struct ExitInfo {
   std::optional<uint64_t> stdout_size;
   // Where the attempt's output started in stdout.log, and its notes in stdout.times
   std::optional<uint64_t> stdout_from, times_from;
+  // stdout.log was cut or overwritten by another process after the trial's last output, which
+  // ended here (judge_cut)
+  std::optional<uint64_t> stdout_cut;
   // Slurm: the next attempt already runs, restored from this checkpoint (a dir name; "" for
   // none) by a rerun Slurm started while no driver ran: later checkpoints are forgotten so that
   // the driver restarts the trial from the same one.
@@ -97,6 +100,11 @@ struct ExitInfo {
 // record is genuine is checked separately (check_exit_record): any process of the user can
 // write a file.
 [[nodiscard]] std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt);
+
+// An attempt that ended by itself while its stdout.log was cut or overwritten after its last
+// output (ExitInfo::stdout_cut) failed as output_lost if the driver had read less than that
+// output (`read_to`: where its reading of the file ended): its last results are gone.
+void judge_cut(ExitInfo& info, uint64_t read_to);
 
 // True for the "=== attempt N ===" line the supervisor writes into stdout.log and stderr.log
 // before an attempt's output when an earlier attempt wrote there.

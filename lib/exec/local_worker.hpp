@@ -389,6 +389,7 @@ struct LocalExecutor::Impl {
     ExitInfo info;
     if (r.exit) {
       info = std::move(*r.exit);
+      judge_cut(info, r.offset);
     } else {
       info.attempt = r.attempt;
       // (never started: the agent was given up on, which is the host's failing, not the trial's)

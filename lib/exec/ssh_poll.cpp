@@ -340,6 +340,7 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
                              std::to_string(*r.exit->stdout_size - r.offset) +
                              " bytes of its output, from byte " + std::to_string(r.offset) +
                              ", cannot be read");
+        judge_cut(*r.exit, r.offset);
         r.exited = true;
         r.want_sync(true, t);  // the end-of-trial sync, before the exit is reported
       }

@@ -308,15 +308,21 @@ TEST_CASE("local transport: attach finds running and ended attempts in the log, 
   CHECK(o.exits["end"].exit_code == 4);
 }
 
-TEST_CASE("local transport: a trial that cuts its own stdout.log fails, naming the cut") {
+TEST_CASE("local transport: a trial that cuts or overwrites its own stdout.log fails") {
   // What the log held past the cut may never have been read: the attempt fails (output_lost,
-  // retried like a lost log), whether the cut comes between two writes or after the last.
+  // retried like a lost log) when the cut or overwrite comes between two writes, and nothing
+  // after it is kept. After the last write, only if the driver had not read it all.
   Scratch s;
   exec::LocalExecutor ex(options(s.dir));
   REQUIRE(ex.start(launch(s.dir, "mid",
                           {"sh", "-c",
                            "echo one; sleep 0.3; : > trial_mid/stdout.log; "
                            "echo two"})));
+  REQUIRE(ex.start(launch(s.dir, "refill",
+                          {"sh", "-c",
+                           "echo one; echo two; sleep 0.3; "
+                           "printf 'junk line %s\\n' 1 2 3 4 5 > trial_refill/stdout.log; "
+                           "echo three"})));
   REQUIRE(ex.start(launch(s.dir, "last",
                           {"sh", "-c",
                            "echo one; echo two; sleep 0.3; "
@@ -325,20 +331,48 @@ TEST_CASE("local transport: a trial that cuts its own stdout.log fails, naming t
                           {"sh", "-c",
                            "echo one; echo extra >> trial_grown/stdout.log; "
                            "echo two"})));
-  auto o = run_until_exits(ex, 3);
-  for (auto [id, from] : {std::pair{"mid", 4}, {"last", 8}}) {
-    INFO(o.exits[id].error);
-    CHECK(o.exits[id].reason == exec::ExitReason::kOutputLost);
-    CHECK(o.exits[id].error.find("stdout.log in " + (s.dir / "trial_").string() + id +
-                                 " was cut from " + std::to_string(from) +
-                                 " to 0 bytes by another process; what the trial printed "
-                                 "since is not kept") != std::string::npos);
-  }
+  auto o = run_until_exits(ex, 4);
+  std::string dir = (s.dir / "trial_").string();
+  INFO(o.exits["mid"].error);
+  CHECK(o.exits["mid"].reason == exec::ExitReason::kOutputLost);
+  CHECK(o.exits["mid"].error.find("stdout.log in " + dir +
+                                  "mid was cut from 4 to 0 bytes by another process; what the "
+                                  "trial printed since is not kept") != std::string::npos);
   // (nothing after the cut: a reader going on from where it was would take results past a gap)
   CHECK(util::read_file(s.dir / "trial_mid" / "stdout.log").value() == "");
+  INFO(o.exits["refill"].error);
+  CHECK(o.exits["refill"].reason == exec::ExitReason::kOutputLost);
+  CHECK(o.exits["refill"].error.find("stdout.log in " + dir +
+                                     "refill was overwritten by another process") !=
+        std::string::npos);
+  CHECK(o.out["refill"].find("three") == std::string::npos);
+  // Cut after its last output, which the driver had read (the 0.3 s): nothing was lost.
+  CHECK(o.exits["last"].reason == exec::ExitReason::kExited);
+  CHECK(o.exits["last"].stdout_cut == 8u);
+  CHECK(o.out["last"] == "one\ntwo\n");
   // (bytes appended by another process are no loss)
   CHECK(o.exits["grown"].reason == exec::ExitReason::kExited);
   CHECK(o.exits["grown"].exit_code == 0);
+}
+
+TEST_CASE("judge_cut: output cut after the last line fails the attempt only if unread") {
+  exec::ExitInfo info;
+  info.reason = exec::ExitReason::kExited;
+  info.stdout_cut = 100;
+  exec::judge_cut(info, 100);
+  CHECK(info.reason == exec::ExitReason::kExited);
+  exec::judge_cut(info, 60);
+  CHECK(info.reason == exec::ExitReason::kOutputLost);
+  CHECK(info.error.find("before bytes 60 to 100 of it were read") != std::string::npos);
+  exec::ExitInfo stopped;  // (an attempt stopped, or failed, keeps its reason)
+  stopped.reason = exec::ExitReason::kDriverStop;
+  stopped.stdout_cut = 100;
+  exec::judge_cut(stopped, 0);
+  CHECK(stopped.reason == exec::ExitReason::kDriverStop);
+  auto parsed = exec::parse_exit_record(
+      "{\"attempt\":1,\"reason\":\"exited\",\"ended\":1,\"stdout_cut\":7}", 1);
+  REQUIRE(parsed);
+  CHECK(parsed->stdout_cut == 7u);
 }
 
 TEST_CASE("attempt log: forged, torn and foreign lines") {
