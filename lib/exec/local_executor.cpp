@@ -170,6 +170,10 @@ void LocalExecutor::stop(const std::string& trial_id, bool now) {
   signal_supervisor(*r.supervisor, now);
 }
 
+void LocalExecutor::also_wake_on(int fd) {
+  impl_->wake_fd = fd;
+}
+
 std::vector<Event> LocalExecutor::wait(double timeout_s) {
   auto& impl = *impl_;
   std::vector<Event> interrupts, outputs, exits;
@@ -180,9 +184,12 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   timespec ts{
       static_cast<time_t>(timeout_s),
       static_cast<long>((timeout_s - static_cast<double>(static_cast<time_t>(timeout_s))) * 1e9)};
-  pollfd fds[3] = {
-      {impl.sig_fd, POLLIN, 0}, {impl.ino_fd, POLLIN, 0}, {impl.agent.fd(), POLLIN, 0}};
-  int n = ::ppoll(fds, impl.agent.running() ? 3 : 2, &ts, nullptr);
+  // (the agent's pipe, when it runs, and the wake descriptor, when there is one)
+  pollfd fds[4] = {{impl.sig_fd, POLLIN, 0},
+                   {impl.ino_fd, POLLIN, 0},
+                   {impl.agent.running() ? impl.agent.fd() : -1, POLLIN, 0},
+                   {impl.wake_fd, POLLIN, 0}};
+  int n = ::ppoll(fds, 4, &ts, nullptr);
   if (n > 0 && (fds[0].revents & POLLIN)) {
     signalfd_siginfo si{};
     while (::read(impl.sig_fd, &si, sizeof si) == sizeof si) {

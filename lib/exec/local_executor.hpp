@@ -38,6 +38,9 @@ class LocalExecutor final : public Executor {
   void send(const std::string& trial_id, std::string_view line) override;
   void stop(const std::string& trial_id, bool now) override;
   std::vector<Event> wait(double timeout_s) override;
+  // wait() also returns (with what it has) as soon as `fd` is readable: another executor's
+  // ready_fd(), whose events the caller then collects. Not read here.
+  void also_wake_on(int fd);
   std::optional<int> pid(const std::string& trial_id) override;
   double now() override;
   double wall_time() override;

@@ -88,6 +88,7 @@ struct LocalExecutor::Impl {
   LocalOptions opts;
   int sig_fd = -1;
   int ino_fd = -1;
+  int wake_fd = -1;  // also_wake_on()
   sigset_t old_mask{};
   AgentLink agent;
   AttemptLog log;

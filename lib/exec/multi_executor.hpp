@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "exec/executor.hpp"
+#include "exec/local_executor.hpp"
 #include "exec/slurm_executor.hpp"
 #include "exec/ssh_executor.hpp"
 
@@ -12,10 +13,14 @@ namespace tune::exec {
 
 class MultiExecutor final : public Executor {
  public:
-  MultiExecutor(Executor& local, SshExecutor& remote) : local_(local), ssh_(&remote) {}
+  MultiExecutor(Executor& local, SshExecutor& remote) : local_(local), ssh_(&remote) {
+    wake_on_ssh();
+  }
   // Either remote executor may be null; trials placed on `slurm->host_name()` go to Slurm.
   MultiExecutor(Executor& local, SshExecutor* ssh, SlurmExecutor* slurm)
-      : local_(local), ssh_(ssh), slurm_(slurm) {}
+      : local_(local), ssh_(ssh), slurm_(slurm) {
+    wake_on_ssh();
+  }
 
   Result<void> start(const Launch& l) override;
   Result<Attached> attach(const Launch& l) override;
@@ -80,6 +85,14 @@ class MultiExecutor final : public Executor {
   }
 
  private:
+  // The local wait wakes for the SSH hosts' events (when the local executor is the real one).
+  void wake_on_ssh() {
+    auto* local = dynamic_cast<LocalExecutor*>(&local_);
+    if (ssh_ && local && ssh_->ready_fd() >= 0) {
+      local->also_wake_on(ssh_->ready_fd());
+      woken_by_ssh_ = true;
+    }
+  }
   bool is_slurm(const std::string& host) const { return slurm_ && host == slurm_->host_name(); }
   Executor& route(const Launch& l) {
     Executor* e = &local_;
@@ -98,6 +111,7 @@ class MultiExecutor final : public Executor {
   SshExecutor* ssh_ = nullptr;
   SlurmExecutor* slurm_ = nullptr;
   std::unordered_map<std::string, Executor*> by_id_;  // trial id -> the executor it runs on
+  bool woken_by_ssh_ = false;
 };
 
 }  // namespace tune::exec

@@ -5,7 +5,9 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,6 +46,7 @@ void SshExecutor::Impl::emit(Event e) {
     events.push_back(std::move(e));
   }
   arrived.notify_one();
+  if (ready_fd >= 0) (void)!::eventfd_write(ready_fd, 1);
 }
 
 void SshExecutor::Impl::note_pid(const std::string& id, int pid) {
@@ -53,6 +56,11 @@ void SshExecutor::Impl::note_pid(const std::string& id, int pid) {
 
 SshExecutor::SshExecutor(SshOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
+  impl_->ready_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+}
+
+int SshExecutor::ready_fd() const {
+  return impl_->ready_fd;
 }
 
 SshExecutor::~SshExecutor() {
@@ -75,6 +83,7 @@ SshExecutor::~SshExecutor() {
         all.sync_ms.size(), median_of(all.sync_ms), all.inline_syncs, all.sync_poll_max_ms,
         all.publish_ms.size(), all.published_bytes, median_of(all.publish_ms), all.looks,
         all.carried, all.carried_bytes, all.records_read, all.pid_asks);
+  if (impl.ready_fd >= 0) ::close(impl.ready_fd);
 }
 
 // Deletions retention asked for last (after the run's final state write) are still queued on
@@ -207,6 +216,8 @@ std::vector<Event> SshExecutor::wait(double timeout_s) {
       impl.arrived.wait_for(lock, std::chrono::duration<double>(timeout_s),
                             [&] { return !impl.events.empty(); });
     got.swap(impl.events);
+    eventfd_t drained;
+    if (impl.ready_fd >= 0) (void)!::eventfd_read(impl.ready_fd, &drained);
   }
   // Host events first, then output, then exits (each trial's exit follows all its output).
   std::stable_partition(got.begin(), got.end(),

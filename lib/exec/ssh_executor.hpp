@@ -82,6 +82,9 @@ class SshExecutor final : public Executor {
   void send(const std::string& trial_id, std::string_view line) override;
   void stop(const std::string& trial_id, bool now) override;
   std::vector<Event> wait(double timeout_s) override;
+  // Readable while events for wait() may be queued (the hosts' threads queue them at any
+  // time): a loop that waits on other descriptors too wakes for them at once.
+  [[nodiscard]] int ready_fd() const;
   std::optional<int> pid(const std::string& trial_id) override;
   double now() override;
   double wall_time() override;

@@ -111,6 +111,7 @@ struct SshExecutor::Impl {
   std::mutex mutex;
   std::condition_variable arrived;
   std::vector<Event> events;
+  int ready_fd = -1;  // an eventfd, readable while `events` may hold something
   std::unordered_map<std::string, int> pids;  // trial -> its process, once known
 
   // The loop's own: the host each trial's attempt runs on, until its exit is handed out, and

@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/eventfd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -353,6 +356,25 @@ TEST_CASE("local transport: a trial that cuts or overwrites its own stdout.log f
   // (bytes appended by another process are no loss)
   CHECK(o.exits["grown"].reason == exec::ExitReason::kExited);
   CHECK(o.exits["grown"].exit_code == 0);
+}
+
+TEST_CASE("local transport: a wait ends when another executor's descriptor is readable") {
+  // (MultiExecutor hands it the SSH executor's ready_fd: remote events are taken at once, not
+  // at the end of a 50 ms slice)
+  Scratch s;
+  exec::LocalExecutor ex(options(s.dir));
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  REQUIRE(fd >= 0);
+  ex.also_wake_on(fd);
+  REQUIRE(::eventfd_write(fd, 1) == 0);
+  // 20 waits of up to 1 s each (nothing runs here): all end at once while it is readable.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) CHECK(ex.wait(1.0).empty());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  eventfd_t drained;
+  REQUIRE(::eventfd_read(fd, &drained) == 0);
+  ex.also_wake_on(-1);
+  ::close(fd);
 }
 
 TEST_CASE("judge_cut: output cut after the last line fails the attempt only if unread") {
