@@ -6,13 +6,18 @@ is not available everywhere). The figures the loopback benchmark (bench.py --onl
 show: what each round trip of the driver's per-trial protocol costs on a real network.
 
     bench/ssh_latency.py [--tune BIN] [--baseline-tune OLD_BIN] [--delay-ms 10] [--repeat 3]
-                         [--trials 20]
+                         [--trials 20] [--syncer none|rsync]
 
-Each run: `--trials` trials, one at a time, each printing one result and exiting. The builds
+Each run: `--trials` trials, one at a time, each printing one result and exiting; with
+`--syncer rsync` (the default syncer; `none` here by default) each trial's dir is brought to the
+head when it ends, as a user's would be. The wall time per trial is the run's divided by the
+trials (the connection's set-up included); "each trial after the first" is the time from one
+trial's end to the next one's, set-up and the workdir's copy left out. The builds
 run alternately, `--repeat` times each, in the same invocation; figures are medians of the runs'
 medians (the driver's own "ssh timings" line), with the runs' range."""
 import argparse
 import asyncio
+import datetime
 import json
 import os
 import re
@@ -82,18 +87,22 @@ def start_relay(target_host, target_port, delay_s):
     return port[0]
 
 
-def one_run(tune, tmp, hosts, port, trials, name):
+def one_run(tune, tmp, hosts, port, trials, name, syncer):
     h = hosts["hosts"][0]
-    one = os.path.join(tmp, "one_result.sh")
+    # (a workdir of its own: the bench's dir holds the worker's storage, which a copy of the
+    # workdir to that worker would copy into itself)
+    work = os.path.join(tmp, "work")
+    os.makedirs(work, exist_ok=True)
+    one = os.path.join(work, "one_result.sh")
     with open(one, "w") as f:
         f.write("echo '{\"x\": 1}'\n")
     yaml = os.path.join(tmp, name + ".yaml")
     with open(yaml, "w") as f:
         f.write(textwrap.dedent(f"""
             name: {name}
-            trial: {{command: [sh, {json.dumps(one)}]}}
+            trial: {{command: [sh, {json.dumps(one)}], workdir: {json.dumps(work)}}}
             param_space: {{i: {{grid_search: {list(range(trials))}}}}}
-            sync_config: {{syncer: none}}
+            sync_config: {{syncer: {syncer}}}
             hosts:
               - ssh: {{host: 127.0.0.1, port: {port}, user: {hosts["user"]},
                        identity_file: {hosts["identity_file"]},
@@ -106,10 +115,18 @@ def one_run(tune, tmp, hosts, port, trials, name):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
     wall = time.monotonic() - t0
     with open(os.path.join(storage, name, "tune.log")) as f:
-        line = [l for l in f if "ssh timings:" in l][-1]
+        lines = f.readlines()
+    line = [l for l in lines if "ssh timings:" in l][-1]
+    # Each trial after the first: from one trial's end to the next one's (the connection's
+    # set-up, and the copy of the workdir before the first trial, left out).
+    ends = [datetime.datetime.strptime(l[:23], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+            for l in lines if re.search(r"trial \S+ TERMINATED", l)]
     first = float(re.search(r"first output read ([\d.]+) ms", line).group(1))
     looks = int(re.search(r"(\d+) looks at trials' output", line).group(1))
-    return {"first_ms": first, "trial_ms": wall * 1000 / trials, "looks": looks}
+    rsyncless = re.search(r"(\d+) of them last syncs without rsync", line)
+    return {"first_ms": first, "trial_ms": wall * 1000 / trials,
+            "next_ms": (ends[-1] - ends[0]) * 1000 / max(1, len(ends) - 1), "looks": looks,
+            "rsyncless": int(rsyncless.group(1)) if rsyncless else 0}
 
 
 def main():
@@ -119,6 +136,7 @@ def main():
     ap.add_argument("--delay-ms", type=float, default=10.0, help="each way")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trials", type=int, default=20)
+    ap.add_argument("--syncer", choices=("none", "rsync"), default="none")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tune-ssh-latency-")
     hosts_dir = os.path.join(tmp, "hosts")
@@ -134,12 +152,16 @@ def main():
         for k in range(a.repeat):
             for label, binary in builds:
                 runs[label].append(one_run(binary, tmp, hosts, port, a.trials,
-                                           "lat%d%s" % (k, "b" if label == "baseline" else "")))
+                                           "lat%d%s" % (k, "b" if label == "baseline" else ""),
+                                           a.syncer))
         print("link: %.1f ms each way (round trip %.1f ms), %d one-result trials one at a time, "
-              "%d runs of each build, alternated" % (a.delay_ms, 2 * a.delay_ms, a.trials, a.repeat))
+              "syncer %s, %d runs of each build, alternated" % (
+                  a.delay_ms, 2 * a.delay_ms, a.trials, a.syncer, a.repeat))
         for key, what in (("first_ms", "command to first output read, ms"),
                           ("trial_ms", "wall time per trial, ms"),
-                          ("looks", "looks at output over SFTP, per run")):
+                          ("next_ms", "each trial after the first, ms"),
+                          ("looks", "looks at output over SFTP, per run"),
+                          ("rsyncless", "last syncs without rsync, per run")):
             cells = []
             for label, _ in builds:
                 v = [r[key] for r in runs[label]]
