@@ -259,7 +259,9 @@ bool poll_sync(SyncContext& c, Run& r, double now, bool may_start) {
     r.next_sync = now + c.opts.sync_period;
   }
   if (may_start && r.sync_wanted(now)) {
-    bool full = r.sync_full || now >= r.next_sync;
+    // (once its attempt has ended, every sync is full: a checkpoint adopted after the end-of-
+    // trial sync was planned asks for one more, which must copy it even if it is not the newest)
+    bool full = r.sync_full || now >= r.next_sync || r.exited;
     r.sync_due = r.sync_full = false;
     r.next_sync = now + c.opts.sync_period;
     r.sync_started = now;
