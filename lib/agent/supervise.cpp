@@ -663,12 +663,17 @@ int supervise(const Attempt& a, const Sinks& sinks) {
       struct stat st;
       if (&o == &outs[0] && o.file >= 0 && ::fstat(o.file, &st) == 0) {
         stdout_size = ",\"stdout_size\":" + std::to_string(st.st_size);
-        // Cut or overwritten after the trial's last output: lost only if the driver had not
-        // read all of it by then, which the driver judges (exec::judge_cut).
+        // Cut after the trial's last output: lost only if the driver had not read all of it by
+        // then, which the driver judges (exec::judge_cut). Overwritten: what a driver reads
+        // now may be the other process's bytes, not the trial's, so the attempt fails.
         if (std::string why = o.failed ? "" : check_log(o, static_cast<uint64_t>(st.st_size));
-            !why.empty()) {
+            !why.empty() && static_cast<uint64_t>(st.st_size) < o.end) {
           diag(why + " after the trial's last output");
           stdout_size += ",\"stdout_cut\":" + std::to_string(o.end);
+        } else if (!why.empty()) {
+          o.failed = true;
+          o.error = why + " after the trial's last output";
+          diag(o.error);
         }
       }
       if (o.file >= 0) ::close(o.file);

@@ -263,11 +263,12 @@ Result<void> write_changed_files(const fs::path& head_dir, const std::vector<Lis
   }
   for (const auto& f : files)
     if (auto w = f.changed ? write_one(root, f) : Result<void>{}; !w) return failed(w);
-  // The dirs' mtimes, once nothing more is written into them.
+  // The dirs' mtimes, once nothing more is written into them (those listed unchanged too: a
+  // file written into one moved its mtime on the head).
   const timespec omit{0, UTIME_OMIT};
   for (const auto& f : files) {
     std::string name;
-    int dir = f.dir && f.changed ? enter(root, f, name) : -1;
+    int dir = f.dir ? enter(root, f, name, f.changed) : -1;
     const timespec times[2] = {omit, f.mtime};
     if (dir >= 0) (void)::futimens(dir, times);
     if (dir >= 0) ::close(dir);

@@ -326,6 +326,10 @@ TEST_CASE("local transport: a trial that cuts or overwrites its own stdout.log f
                            "echo one; echo two; sleep 0.3; "
                            "printf 'junk line %s\\n' 1 2 3 4 5 > trial_refill/stdout.log; "
                            "echo three"})));
+  REQUIRE(ex.start(launch(s.dir, "overend",
+                          {"sh", "-c",
+                           "echo one; echo two; sleep 0.3; "
+                           "printf 'one\\nTWO\\n' > trial_overend/stdout.log"})));
   REQUIRE(ex.start(launch(s.dir, "last",
                           {"sh", "-c",
                            "echo one; echo two; sleep 0.3; "
@@ -334,7 +338,7 @@ TEST_CASE("local transport: a trial that cuts or overwrites its own stdout.log f
                           {"sh", "-c",
                            "echo one; echo extra >> trial_grown/stdout.log; "
                            "echo two"})));
-  auto o = run_until_exits(ex, 4);
+  auto o = run_until_exits(ex, 5);
   std::string dir = (s.dir / "trial_").string();
   INFO(o.exits["mid"].error);
   CHECK(o.exits["mid"].reason == exec::ExitReason::kOutputLost);
@@ -349,6 +353,11 @@ TEST_CASE("local transport: a trial that cuts or overwrites its own stdout.log f
                                      "refill was overwritten by another process") !=
         std::string::npos);
   CHECK(o.out["refill"].find("three") == std::string::npos);
+  // Overwritten after its last output (the same length): what a driver reads there now may
+  // not be the trial's, so it fails, even if this driver had read it all.
+  CHECK(o.exits["overend"].reason == exec::ExitReason::kOutputLost);
+  CHECK(o.exits["overend"].error.find("overend was overwritten by another process after the "
+                                      "trial's last output") != std::string::npos);
   // Cut after its last output, which the driver had read (the 0.3 s): nothing was lost.
   CHECK(o.exits["last"].reason == exec::ExitReason::kExited);
   CHECK(o.exits["last"].stdout_cut == 8u);

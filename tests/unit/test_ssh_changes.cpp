@@ -115,6 +115,20 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   REQUIRE(after.kind == Changes::Kind::kFiles);
   CHECK(std::none_of(after.files.begin(), after.files.end(), [](auto& f) { return f.changed; }));
   CHECK(exec::write_changed_files(head, after.files));
+  // A file changed in place in a dir that is not: written on the head through a rename in that
+  // dir, whose mtime is then set back to the host's.
+  ::usleep(20'000);
+  { std::ofstream(t / "sub dir" / "  odd name\\", std::ios::app) << "more\n"; }
+  auto inplace = exec::parse_changes(ask(t, true));
+  REQUIRE(inplace.kind == Changes::Kind::kFiles);
+  REQUIRE(exec::write_changed_files(head, inplace.files));
+  CHECK(util::read_file(head / "sub dir" / "  odd name\\").value() == "bytes\nmore\n");
+  struct stat host_dir {
+  }, head_dir{};
+  REQUIRE(::stat((t / "sub dir").c_str(), &host_dir) == 0);
+  REQUIRE(::stat((head / "sub dir").c_str(), &head_dir) == 0);
+  CHECK(head_dir.st_mtim.tv_sec == host_dir.st_mtim.tv_sec);
+  CHECK(head_dir.st_mtim.tv_nsec == host_dir.st_mtim.tv_nsec);
   // A file made since with an old mtime (cp -p, tar x, shutil.copy2) is not newer than the
   // mark: listed unchanged, and not on the head, so the files are not taken from the answer.
   put(t / "copied", "old\n");
