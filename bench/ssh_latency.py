@@ -167,9 +167,9 @@ def main():
                 v = [r[key] for r in runs[label]]
                 cells.append("%s %.1f (%.1f-%.1f)" % (label, statistics.median(v), min(v), max(v)))
             if len(builds) == 2:
-                ratio = statistics.median(r[key] for r in runs[builds[0][0]]) / max(
-                    1e-9, statistics.median(r[key] for r in runs[builds[1][0]]))
-                cells.append("ratio %.2fx" % ratio)
+                base = statistics.median(r[key] for r in runs[builds[1][0]])
+                ratio = statistics.median(r[key] for r in runs[builds[0][0]]) / base if base else 0
+                cells.append("ratio %.2fx" % ratio if base else "ratio -")
             print("%-38s %s" % (what, "; ".join(cells)))
     finally:
         subprocess.run([SCRIPT, "down", hosts_dir], stdout=subprocess.DEVNULL)

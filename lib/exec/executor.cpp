@@ -81,8 +81,7 @@ void judge_cut(ExitInfo& info, uint64_t read_to) {
   if (!info.stdout_cut || read_to >= *info.stdout_cut || info.reason != ExitReason::kExited) return;
   info.reason = ExitReason::kOutputLost;
   info.error =
-      "stdout.log was cut or overwritten by another process after the trial's last "
-      "output, before bytes " +
+      "stdout.log was cut by another process after the trial's last output, before bytes " +
       std::to_string(read_to) + " to " + std::to_string(*info.stdout_cut) +
       " of it were read (part of the trial's output is lost)";
 }

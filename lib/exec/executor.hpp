@@ -86,8 +86,8 @@ struct ExitInfo {
   std::optional<uint64_t> stdout_size;
   // Where the attempt's output started in stdout.log, and its notes in stdout.times
   std::optional<uint64_t> stdout_from, times_from;
-  // stdout.log was cut or overwritten by another process after the trial's last output, which
-  // ended here (judge_cut)
+  // stdout.log was cut by another process after the trial's last output, which ended here
+  // (judge_cut)
   std::optional<uint64_t> stdout_cut;
   // Slurm: the next attempt already runs, restored from this checkpoint (a dir name; "" for
   // none) by a rerun Slurm started while no driver ran: later checkpoints are forgotten so that
@@ -101,8 +101,8 @@ struct ExitInfo {
 // write a file.
 [[nodiscard]] std::optional<ExitInfo> parse_exit_record(std::string_view text, int attempt);
 
-// An attempt that ended by itself while its stdout.log was cut or overwritten after its last
-// output (ExitInfo::stdout_cut) failed as output_lost if the driver had read less than that
+// An attempt that ended by itself while its stdout.log was cut after its last output
+// (ExitInfo::stdout_cut) failed as output_lost if the driver had read less than that
 // output (`read_to`: where its reading of the file ended): its last results are gone.
 void judge_cut(ExitInfo& info, uint64_t read_to);
 
