@@ -2,11 +2,9 @@
 #include "exec/exit_record.hpp"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +13,7 @@
 #include "util/atomic_file.hpp"
 #include "util/fs.hpp"
 #include "util/json_ext.hpp"
+#include "util/strings.hpp"
 
 namespace tune::exec {
 
@@ -29,15 +28,9 @@ Result<std::string> load_record_key(const fs::path& file) {
     std::string key = text->substr(0, text->find('\n'));
     if (agent::valid_nonce_key(key)) return key;
   }
-  std::array<uint8_t, kKeyBytes> raw{};
-  for (size_t got = 0; got < raw.size();) {
-    ssize_t n = ::getrandom(raw.data() + got, raw.size() - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot draw a random key: ", std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  std::string key;
-  for (uint8_t b : raw) key += "0123456789abcdef"[b >> 4], key += "0123456789abcdef"[b & 15];
+  auto drawn = util::random_hex(kKeyBytes);
+  if (!drawn) return fail("cannot draw a random key: ", drawn.error().message);
+  std::string key = std::move(*drawn);
   if (auto w = util::write_file_atomic(file, key + "\n", true); !w)
     return std::unexpected(w.error());
   ::chmod(file.c_str(), 0600);

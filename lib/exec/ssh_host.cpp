@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,16 +111,9 @@ std::string SshHost::ssh_words() const {
 }
 
 Result<void> SshHost::open_shell() {
-  uint8_t raw[8];
-  for (size_t got = 0; got < sizeof raw;) {
-    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("cannot draw a random marker: ", std::strerror(errno));
-    got += static_cast<size_t>(n);
-  }
-  shell_key.clear();
-  for (uint8_t b : raw)
-    shell_key += "0123456789abcdef"[b >> 4], shell_key += "0123456789abcdef"[b & 15];
+  auto key = util::random_hex(8);
+  if (!key) return fail("cannot draw a random marker: ", key.error().message);
+  shell_key = std::move(*key);
   shell = ssh_channel_new(session);
   if (!shell || ssh_channel_open_session(shell) != SSH_OK ||
       ssh_channel_request_exec(shell, "exec /bin/sh") != SSH_OK)

@@ -2,10 +2,14 @@
 
 #include "util/utf8.hpp"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 namespace tune::util {
 
@@ -58,6 +62,19 @@ Result<std::vector<std::string>> shell_split(std::string_view line) {
   }
   if (in_word) words.push_back(std::move(cur));
   return words;
+}
+
+Result<std::string> random_hex(size_t bytes) {
+  std::string raw(bytes, '\0');
+  for (size_t got = 0; got < raw.size();) {
+    ssize_t n = ::getrandom(raw.data() + got, raw.size() - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("cannot draw random bytes: ", std::strerror(errno));
+    got += static_cast<size_t>(n);
+  }
+  std::string hex;
+  for (unsigned char b : raw) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
+  return hex;
 }
 
 std::string shell_quote(std::string_view word) {

@@ -26,6 +26,10 @@ namespace tune::util {
 // The lines of `text`, without their newlines (a last line without one included).
 [[nodiscard]] std::vector<std::string> lines_of(const std::string& text);
 
+// `bytes` bytes from the kernel's random source, as 2 * `bytes` lowercase hex digits (keys,
+// markers nobody can guess).
+[[nodiscard]] Result<std::string> random_hex(size_t bytes);
+
 // Quotes one word for a POSIX shell (single quotes), e.g. for log lines and remote commands.
 [[nodiscard]] std::string shell_quote(std::string_view word);
 

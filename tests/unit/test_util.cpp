@@ -356,3 +356,13 @@ TEST_CASE("parse_proc_stat reads a stat line read elsewhere (an SSH host's), and
   CHECK_FALSE(util::parse_proc_stat("x (tune-agent)" + line.substr(line.find(')') + 1)));
   CHECK_FALSE(util::parse_proc_stat("-5 (tune-agent)" + line.substr(line.find(')') + 1)));
 }
+
+TEST_CASE("random_hex: hex digits, a new draw each time", "[util]") {
+  auto a = util::random_hex(8), b = util::random_hex(8);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(a->size() == 16);
+  CHECK(a->find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(*a != *b);  // (equal once in 2^64 draws)
+  CHECK(util::random_hex(0).value().empty());
+}
