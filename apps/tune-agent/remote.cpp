@@ -1,5 +1,6 @@
 #include "remote.hpp"
 
+#include "agent/dir_changes.hpp"
 #include "events.hpp"
 #include "fork_supervisor.hpp"
 
@@ -115,6 +116,7 @@ bool RemoteLauncher::parse(const json& req, Request& l) {
     l.args = req.at("argv").get<std::vector<std::string>>();
     l.env = req.at("env").get<std::vector<std::string>>();
     if (auto p = req.find("params"); p != req.end()) l.params = p->get<std::string>();
+    if (auto c = req.find("changes_at_exit"); c != req.end()) l.changes_at_exit = c->get<bool>();
     if (l.args.empty()) throw std::runtime_error("empty argv");
     if (l.attempt < 1) throw std::runtime_error("attempt " + std::to_string(l.attempt));
     // (a nonce nobody could check would make its exit record one nobody believes)
@@ -201,6 +203,7 @@ void RemoteLauncher::launch(const json& req) {
     return gone(error, true);
   }
   children_[pid] = Child{l.id, l.attempt};
+  if (l.changes_at_exit) look_at_exit_[{l.id, l.attempt}] = {dir, pid};
   emit(json{{"event", "launched"},
             {"id", l.id},
             {"attempt", l.attempt},
@@ -227,10 +230,25 @@ void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
   }
 }
 
+void RemoteLauncher::before_exit(const std::string& id, int attempt) {
+  watches_.flush(id, attempt);
+  auto look = look_at_exit_.find({id, attempt});
+  if (look == look_at_exit_.end()) return;
+  auto [dir, supervisor] = look->second;
+  look_at_exit_.erase(look);  // (once: an exit line said again is relayed alone)
+  emit(json{{"event", "changes"},
+            {"id", id},
+            {"attempt", attempt},
+            {"supervisor", supervisor},
+            {"answer", tune::agent::dir_changes(dir)}});
+}
+
 void RemoteLauncher::reap() {
   // (a supervisor's exit event before its "gone": the pipe is read after it was reaped)
-  for (const auto& c : reap_children(children_, [this] { relay_.drain(flush_); }))
+  for (const auto& c : reap_children(children_, [this] { relay_.drain(flush_); })) {
     watches_.unwatch(c.id, c.attempt);
+    look_at_exit_.erase({c.id, c.attempt});
+  }
 }
 
 }  // namespace tune::agent_app

@@ -21,6 +21,9 @@
 //    "fifo","argv":[...],"env":["K=V",...]}
 //   (argv: the trial's command; env: added to the agent's own environment; the others as the
 //   supervisor's, supervise.hpp, with `record` the exit record it writes besides the log)
+//   (changes_at_exit, optional: when it has ended, the agent looks at what changed in its
+//   trial dir for the driver's last sync of it, agent/dir_changes.hpp, and says so before its
+//   exit)
 //   {"op":"watch","id","attempt","dir","supervisor":PID}
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
@@ -33,6 +36,9 @@
 //                                 (exit_record.hpp), also written to `record`; before its
 //                                 "gone". Either may be missing (relay.hpp): then the record
 //                                 file is what says how the attempt ended
+//   {"event":"changes","id","attempt","supervisor","answer"}   before the exit of an attempt
+//                                 launched with changes_at_exit: what changed in its trial
+//                                 dir (agent/dir_changes.hpp)
 //   {"event":"alive"}             every kAliveMs while it waits for work (none while it
 //                                 launches)
 //   {"event":"output","id","attempt"}   its stdout.log grew (watches.hpp: at most one per 50
@@ -50,6 +56,7 @@
 //                                 the request's, as far as they could be)
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -93,6 +100,7 @@ class RemoteLauncher {
     tune::agent::Attempt a;
     std::vector<std::string> args, env;
     std::optional<std::string> params;  // what its supervisor writes to params.json
+    bool changes_at_exit = false;
   };
   static bool parse(const nlohmann::json& req, Request& l);
   std::string lock_log(bool& locked);
@@ -103,12 +111,17 @@ class RemoteLauncher {
   int lock_fd_;  // its lock (ATTEMPT_LOG.agent-lock), taken per launch
   std::string lock_path_;
   std::unordered_map<pid_t, Child> children_;
+  // The attempts (id, attempt number) whose trial dir is looked at when they end: the dir, and
+  // their supervisor.
+  std::map<std::pair<std::string, int>, std::pair<std::string, pid_t>> look_at_exit_;
   int64_t next_alive_ms_ = 0;  // when "alive" is said next (this host's monotonic clock)
   EventRelay relay_;
   Watches watches_;
-  // (before a supervisor's exit is passed on: what its attempt printed since its last event)
+  // Before a supervisor's exit is passed on: what its attempt printed since its last event,
+  // and, if asked, what changed in its trial dir.
+  void before_exit(const std::string& id, int attempt);
   std::function<void(const std::string&, int)> flush_ = [this](const std::string& id, int attempt) {
-    watches_.flush(id, attempt);
+    before_exit(id, attempt);
   };
 };
 

@@ -47,7 +47,7 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
       {"ready", Kind::kReady},         {"launched", Kind::kLaunched}, {"gone", Kind::kGone},
       {"error", Kind::kError},         {"output", Kind::kOutput},     {"watching", Kind::kWatching},
       {"unwatched", Kind::kUnwatched}, {"start", Kind::kStart},       {"exit", Kind::kExit},
-      {"alive", Kind::kAlive}};
+      {"changes", Kind::kChanges},     {"alive", Kind::kAlive}};
   AgentEvent e;
   const std::string& k = kind->get_ref<const std::string&>();
   auto known = std::find_if(std::begin(kKinds), std::end(kKinds),
@@ -80,6 +80,11 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   e.supervisor_started = ticks("supervisor_started");
   e.pid = pid > 0 ? static_cast<int>(pid) : -1;
   if (e.kind == Kind::kExit) e.line = line;
+  if (e.kind == Kind::kChanges) {
+    auto answer = j.find("answer");
+    if (answer == j.end() || !answer->is_string()) return std::nullopt;
+    e.data = answer->get<std::string>();
+  }
   if (e.kind == Kind::kLaunched) {
     int64_t times_offset = num("times_offset", 0);
     if (times_offset < 0) return std::nullopt;
@@ -104,6 +109,7 @@ std::string agent_launch_request(const RemoteLaunch& l) {
            {"fifo", l.fifo},       {"argv", l.argv},
            {"env", envs}};
   if (l.params) req["params"] = *l.params;
+  if (l.changes_at_exit) req["changes_at_exit"] = true;
   return req.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

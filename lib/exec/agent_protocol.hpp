@@ -15,8 +15,9 @@ namespace tune::exec {
 
 struct AgentEvent {
   // kOutput: the attempt's stdout.log grew; kWatching / kUnwatched: the answer to a watch;
-  // kStart / kExit: its supervisor's own (the trial runs; the attempt's exit record); kAlive:
-  // the agent's heartbeat
+  // kStart / kExit: its supervisor's own (the trial runs; the attempt's exit record); kChanges:
+  // what changed in its trial dir, looked at as it ended (before its exit: `data`, an answer
+  // as agent/dir_changes.hpp gives it); kAlive: the agent's heartbeat
   enum class Kind {
     kReady,
     kLaunched,
@@ -27,6 +28,7 @@ struct AgentEvent {
     kUnwatched,
     kStart,
     kExit,
+    kChanges,
     kAlive
   };
   Kind kind = Kind::kError;
@@ -49,7 +51,7 @@ struct AgentEvent {
   // from offset `times_from`)
   int64_t size = -1;
   int64_t from = -1;
-  std::string data;
+  std::string data;  // (changes: the answer)
   int64_t times_from = -1;
   std::string times;
 };
@@ -72,6 +74,9 @@ struct RemoteLaunch {
   // set: the supervisor writes it to dir/params.json if that is missing or other (the driver
   // places none over SFTP: one round trip per start, not five)
   std::optional<std::string> params;
+  // set: when the attempt has ended, the agent looks at what changed in its trial dir (its
+  // end-of-trial sync's look) and says it before relaying the exit
+  bool changes_at_exit = false;
 };
 [[nodiscard]] std::string agent_launch_request(const RemoteLaunch& l);
 

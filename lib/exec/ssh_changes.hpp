@@ -1,7 +1,9 @@
 // What changed in a trial dir on an SSH host since its last sync, asked in one command of the
-// host's kept shell. An ended attempt's last sync takes a few small changed files from that
-// answer and writes them on the head itself, in place of an rsync, which costs several round
-// trips more (on a distant host a short trial spent most of its time in it).
+// host's kept shell (or, for an ended attempt the host's agent started, sent by the agent with
+// its exit: agent/dir_changes.hpp, the same answer). An ended attempt's last sync takes a few
+// small changed files from that answer and writes them on the head itself, in place of an
+// rsync, which costs several round trips more (on a distant host a short trial spent most of
+// its time in it).
 #pragma once
 
 #include <time.h>
@@ -12,24 +14,18 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/dir_changes.hpp"
 #include "util/error.hpp"
 
 namespace tune::exec {
 
 namespace fs = std::filesystem;
 
-// What a sync never copies from a trial dir (rsync's --exclude patterns, each matching a name at
-// any depth): checkpoints go their own way; the rest is the head's, or not a file to copy.
-inline constexpr const char* kSyncExcludes[] = {"checkpoint_*",          ".staged_checkpoint_*",
-                                                ".pending_checkpoint_*", "stdin.fifo",
-                                                ".tune_sync_mark",       "*.tmp",
-                                                "result.json",           "progress.csv"};
-
-// Up to this many entries are listed, and up to this many changed files of at most this many
-// bytes in all come in the answer.
-inline constexpr size_t kMaxListed = 1024;
-inline constexpr size_t kMaxInlineFiles = 64;
-inline constexpr uint64_t kMaxInlineBytes = 512 << 10;
+// What a sync never copies, and the limits of an answer (agent/dir_changes.hpp).
+using agent::kMaxInlineBytes;
+using agent::kMaxInlineFiles;
+using agent::kMaxListed;
+using agent::kSyncExcludes;
 
 // An entry of the trial dir, as the host listed it.
 struct ListedFile {

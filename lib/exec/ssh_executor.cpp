@@ -75,14 +75,15 @@ SshExecutor::~SshExecutor() {
   if (!all.start_ms.empty() || all.looks > 0)
     spdlog::info(
         "ssh timings: {} starts, median {:.2f} ms; first output read {:.2f} ms after the start "
-        "(median); {} syncs, median {:.2f} ms, {} of them last syncs without rsync; longest "
+        "(median); {} syncs, median {:.2f} ms, {} of them last syncs without rsync, {} with the "
+        "look their agent sent; longest "
         "sync bookkeeping in one poll of a host {:.2f} ms; {} checkpoints published, {} bytes, "
         "median {:.2f} ms after registration; {} looks at trials' output; {} outputs carried "
         "by agents' events, {} bytes; {} exit record files read; {} trial pids asked",
         all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
-        all.sync_ms.size(), median_of(all.sync_ms), all.inline_syncs, all.sync_poll_max_ms,
-        all.publish_ms.size(), all.published_bytes, median_of(all.publish_ms), all.looks,
-        all.carried, all.carried_bytes, all.records_read, all.pid_asks);
+        all.sync_ms.size(), median_of(all.sync_ms), all.inline_syncs, all.sent_looks,
+        all.sync_poll_max_ms, all.publish_ms.size(), all.published_bytes, median_of(all.publish_ms),
+        all.looks, all.carried, all.carried_bytes, all.records_read, all.pid_asks);
   if (impl.ready_fd >= 0) ::close(impl.ready_fd);
 }
 

@@ -169,6 +169,10 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       if (e.supervisor_started) r.sup_started = e.supervisor_started;
       note_pid(r.id, e.pid);
       return;
+    case Kind::kChanges:  // what its last sync would ask for (it comes before the exit)
+      if (e.supervisor != r.sup_pid || r.exit || r.exited) return;
+      r.exit_changes = e.data;
+      return;
     case Kind::kExit:  // its exit record, as its supervisor wrote it (no file read for it)
       if (e.supervisor != r.sup_pid || r.exit || r.exited) return;
       take_exit(r, e.line);

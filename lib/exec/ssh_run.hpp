@@ -57,6 +57,9 @@ struct Run {
   std::optional<int> child_pid;
   bool pid_asked = false;
   bool exited = false;  // exit record read and all output delivered
+  // What changed in its trial dir, as its agent looked when it ended (ssh_changes.hpp's answer;
+  // taken by its last sync in place of asking)
+  std::optional<std::string> exit_changes;
   std::optional<ExitInfo> exit;
   std::set<std::string> checkpoints;         // retained, on the host
   std::set<std::string> found_at_attach;     // checkpoint dirs there when re-attached
@@ -110,6 +113,8 @@ struct SshStats {
   uint64_t carried = 0, carried_bytes = 0;
   // ended attempts' last syncs whose few small files came with the look for changes (no rsync)
   uint64_t inline_syncs = 0;
+  // ended attempts' last syncs that took the look their agent sent with the exit (no command)
+  uint64_t sent_looks = 0;
   void add(const SshStats& o);
 };
 

@@ -61,6 +61,8 @@ std::string launch_request(const SshOptions& opts, const SshHost& h, const Launc
   rl.argv = argv;
   rl.env = l.env;
   rl.params = r.params;
+  // (the answer its last sync takes in place of asking: plan_sync, ssh_run.cpp)
+  rl.changes_at_exit = opts.syncer == "rsync" && h.info.safe_reads;
   return agent_launch_request(rl);
 }
 

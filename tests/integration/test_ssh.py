@@ -1149,11 +1149,11 @@ class SshTest(TuneTest):
                 self.assertIn("to stderr", f.read())
         with open(os.path.join(self.exp_dir("small"), "tune.log")) as f:
             log = f.read()
-        syncs = re.findall(r"(\d+) syncs, median [\d.]+ ms, (\d+) of them last syncs without rsync",
-                           log)
+        syncs = re.findall(r"(\d+) syncs, median [\d.]+ ms, (\d+) of them last syncs without "
+                           r"rsync, (\d+) with the look their agent sent", log)
         # One sync per trial, its last (before, each start cost an rsync too); trial 0's 1 MB
-        # went by rsync.
-        self.assertEqual(syncs, [("12", "11")], log[-3000:])
+        # went by rsync. Each took the look its agent sent with the trial's exit (no command).
+        self.assertEqual(syncs, [("12", "11", "12")], log[-3000:])
 
     def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
         # Each trial reports three checkpoints as fast as it can and exits at once: its last

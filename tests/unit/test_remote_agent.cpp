@@ -17,6 +17,7 @@
 #include "exec/agent_protocol.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
+#include "exec/ssh_changes.hpp"
 
 namespace fs = std::filesystem;
 using namespace tune;
@@ -44,8 +45,9 @@ struct Agent {
   std::string buf;
   std::map<std::string, int> outputs;           // output events passed over, by "id#attempt"
   std::vector<exec::AgentEvent> output_events;  // and the events
-  std::vector<exec::AgentEvent> relayed;        // supervisors' start and exit events, passed over
-  int alive = 0;                                // heartbeats passed over
+  // supervisors' start and exit events, and the changes said before an exit, passed over
+  std::vector<exec::AgentEvent> relayed;
+  int alive = 0;  // heartbeats passed over
   explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -89,7 +91,7 @@ struct Agent {
           ++alive;
           continue;
         }
-        if (e && (e->kind == Kind::kStart || e->kind == Kind::kExit)) {
+        if (e && (e->kind == Kind::kStart || e->kind == Kind::kExit || e->kind == Kind::kChanges)) {
           relayed.push_back(std::move(*e));
           continue;
         }
@@ -252,6 +254,42 @@ TEST_CASE("tune-agent remote starts a supervisor per request and says when it en
   CHECK(log.find("{\"event\":\"supervising\",\"trial\":\"trial_a\",\"attempt\":1," + sup) !=
         std::string::npos);
   CHECK(log.find("\"event\":\"exit\",\"trial\":\"trial_a\"") != std::string::npos);
+}
+
+TEST_CASE("tune-agent remote: what changed in an ended attempt's dir comes before its exit",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());  // (ready)
+  auto a = launch(s, "a", "trial_a", {"/bin/sh", "-c", "echo '{\"x\": 1}'; printf made > out.txt"});
+  a.cwd = (s.dir / "trial_a").string();
+  a.changes_at_exit = true;
+  agent.send(exec::agent_launch_request(a));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  REQUIRE(agent.relayed.size() == 3);
+  CHECK(agent.relayed[0].kind == Kind::kStart);
+  const auto& changes = agent.relayed[1];
+  CHECK(changes.kind == Kind::kChanges);
+  CHECK((changes.id == "a" && changes.attempt == 1));
+  CHECK(changes.supervisor == launched->supervisor);
+  CHECK(agent.relayed[2].kind == Kind::kExit);
+  // The whole dir as it was when the attempt ended, every file new since no sync looked.
+  auto c = exec::parse_changes(changes.data);
+  REQUIRE(c.kind == exec::Changes::Kind::kFiles);
+  std::map<std::string, std::string> files;
+  for (const auto& f : c.files) {
+    CHECK(f.changed);
+    files[f.path] = f.data;
+  }
+  CHECK(files["out.txt"] == "made");
+  CHECK(files["stdout.log"] == read(s.dir / "trial_a" / "stdout.log"));
+  CHECK(files["stdout.log"].find("{\"x\": 1}") != std::string::npos);
+  CHECK(fs::exists(s.dir / "trial_a" / ".tune_sync_mark"));
 }
 
 TEST_CASE("tune-agent remote: a supervisor killed is said gone; bad requests are named",

@@ -1,6 +1,7 @@
 // The look for changes in a trial dir that an SSH sync starts with (exec/ssh_changes.hpp): its
-// shell command, run here by /bin/sh as the host's kept shell runs it; its answer, read as from
-// a hostile host; and the files written on the head from it.
+// shell command, run here by /bin/sh as the host's kept shell runs it, and the same look made
+// by tune-agent as an attempt ends (agent/dir_changes.hpp); its answer, read as from a hostile
+// host; and the files written on the head from it.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "agent/dir_changes.hpp"
 #include "exec/ssh_changes.hpp"
 #include "fake_executor.hpp"
 #include "util/base64.hpp"
@@ -32,6 +34,11 @@ std::string ask(const fs::path& dir, bool inline_files) {
   auto text = util::read_file(out);
   REQUIRE(text);
   return *text;
+}
+
+// An ended attempt's look: by the shell command, or by the agent.
+std::string look(const fs::path& dir, bool by_agent) {
+  return by_agent ? agent::dir_changes(dir.string()) : ask(dir, true);
 }
 
 void put(const fs::path& p, const std::string& text) {
@@ -58,17 +65,19 @@ std::string read_as(const std::string& data) {
 }  // namespace
 
 TEST_CASE("ssh changes: an ended attempt's few small files come with the look", "[ssh_changes]") {
+  bool by_agent = GENERATE(false, true);
+  CAPTURE(by_agent);
   ScratchDir d;
   fs::path t = d.path / "trial";
   put(t / "stdout.log", "{\"x\": 1}\n");
   // The first look marks the dir and takes all there is; the next, only what changed since.
-  auto all = exec::parse_changes(ask(t, true));
+  auto all = exec::parse_changes(look(t, by_agent));
   REQUIRE(all.kind == Changes::Kind::kFiles);
   REQUIRE(all.files.size() == 1);
   CHECK(all.files[0].path == "stdout.log");
   CHECK(all.files[0].data == "{\"x\": 1}\n");
   CHECK(all.files[0].changed);
-  auto again = exec::parse_changes(ask(t, true));  // (listed, unchanged: nothing read)
+  auto again = exec::parse_changes(look(t, by_agent));  // (listed, unchanged: nothing read)
   REQUIRE(again.kind == Changes::Kind::kFiles);
   REQUIRE(again.files.size() == 1);
   CHECK_FALSE(again.files[0].changed);
@@ -80,7 +89,7 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   put(t / "result.json", "not listed");
   put(t / "x.tmp", "not listed");
   ::chmod((t / "sub dir" / "  odd name\\").c_str(), 0750);
-  auto c = exec::parse_changes(ask(t, true));
+  auto c = exec::parse_changes(look(t, by_agent));
   REQUIRE(c.kind == Changes::Kind::kFiles);
   REQUIRE(c.files.size() == 3);
   std::sort(c.files.begin(), c.files.end(),
@@ -111,7 +120,7 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   CHECK(st.st_mtim.tv_sec == c.files[1].mtime.tv_sec);
   CHECK(st.st_mtim.tv_nsec == c.files[1].mtime.tv_nsec);
   // The next look lists them all unchanged, and the head has them as listed.
-  auto after = exec::parse_changes(ask(t, true));
+  auto after = exec::parse_changes(look(t, by_agent));
   REQUIRE(after.kind == Changes::Kind::kFiles);
   CHECK(std::none_of(after.files.begin(), after.files.end(), [](auto& f) { return f.changed; }));
   CHECK(exec::write_changed_files(head, after.files));
@@ -119,7 +128,7 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   // dir, whose mtime is then set back to the host's.
   ::usleep(20'000);
   { std::ofstream(t / "sub dir" / "  odd name\\", std::ios::app) << "more\n"; }
-  auto inplace = exec::parse_changes(ask(t, true));
+  auto inplace = exec::parse_changes(look(t, by_agent));
   REQUIRE(inplace.kind == Changes::Kind::kFiles);
   REQUIRE(exec::write_changed_files(head, inplace.files));
   CHECK(util::read_file(head / "sub dir" / "  odd name\\").value() == "bytes\nmore\n");
@@ -134,7 +143,7 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
   put(t / "copied", "old\n");
   struct timespec old_times[2] = {{978307200, 0}, {978307200, 0}};
   REQUIRE(::utimensat(AT_FDCWD, (t / "copied").c_str(), old_times, 0) == 0);
-  auto copied = exec::parse_changes(ask(t, true));
+  auto copied = exec::parse_changes(look(t, by_agent));
   REQUIRE(copied.kind == Changes::Kind::kFiles);
   auto written = exec::write_changed_files(head, copied.files);
   REQUIRE_FALSE(written);
@@ -150,11 +159,13 @@ TEST_CASE("ssh changes: an ended attempt's few small files come with the look", 
 }
 
 TEST_CASE("ssh changes: anything but a few small files asks for an rsync", "[ssh_changes]") {
+  bool by_agent = GENERATE(false, true);
+  CAPTURE(by_agent);
   ScratchDir d;
   fs::path t = d.path / "trial";
   fs::create_directories(t);
   auto after_mark = [&] {
-    (void)ask(t, true);
+    (void)look(t, by_agent);
     ::usleep(20'000);
   };
   SECTION("a link") {
@@ -180,7 +191,7 @@ TEST_CASE("ssh changes: anything but a few small files asks for an rsync", "[ssh
   SECTION("no trial dir") {
     fs::remove_all(t);
   }
-  CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kRsync);
+  CHECK(exec::parse_changes(look(t, by_agent)).kind == Changes::Kind::kRsync);
 }
 
 TEST_CASE("ssh changes: an answer not as expected asks for an rsync", "[ssh_changes]") {
@@ -268,4 +279,72 @@ TEST_CASE("ssh changes: files are written inside the head's trial dir only", "[s
   REQUIRE(::stat((head / "run.sh").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   CHECK(util::read_file(head / "run.sh").value() == "hostile");
+}
+
+TEST_CASE("ssh changes: the agent's look answers as the shell command does", "[ssh_changes]") {
+  ScratchDir d;
+  fs::path t = d.path / "trial";
+  put(t / "stdout.log", "{\"x\": 1}\n");
+  put(t / "a" / "b" / "c.txt", "c\n");
+  (void)ask(t, true);
+  ::usleep(20'000);
+  put(t / "stdout.log", "{\"x\": 1}\n{\"x\": 2}\n");
+  put(t / "a" / "new", std::string(1000, '\0') + "binary\xff");
+  put(t / "checkpoint_000002" / "w", "not listed");
+  ::chmod((t / "a" / "new").c_str(), 0600);
+  // The same mark for both: the shell's look moves it, and it is put back as it was.
+  fs::path mark = t / ".tune_sync_mark", saved = d.path / "mark";
+  fs::copy_file(mark, saved);
+  struct stat st {};
+  REQUIRE(::stat(mark.c_str(), &st) == 0);
+  const timespec times[2] = {st.st_atim, st.st_mtim};
+  auto by_shell = exec::parse_changes(ask(t, true));
+  fs::copy_file(saved, mark, fs::copy_options::overwrite_existing);
+  REQUIRE(::utimensat(AT_FDCWD, mark.c_str(), times, 0) == 0);
+  auto by_agent = exec::parse_changes(agent::dir_changes(t.string()));
+  REQUIRE(by_shell.kind == Changes::Kind::kFiles);
+  REQUIRE(by_agent.kind == Changes::Kind::kFiles);
+  auto by_path = [](auto& files) {
+    std::sort(files.begin(), files.end(),
+              [](const auto& a, const auto& b) { return a.path < b.path; });
+  };
+  by_path(by_shell.files);
+  by_path(by_agent.files);
+  REQUIRE(by_shell.files.size() == 5);  // a, a/b, a/b/c.txt, a/new, stdout.log
+  REQUIRE(by_agent.files.size() == by_shell.files.size());
+  for (size_t i = 0; i < by_shell.files.size(); ++i) {
+    const auto &s = by_shell.files[i], &a = by_agent.files[i];
+    CAPTURE(s.path);
+    CHECK(a.path == s.path);
+    CHECK(a.dir == s.dir);
+    CHECK(a.changed == s.changed);
+    CHECK(a.size == s.size);
+    CHECK(a.mtime.tv_sec == s.mtime.tv_sec);
+    CHECK(a.mtime.tv_nsec == s.mtime.tv_nsec);
+    CHECK(a.mode == s.mode);
+    CHECK(a.data == s.data);
+  }
+  // Both moved the mark past what they saw: a look now finds nothing changed.
+  auto again = exec::parse_changes(agent::dir_changes(t.string()));
+  REQUIRE(again.kind == Changes::Kind::kFiles);
+  CHECK(std::none_of(again.files.begin(), again.files.end(), [](auto& f) { return f.changed; }));
+  CHECK_FALSE(fs::exists(t / ".tune_sync_mark.tmp"));
+}
+
+TEST_CASE("ssh changes: the agent's answer fits in one event line", "[ssh_changes]") {
+  ScratchDir d;
+  fs::path t = d.path / "trial";
+  SECTION("too many entries") {
+    for (size_t i = 0; i <= exec::kMaxListed; ++i) put(t / ("f" + std::to_string(i)), "");
+    (void)agent::dir_changes(t.string());
+  }
+  SECTION("a listing of long paths, unchanged") {
+    fs::path deep = t / std::string(250, 'a') / std::string(250, 'b') / std::string(250, 'c');
+    for (int i = 0; i < 800; ++i) put(deep / (std::to_string(i) + std::string(200, 'x')), "");
+    CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kRsync);  // (first: too many)
+    CHECK(exec::parse_changes(ask(t, true)).kind == Changes::Kind::kFiles);  // (no limit)
+  }
+  std::string a = agent::dir_changes(t.string());
+  CHECK(a == "rsync\n");
+  CHECK(a.size() <= agent::kMaxAnswer);
 }
