@@ -1,11 +1,15 @@
 // tune-supervisor's file operations on worker hosts (--adopt, --rm): the driver never builds
 // shell commands out of trial output, so these checks run on the host itself, the same as
-// checkpoint::adopt and util::remove_tree_nofollow on the head.
+// checkpoint::adopt and util::remove_tree_nofollow on the head. A checkpoint is moved into the
+// trial dir (renamed; copied and then removed where it was when the temp dir is on another
+// filesystem).
 #include "remote_ops.hpp"
 
 #include <ftw.h>
 #include <limits.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "util/fs.hpp"
 
 namespace {
 
@@ -30,7 +36,45 @@ bool under(const std::string& path, const std::string& root) {
                           (root.back() == '/' || path[root.size()] == '/'));
 }
 
-// --adopt TRIAL_DIR REPORTED DEST / --rm DIR NAME. Prints one line on failure, exits 1.
+// util::move_dir (a copy, each file fsynced, under DEST.partial, renamed when complete, then
+// the source removed) in a child, while this process prints a newline every 2 s: the driver
+// reads its answer with a timeout, and a copy of gigabytes takes longer. "" or why not.
+std::string move_across(const char* from, const std::string& to) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return std::strerror(errno);
+  pid_t pid = ::fork();
+  if (pid < 0) return std::strerror(errno);
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    auto moved = tune::util::move_dir(from, to);
+    std::string why = moved ? "" : moved.error().message;
+    (void)!::write(pipe_fds[1], why.data(), why.size());
+    ::_exit(moved ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  std::string why;
+  for (;;) {
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    int n = ::poll(&p, 1, 2000);
+    if (n == 0) {
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      continue;
+    }
+    char buf[512];
+    ssize_t got = n > 0 ? ::read(pipe_fds[0], buf, sizeof buf) : -1;
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    why.append(buf, static_cast<size_t>(got));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  return why.empty() ? "the copy ended without finishing" : why;
+}
+
 }  // namespace
 
 // --adopt TRIAL_DIR REPORTED DEST / --rm DIR NAME. Prints one line on failure, exits 1.
@@ -77,10 +121,16 @@ int remote_op(int argc, char** argv) {
     if (::lstat(target.c_str(), &st) == 0 &&
         ::nftw(target.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
       return failed("cannot replace " + target + ": " + std::strerror(errno));
-    if (::rename(real, target.c_str()) != 0)
+    if (::rename(real, target.c_str()) == 0) return 0;
+    if (errno != EXDEV)
       return failed("cannot move checkpoint '" + reported +
                     "' into the trial dir: " + std::strerror(errno));
-    return 0;
+    // The temp dir on another filesystem (a tmpfs /tmp, a trial dir on NFS): copied, then
+    // removed there.
+    std::string error = move_across(real, target);
+    return error.empty()
+               ? 0
+               : failed("cannot move checkpoint '" + reported + "' into the trial dir: " + error);
   }
   return failed("usage: tune-supervisor --adopt TRIAL_DIR REPORTED DEST | --rm DIR NAME");
 }

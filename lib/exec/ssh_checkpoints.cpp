@@ -4,6 +4,7 @@
 // deleting one that retention dropped.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <future>
 
 #include "exec/ssh_worker.hpp"
@@ -59,6 +60,8 @@ Result<void> adopt_command(SshExecutor::Impl& impl, Worker& w, const std::string
     impl.check(w);
     return std::unexpected(st.error());
   }
+  // (the newlines a long copy prints to show it is alive, then the error)
+  out.erase(0, std::min(out.find_first_not_of('\n'), out.size()));
   while (!out.empty() && out.back() == '\n') out.pop_back();
   if (*st != 0) return fail(util::printable(out, 300));
   return {};

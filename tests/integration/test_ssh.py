@@ -1470,6 +1470,64 @@ class SshTest(TuneTest):
         self.assertIn("No space left on device", log)
         self.assertEqual(t["attempt"], 3, log[-3000:])
 
+    def test_a_checkpoint_in_the_workers_temp_dir_on_another_filesystem_is_moved_in(self):
+        # The worker's experiment dir is a tmpfs of its own; the trial reports checkpoints it
+        # wrote with tempfile.mkdtemp() (the worker's /tmp, another filesystem): each is copied
+        # into the trial dir there and removed from /tmp, not refused as a rename across
+        # filesystems was before.
+        if self.hosts["mode"] != "netns":
+            self.skipTest("needs netns mode (root) to give a worker a filesystem of its own")
+        self.write("tmpck.py", """
+            import json, os, tempfile
+            for i in range(1, 4):
+                d = tempfile.mkdtemp(prefix="PREFIX")
+                os.makedirs(os.path.join(d, "sub"))
+                with open(os.path.join(d, "sub", "state.json"), "w") as f:
+                    json.dump({"i": i}, f)
+                with open(os.path.join(d, "weights.bin"), "wb") as f:
+                    f.write(bytes(range(256)) * 4096 * i)
+                print(json.dumps({"i": i, "checkpoint": d}), flush=True)
+            """.replace("PREFIX", "tune-xfs-%s-" % os.path.basename(self.dir)))
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: xfs
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'tmpck.py')}"]
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        prefix = "/tmp/tune-xfs-%s-" % os.path.basename(self.dir)
+        self.addCleanup(lambda: [shutil.rmtree(d, ignore_errors=True)
+                                 for d in glob.glob(prefix + "*")])
+        subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", "xfs", "64m"], check=True,
+                       timeout=30)
+        try:
+            self.tune("run", "exp.yaml", check=0, timeout=300)
+            trials = self.trials("xfs")
+            self.assertEqual(len(trials), 2)
+            with open(os.path.join(self.exp_dir("xfs"), "tune.log")) as f:
+                log = f.read()
+            self.assertNotIn("refused", log)
+            self.assertNotIn("cross-device", log)
+            for t in trials:
+                self.assertEqual(t["status"], "TERMINATED")
+                # (the head's copies: the worker's tmpfs is seen in its own namespace only)
+                head = os.path.join(self.exp_dir("xfs"), t["trial_name"])
+                for i in range(1, 4):
+                    name = "checkpoint_%06d" % i
+                    with open(os.path.join(head, name, "sub", "state.json")) as f:
+                        self.assertEqual(json.load(f), {"i": i}, name)
+                    with open(os.path.join(head, name, "weights.bin"), "rb") as f:
+                        self.assertEqual(f.read(), bytes(range(256)) * 4096 * i)
+                self.assertEqual([r.get("checkpoint_dir_name") for r in
+                                  self.results("xfs", t)],
+                                 ["checkpoint_%06d" % i for i in range(1, 4)])
+                self.assertEqual(sorted(n for n in os.listdir(head) if n.startswith("checkpoint")),
+                                 ["checkpoint_%06d" % i for i in range(1, 4)])
+        finally:
+            subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "xfs"], timeout=30)
+        # (moved: none is left in the worker's temp dir, which is this machine's /tmp)
+        self.assertFalse(glob.glob(prefix + "*"))
+
     def test_a_driver_killed_right_after_a_remote_launch_finds_the_attempt_on_resume(self):
         # kill -9 as soon as the remote supervisor runs (before any state write could name the
         # host): the resume must re-attach attempt 1 on the worker, not start attempt 2 beside it.

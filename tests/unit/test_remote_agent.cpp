@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -701,4 +702,51 @@ TEST_CASE("tune-supervisor runs nothing without a nonce on stdin", "[remote_agen
   CHECK(WEXITSTATUS(status) == 2);
   CHECK_FALSE(fs::exists(s.dir / "trial_g" / "stdout.log"));
   CHECK_FALSE(fs::exists(s.dir / "trial_g.exit.json"));
+}
+
+TEST_CASE("tune-supervisor --adopt moves a checkpoint from a temp dir on another filesystem",
+          "[remote_agent]") {
+  Scratch s;  // (under /tmp)
+  char tmpl[] = "/dev/shm/tune-adopt-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  fs::path tmp = tmpl;
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{tmp};
+  struct stat a {
+  }, b{};
+  REQUIRE(::stat(tmp.c_str(), &a) == 0);
+  REQUIRE(::stat(s.dir.c_str(), &b) == 0);
+  if (a.st_dev == b.st_dev) WARN("/dev/shm and /tmp are one filesystem here: a rename is tested");
+  fs::create_directories(s.dir / "trial" / "checkpoint_000001");  // (a leftover: replaced)
+  fs::path ck = tmp / "ck";
+  fs::create_directories(ck / "sub");
+  std::ofstream(ck / "sub" / "state.json") << "{\"i\": 1}";
+  std::ofstream(ck / "weights.bin") << std::string(3 << 20, 'w');
+  fs::create_symlink("weights.bin", ck / "latest");
+  std::string out = (s.dir / "out.txt").string();
+  std::string cmd = "TMPDIR=" + tmp.string() + " " + TUNE_TEST_SUPERVISOR + " --adopt " +
+                    (s.dir / "trial").string() + " " + ck.string() + " checkpoint_000001 > " + out +
+                    " 2>&1";
+  CHECK(std::system(cmd.c_str()) == 0);
+  CHECK(read(out).find_first_not_of('\n') == std::string::npos);  // (at most newlines)
+  fs::path moved = s.dir / "trial" / "checkpoint_000001";
+  CHECK(read(moved / "sub" / "state.json") == "{\"i\": 1}");
+  CHECK(fs::file_size(moved / "weights.bin") == 3u << 20);
+  CHECK(fs::is_symlink(moved / "latest"));
+  CHECK(fs::read_symlink(moved / "latest") == "weights.bin");
+  CHECK_FALSE(fs::exists(ck));  // (moved: gone from the temp dir)
+  CHECK_FALSE(fs::exists(s.dir / "trial" / "checkpoint_000001.partial"));
+  // Outside the trial dir and the temp dir: refused, nothing moved.
+  fs::create_directories(s.dir / "elsewhere");
+  cmd = "TMPDIR=" + tmp.string() + " " + TUNE_TEST_SUPERVISOR + " --adopt " +
+        (s.dir / "trial").string() + " " + (s.dir / "elsewhere").string() +
+        " checkpoint_000002 > " + out + " 2>&1";
+  CHECK(std::system(cmd.c_str()) != 0);
+  CHECK(read(out).find("refused") != std::string::npos);
+  CHECK(fs::exists(s.dir / "elsewhere"));
 }
