@@ -82,6 +82,12 @@ void entry(int dir, const char* name, const std::string& prefix, Listing& l) {
   l.lines += head;
   l.lines += path;
   l.lines += '\n';
+  // (a listing whose base64 would not fit in the answer: stopped here, and with it what each
+  // level of a deep tree of long names holds)
+  if (l.lines.size() / 3 * 4 > kMaxAnswer) {
+    l.bad = true;
+    return;
+  }
   if (is_dir) {
     int sub = ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (sub < 0) {

@@ -94,6 +94,9 @@ void plan_sync(SyncContext& c, Run& r, bool full) {
   // spent asking. (An answer once taken is not taken again: it moved the host's mark.)
   bool inline_files = r.exited && c.opts.syncer == "rsync" && h.info.safe_reads;
   std::string answer;
+  // A sync that runs before the attempt's end is handed on (its last output still being read)
+  // looks for itself and moves the mark: the answer, older than what it copies, is dropped.
+  if (!inline_files) r.exit_changes.reset();
   bool sent = inline_files && r.exit_changes;
   if (sent) {
     answer = *std::exchange(r.exit_changes, std::nullopt);
@@ -111,7 +114,9 @@ void plan_sync(SyncContext& c, Run& r, bool full) {
   }
   std::optional<Run::Step> files;
   if (changes.kind == Changes::Kind::kRsync) {
-    std::vector<std::string> excludes;
+    // (--force: a dir the trial replaced by a file is replaced on the head too; nothing of the
+    // head's own is in a dir of the trial's, as the excludes name only what a sync never copies)
+    std::vector<std::string> excludes = {"--force"};
     for (const char* x : kSyncExcludes) excludes.push_back(std::string("--exclude=") + x);
     files = Run::Step{rsync(r.dir + "/", r.head_dir.string() + "/", excludes), {}, {}, {}};
   }

@@ -1155,6 +1155,47 @@ class SshTest(TuneTest):
         # went by rsync. Each took the look its agent sent with the trial's exit (no command).
         self.assertEqual(syncs, [("12", "11", "12")], log[-3000:])
 
+    def test_a_dir_the_trial_replaces_by_a_file_is_replaced_on_the_head(self):
+        # A periodic sync copies dir `out` (and file `was_file`); the trial then makes `out` a
+        # file and `was_file` a dir, and ends. The head must hold what the worker holds (rsync
+        # without --force cannot put a file where a dir with files is: exit 23, files missing).
+        self.write("swap.py", """
+            import json, os, shutil, time
+            d = os.environ["TUNE_TRIAL_DIR"]
+            os.makedirs(os.path.join(d, "out", "deeper"))
+            for name in ("out/a.txt", "out/deeper/b.txt", "was_file"):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(name)
+            print(json.dumps({"step": 1}), flush=True)
+            time.sleep(2.5)  # (a periodic sync copies them)
+            shutil.rmtree(os.path.join(d, "out"))
+            with open(os.path.join(d, "out"), "w") as f:
+                f.write("now a file")
+            os.remove(os.path.join(d, "was_file"))
+            os.makedirs(os.path.join(d, "was_file"))
+            with open(os.path.join(d, "was_file", "inside"), "w") as f:
+                f.write("inside")
+            print(json.dumps({"step": 2}), flush=True)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: swap
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'swap.py')}"]
+            param_space: {{x: {{grid_search: [1]}}}}
+            sync_config: {{sync_period: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        t = self.trials("swap")[0]
+        self.assertEqual(t["status"], "TERMINATED")
+        head = os.path.join(self.exp_dir("swap"), t["trial_name"])
+        with open(os.path.join(head, "out")) as f:
+            self.assertEqual(f.read(), "now a file")
+        with open(os.path.join(head, "was_file", "inside")) as f:
+            self.assertEqual(f.read(), "inside")
+        with open(os.path.join(self.exp_dir("swap"), "tune.log")) as f:
+            self.assertNotIn("warning", f.read())
+
     def test_checkpoints_reported_as_remote_trials_exit_are_kept(self):
         # Each trial reports three checkpoints as fast as it can and exits at once: its last
         # lines and its exit reach the driver together. Every checkpoint is adopted on the
