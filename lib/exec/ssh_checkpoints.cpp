@@ -110,6 +110,11 @@ Result<LateCopy> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::st
   seed_checkpoint(r, path, dest);
   r.checkpoints.insert(dest);
   r.adopted_at[dest] = mono();
+  // An ended attempt's last sync may be under way without it (planned before this line was
+  // handled): one more follows, and its exit waits for that. (Not left to
+  // checkpoint_registered: that comes after the answer, when the exit may be handed on and the
+  // run gone, and the checkpoint never copied.)
+  if (r.exited && impl.opts.syncer != "none") r.want_sync(true, mono());
   return LateCopy{};
 }
 
