@@ -5,6 +5,7 @@
 // filesystem).
 #include "remote_ops.hpp"
 
+#include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <poll.h>
@@ -17,8 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-
-#include "util/fs.hpp"
 
 namespace {
 
@@ -36,9 +35,81 @@ bool under(const std::string& path, const std::string& root) {
                           (root.back() == '/' || path[root.size()] == '/'));
 }
 
-// util::move_dir (a copy, each file fsynced, under DEST.partial, renamed when complete, then
-// the source removed) in a child, while this process prints a newline every 2 s: the driver
-// reads its answer with a timeout, and a copy of gigabytes takes longer. "" or why not.
+// The tree being copied by move_tree (nftw's callback takes no context).
+std::string g_from, g_to, g_error;
+
+// One entry of the tree under g_from, made under g_to: a dir (its mode, and writable by its
+// owner), a regular file (its bytes, fsynced; its mode), a symlink as a symlink (never
+// followed); anything else is not part of a checkpoint. Stops the walk with g_error set.
+int copy_entry(const char* path, const struct stat* st, int type, struct FTW*) {
+  std::string to = g_to + (path + g_from.size());
+  auto failed = [&](const char* what) {
+    g_error = std::string(what) + " " + to + ": " + std::strerror(errno);
+    return 1;
+  };
+  if (type == FTW_D)
+    return ::mkdir(to.c_str(), (st->st_mode & 07777) | 0700) == 0 ? 0 : failed("cannot make");
+  if (type == FTW_SL) {
+    char target[PATH_MAX];
+    ssize_t n = ::readlink(path, target, sizeof target - 1);
+    if (n < 0) return failed("cannot read the link for");
+    target[n] = '\0';
+    return ::symlink(target, to.c_str()) == 0 ? 0 : failed("cannot make");
+  }
+  if (type != FTW_F) {
+    if (type == FTW_DNR || type == FTW_NS) return failed("cannot read what becomes");
+    return 0;
+  }
+  if (!S_ISREG(st->st_mode)) return 0;
+  int in = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) return failed("cannot read what becomes");
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st->st_mode & 07777);
+  if (out < 0) {
+    ::close(in);
+    return failed("cannot write");
+  }
+  char buf[1 << 16];
+  bool ok = true;
+  for (ssize_t n; ok && (n = ::read(in, buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      ok = errno == EINTR;
+      continue;
+    }
+    for (ssize_t off = 0; ok && off < n;) {
+      ssize_t w = ::write(out, buf + off, static_cast<size_t>(n - off));
+      if (w > 0) off += w;
+      ok = w > 0 || (w < 0 && errno == EINTR);
+    }
+  }
+  ok = ok && ::fsync(out) == 0;
+  int e = errno;
+  ::close(in);
+  ok = ::close(out) == 0 && ok;
+  errno = ok ? errno : e;
+  return ok ? 0 : failed("cannot write");
+}
+
+// A checkpoint dir moved to `to` across filesystems: copied under TO.partial (each file
+// fsynced), renamed to `to` when complete, then removed where it was. "" or why not.
+std::string move_tree(const std::string& from, const std::string& to) {
+  std::string partial = to + ".partial";
+  ::nftw(partial.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);  // (a killed copy's)
+  g_from = from, g_to = partial, g_error.clear();
+  if (::nftw(from.c_str(), copy_entry, 16, FTW_PHYS) != 0 || !g_error.empty()) {
+    std::string why =
+        g_error.empty() ? "cannot copy " + from + ": " + std::strerror(errno) : g_error;
+    ::nftw(partial.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return why;
+  }
+  if (::rename(partial.c_str(), to.c_str()) != 0)
+    return "cannot rename " + partial + ": " + std::strerror(errno);
+  if (::nftw(from.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+    return "copied, but cannot remove " + from + ": " + std::strerror(errno);
+  return "";
+}
+
+// move_tree in a child, while this process prints a newline every 2 s: the driver reads its
+// answer with a timeout, and a copy of gigabytes takes longer. "" or why not.
 std::string move_across(const char* from, const std::string& to) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return std::strerror(errno);
@@ -46,10 +117,9 @@ std::string move_across(const char* from, const std::string& to) {
   if (pid < 0) return std::strerror(errno);
   if (pid == 0) {
     ::close(pipe_fds[0]);
-    auto moved = tune::util::move_dir(from, to);
-    std::string why = moved ? "" : moved.error().message;
+    std::string why = move_tree(from, to);
     (void)!::write(pipe_fds[1], why.data(), why.size());
-    ::_exit(moved ? 0 : 1);
+    ::_exit(why.empty() ? 0 : 1);
   }
   ::close(pipe_fds[1]);
   std::string why;
