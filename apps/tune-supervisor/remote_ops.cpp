@@ -9,10 +9,13 @@
 #include <ftw.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +41,38 @@ bool under(const std::string& path, const std::string& root) {
 // The tree being copied by move_tree (nftw's callback takes no context).
 std::string g_from, g_to, g_error;
 
+// The bytes of `in` (a regular file of `size` bytes) into the new file `out`, holes left holes
+// (SEEK_DATA / SEEK_HOLE: a sparse file of a terabyte is not written out). 0 or an errno.
+int copy_data(int in, int out, off_t size) {
+  char buf[1 << 16];
+  for (off_t at = 0; at < size;) {
+    off_t data = ::lseek(in, at, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // (only a hole from here)
+      if (errno != EINVAL) return errno;
+      data = at;  // (a filesystem without it: all data)
+    }
+    off_t hole = ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) hole = size;
+    if (::lseek(in, data, SEEK_SET) < 0 || ::lseek(out, data, SEEK_SET) < 0) return errno;
+    for (off_t left = hole - data; left > 0;) {
+      ssize_t n = ::read(in, buf, static_cast<size_t>(std::min<off_t>(left, sizeof buf)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return errno;
+      if (n == 0) return ::ftruncate(out, data + (hole - data - left)) == 0 ? 0 : errno;
+      for (ssize_t off = 0; off < n;) {
+        ssize_t w = ::write(out, buf + off, static_cast<size_t>(n - off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return w < 0 ? errno : EIO;
+        off += w;
+      }
+      left -= n;
+    }
+    at = hole;
+  }
+  return ::ftruncate(out, size) == 0 ? 0 : errno;  // (a hole at the end)
+}
+
 // One entry of the tree under g_from, made under g_to: a dir (its mode, and writable by its
 // owner), a regular file (its bytes, fsynced; its mode), a symlink as a symlink (never
 // followed); anything else is not part of a checkpoint. Stops the walk with g_error set.
@@ -61,32 +96,26 @@ int copy_entry(const char* path, const struct stat* st, int type, struct FTW*) {
     return 0;
   }
   if (!S_ISREG(st->st_mode)) return 0;
-  int in = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (in < 0) return failed("cannot read what becomes");
+  // (O_NONBLOCK, and a regular file checked once open: a FIFO swapped in is never waited on)
+  int in = ::open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat now {};
+  if (in >= 0 && (::fstat(in, &now) != 0 || !S_ISREG(now.st_mode))) {
+    ::close(in);
+    errno = EINVAL;
+    in = -1;
+  }
+  if (in < 0) return failed("cannot read a regular file for");
   int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st->st_mode & 07777);
   if (out < 0) {
     ::close(in);
     return failed("cannot write");
   }
-  char buf[1 << 16];
-  bool ok = true;
-  for (ssize_t n; ok && (n = ::read(in, buf, sizeof buf)) != 0;) {
-    if (n < 0) {
-      ok = errno == EINTR;
-      continue;
-    }
-    for (ssize_t off = 0; ok && off < n;) {
-      ssize_t w = ::write(out, buf + off, static_cast<size_t>(n - off));
-      if (w > 0) off += w;
-      ok = w > 0 || (w < 0 && errno == EINTR);
-    }
-  }
-  ok = ok && ::fsync(out) == 0;
-  int e = errno;
+  int e = copy_data(in, out, now.st_size);
+  if (e == 0 && ::fsync(out) != 0) e = errno;
   ::close(in);
-  ok = ::close(out) == 0 && ok;
-  errno = ok ? errno : e;
-  return ok ? 0 : failed("cannot write");
+  if (::close(out) != 0 && e == 0) e = errno;
+  errno = e;
+  return e == 0 ? 0 : failed("cannot write");
 }
 
 // A checkpoint dir moved to `to` across filesystems: copied under TO.partial (each file
@@ -103,29 +132,44 @@ std::string move_tree(const std::string& from, const std::string& to) {
   }
   if (::rename(partial.c_str(), to.c_str()) != 0)
     return "cannot rename " + partial + ": " + std::strerror(errno);
-  if (::nftw(from.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    return "copied, but cannot remove " + from + ": " + std::strerror(errno);
+  // (in place from here: a source that cannot be removed all, or is being written, stays in
+  // the temp dir, which is the trial's to clean)
+  ::nftw(from.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   return "";
 }
+
+// How long a copy may take (the driver's sync_timeout's default): a trial's tree that cannot
+// be copied in that time is not a checkpoint this host should spend its disk on.
+constexpr int kMaxCopyS = 1800;
 
 // move_tree in a child, while this process prints a newline every 2 s: the driver reads its
 // answer with a timeout, and a copy of gigabytes takes longer. "" or why not.
 std::string move_across(const char* from, const std::string& to) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) return std::strerror(errno);
+  pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return std::strerror(errno);
   if (pid == 0) {
     ::close(pipe_fds[0]);
+    // (ends with this process: a copy the driver gave up on, its shell closed, must not go on
+    // beside the next try's)
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
     std::string why = move_tree(from, to);
     (void)!::write(pipe_fds[1], why.data(), why.size());
     ::_exit(why.empty() ? 0 : 1);
   }
   ::close(pipe_fds[1]);
   std::string why;
-  for (;;) {
+  for (int quiet = 0;;) {
     pollfd p{pipe_fds[0], POLLIN, 0};
     int n = ::poll(&p, 1, 2000);
+    if (n == 0 && ++quiet * 2 > kMaxCopyS) {
+      ::kill(pid, SIGKILL);  // (its DEST.partial goes at the next copy to DEST)
+      why = "the copy took longer than " + std::to_string(kMaxCopyS) + " s: stopped";
+      break;
+    }
     if (n == 0) {
       std::fputc('\n', stdout);
       std::fflush(stdout);
@@ -141,7 +185,7 @@ std::string move_across(const char* from, const std::string& to) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && why.empty()) return "";
   return why.empty() ? "the copy ended without finishing" : why;
 }
 

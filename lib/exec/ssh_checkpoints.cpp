@@ -98,9 +98,17 @@ Result<LateCopy> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::st
   if (run == w.runs.end()) return adopt_after_end(impl, w, head_trial_dir, path, dest);
   auto& r = run->second;
   if (!w.up) return fail("host ", w.name, " is unreachable");
+  // An ended attempt's last sync may be under way without it (planned before this line was
+  // handled): one more follows, and its exit waits for that. (Not left to
+  // checkpoint_registered: that comes after the answer, when the exit may be handed on and the
+  // run gone, and the checkpoint never copied.)
+  auto copy_before_exit = [&] {
+    if (r.exited && impl.opts.syncer != "none") r.want_sync(true, mono());
+  };
   if (r.found_at_attach.erase(dest)) {
     // moved in by the driver that crashed; this line is being read again
     r.checkpoints.insert(dest);
+    copy_before_exit();
     return LateCopy{};
   }
   if (auto moved = adopt_command(
@@ -110,11 +118,7 @@ Result<LateCopy> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::st
   seed_checkpoint(r, path, dest);
   r.checkpoints.insert(dest);
   r.adopted_at[dest] = mono();
-  // An ended attempt's last sync may be under way without it (planned before this line was
-  // handled): one more follows, and its exit waits for that. (Not left to
-  // checkpoint_registered: that comes after the answer, when the exit may be handed on and the
-  // run gone, and the checkpoint never copied.)
-  if (r.exited && impl.opts.syncer != "none") r.want_sync(true, mono());
+  copy_before_exit();
   return LateCopy{};
 }
 

@@ -728,6 +728,13 @@ TEST_CASE("tune-supervisor --adopt moves a checkpoint from a temp dir on another
   std::ofstream(ck / "sub" / "state.json") << "{\"i\": 1}";
   std::ofstream(ck / "weights.bin") << std::string(3 << 20, 'w');
   fs::create_symlink("weights.bin", ck / "latest");
+  {  // a sparse file of 1 GiB with 4 KiB of data in its middle: copied as that
+    int fd = ::open((ck / "sparse.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, 1 << 30) == 0);
+    REQUIRE(::pwrite(fd, std::string(4096, 's').data(), 4096, 1 << 29) == 4096);
+    ::close(fd);
+  }
   std::string out = (s.dir / "out.txt").string();
   std::string cmd = "TMPDIR=" + tmp.string() + " " + TUNE_TEST_SUPERVISOR + " --adopt " +
                     (s.dir / "trial").string() + " " + ck.string() + " checkpoint_000001 > " + out +
@@ -739,6 +746,16 @@ TEST_CASE("tune-supervisor --adopt moves a checkpoint from a temp dir on another
   CHECK(fs::file_size(moved / "weights.bin") == 3u << 20);
   CHECK(fs::is_symlink(moved / "latest"));
   CHECK(fs::read_symlink(moved / "latest") == "weights.bin");
+  struct stat sparse {};
+  REQUIRE(::stat((moved / "sparse.bin").c_str(), &sparse) == 0);
+  CHECK(sparse.st_size == 1 << 30);
+  CHECK(sparse.st_blocks * 512 < (1 << 20));  // (not written out)
+  std::string middle(4096, '\0');
+  int fd = ::open((moved / "sparse.bin").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  CHECK(::pread(fd, middle.data(), 4096, 1 << 29) == 4096);
+  ::close(fd);
+  CHECK(middle == std::string(4096, 's'));
   CHECK_FALSE(fs::exists(ck));  // (moved: gone from the temp dir)
   CHECK_FALSE(fs::exists(s.dir / "trial" / "checkpoint_000001.partial"));
   // Outside the trial dir and the temp dir: refused, nothing moved.
