@@ -15,12 +15,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "util/file_copy.hpp"
 
 namespace {
 
@@ -40,38 +41,6 @@ bool under(const std::string& path, const std::string& root) {
 
 // The tree being copied by move_tree (nftw's callback takes no context).
 std::string g_from, g_to, g_error;
-
-// The bytes of `in` (a regular file of `size` bytes) into the new file `out`, holes left holes
-// (SEEK_DATA / SEEK_HOLE: a sparse file of a terabyte is not written out). 0 or an errno.
-int copy_data(int in, int out, off_t size) {
-  char buf[1 << 16];
-  for (off_t at = 0; at < size;) {
-    off_t data = ::lseek(in, at, SEEK_DATA);
-    if (data < 0) {
-      if (errno == ENXIO) break;  // (only a hole from here)
-      if (errno != EINVAL) return errno;
-      data = at;  // (a filesystem without it: all data)
-    }
-    off_t hole = ::lseek(in, data, SEEK_HOLE);
-    if (hole < 0) hole = size;
-    if (::lseek(in, data, SEEK_SET) < 0 || ::lseek(out, data, SEEK_SET) < 0) return errno;
-    for (off_t left = hole - data; left > 0;) {
-      ssize_t n = ::read(in, buf, static_cast<size_t>(std::min<off_t>(left, sizeof buf)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errno;
-      if (n == 0) return ::ftruncate(out, data + (hole - data - left)) == 0 ? 0 : errno;
-      for (ssize_t off = 0; off < n;) {
-        ssize_t w = ::write(out, buf + off, static_cast<size_t>(n - off));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? errno : EIO;
-        off += w;
-      }
-      left -= n;
-    }
-    at = hole;
-  }
-  return ::ftruncate(out, size) == 0 ? 0 : errno;  // (a hole at the end)
-}
 
 // One entry of the tree under g_from, made under g_to: a dir (its mode, and writable by its
 // owner), a regular file (its bytes, fsynced; its mode), a symlink as a symlink (never
@@ -96,21 +65,15 @@ int copy_entry(const char* path, const struct stat* st, int type, struct FTW*) {
     return 0;
   }
   if (!S_ISREG(st->st_mode)) return 0;
-  // (O_NONBLOCK, and a regular file checked once open: a FIFO swapped in is never waited on)
-  int in = ::open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  struct stat now {};
-  if (in >= 0 && (::fstat(in, &now) != 0 || !S_ISREG(now.st_mode))) {
-    ::close(in);
-    errno = EINVAL;
-    in = -1;
-  }
+  off_t size = 0;
+  int in = tune::util::open_regular(path, size);
   if (in < 0) return failed("cannot read a regular file for");
   int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st->st_mode & 07777);
   if (out < 0) {
     ::close(in);
     return failed("cannot write");
   }
-  int e = copy_data(in, out, now.st_size);
+  int e = tune::util::copy_file_data(in, out, size);
   if (e == 0 && ::fsync(out) != 0) e = errno;
   ::close(in);
   if (::close(out) != 0 && e == 0) e = errno;

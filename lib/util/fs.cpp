@@ -1,5 +1,7 @@
 #include "util/fs.hpp"
 
+#include "util/file_copy.hpp"
+
 #include <atomic>
 
 #include <dirent.h>
@@ -190,36 +192,22 @@ Result<void> copy_tree(const fs::path& src, const fs::path& dst,
     return {};
   }
   if (!S_ISREG(st.st_mode)) return {};  // sockets, fifos: not part of a checkpoint
-  int in = ::open(src.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  off_t size = 0;
+  int in = open_regular(src.c_str(), size);
   if (in < 0) return fail("cannot read '", src.string(), "': ", errno_text());
   int out = ::open(dst.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
   if (out < 0) {
     ::close(in);
     return fail("cannot create '", dst.string(), "': ", errno_text());
   }
-  char buf[1 << 16];
-  Result<void> r;
-  for (;;) {
-    ssize_t n = ::read(in, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n < 0) r = fail("cannot read '", src.string(), "': ", errno_text());
-      break;
-    }
-    for (ssize_t off = 0; off < n;) {
-      ssize_t w = ::write(out, buf + off, static_cast<size_t>(n - off));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        r = fail("cannot write '", dst.string(), "': ", errno_text());
-        break;
-      }
-      off += w;
-    }
-    if (!r) break;
-  }
-  if (r && ::fsync(out) != 0) r = fail("cannot fsync '", dst.string(), "': ", errno_text());
+  // (holes stay holes: a trial's sparse file of a terabyte does not fill the disk)
+  int e = copy_file_data(in, out, size);
+  if (e == 0 && ::fsync(out) != 0) e = errno;
   ::close(in);
-  if (::close(out) != 0 && r) r = fail("cannot close '", dst.string(), "': ", errno_text());
+  if (::close(out) != 0 && e == 0) e = errno;
+  Result<void> r;
+  if (e != 0)
+    r = fail("cannot copy '", src.string(), "' to '", dst.string(), "': ", std::strerror(e));
   return r;
 }
 }  // namespace

@@ -1,10 +1,12 @@
 // util: shell splitting, suggestions, atomic files, safe deletion, name safety.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <fstream>
 
@@ -117,6 +119,35 @@ TEST_CASE("move_dir copies across filesystems keeping symlinks as links", "[util
   CHECK(*util::read_file(dst / "sub" / "w.bin") == "weights");
   CHECK_FALSE(fs::exists(d.path / "src"));
   fs::remove_all(dst);
+}
+
+TEST_CASE("copy_dir keeps a sparse file's holes, and skips a FIFO", "[util]") {
+  testing::ScratchDir d;
+  fs::create_directories(d.path / "src");
+  int fd = ::open((d.path / "src" / "sparse.bin").c_str(), O_WRONLY | O_CREAT, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, off_t{4} << 30) == 0);  // 4 GiB, 8 KiB of data at 1 GiB and at the end
+  REQUIRE(::pwrite(fd, std::string(8192, 'a').data(), 8192, off_t{1} << 30) == 8192);
+  REQUIRE(::pwrite(fd, std::string(8192, 'z').data(), 8192, (off_t{4} << 30) - 8192) == 8192);
+  ::close(fd);
+  REQUIRE(::mkfifo((d.path / "src" / "fifo").c_str(), 0600) == 0);
+  std::atomic<bool> never{false};
+  REQUIRE(util::copy_dir(d.path / "src", d.path / "dst", never));
+  struct stat st {};
+  REQUIRE(::stat((d.path / "dst" / "sparse.bin").c_str(), &st) == 0);
+  CHECK(st.st_size == off_t{4} << 30);
+  CHECK(st.st_blocks * 512 < (off_t{1} << 20));  // (not written out)
+  fd = ::open((d.path / "dst" / "sparse.bin").c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  std::string a(8192, '\0'), z(8192, '\0'), hole(8192, 'x');
+  CHECK(::pread(fd, a.data(), 8192, off_t{1} << 30) == 8192);
+  CHECK(::pread(fd, z.data(), 8192, (off_t{4} << 30) - 8192) == 8192);
+  CHECK(::pread(fd, hole.data(), 8192, off_t{2} << 30) == 8192);
+  ::close(fd);
+  CHECK(a == std::string(8192, 'a'));
+  CHECK(z == std::string(8192, 'z'));
+  CHECK(hole == std::string(8192, '\0'));
+  CHECK_FALSE(fs::exists(d.path / "dst" / "fifo"));
 }
 
 TEST_CASE("fill_template puts each value into its word, once, never through a shell", "[util]") {
