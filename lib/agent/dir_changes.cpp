@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "util/base64.hpp"
+#include "util/file_copy.hpp"
 
 namespace tune::agent {
 
@@ -39,11 +40,10 @@ bool excluded(const char* name) {
 // A changed regular file's bytes, `size` of them; false if it is not that any more (replaced by
 // a link or a FIFO, grown or cut since its stat), or cannot be read.
 bool read_file(int dir, const char* name, uint64_t size, std::string& out) {
-  int fd = ::openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  off_t now = 0;
+  int fd = util::open_regular(dir, name, now);
   if (fd < 0) return false;
-  struct stat st {};
-  bool ok =
-      ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) == size;
+  bool ok = static_cast<uint64_t>(now) == size;
   out.resize(ok ? size + 1 : 0);  // (one byte more: a file that grew is seen)
   size_t got = 0;
   while (ok && got < out.size()) {

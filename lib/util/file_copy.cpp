@@ -10,7 +10,11 @@
 namespace tune::util {
 
 int open_regular(const char* path, off_t& size) {
-  int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  return open_regular(AT_FDCWD, path, size);
+}
+
+int open_regular(int dir, const char* name, off_t& size) {
+  int fd = ::openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   struct stat st {};
   if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
     int e = S_ISREG(st.st_mode) ? errno : EINVAL;
