@@ -78,14 +78,18 @@ void emit_error(const std::string& message, const std::string& op, const std::st
 }
 
 std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children,
-                                 const std::function<void()>& before_gone) {
+                                 const std::function<void()>& before_gone,
+                                 const std::function<void(pid_t, int)>& other) {
   std::vector<Child> reaped;
   for (;;) {
     int status = 0;
     pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) break;
     auto it = children.find(pid);
-    if (it == children.end()) continue;
+    if (it == children.end()) {
+      if (other) other(pid, status);
+      continue;
+    }
     if (before_gone) before_gone();
     emit(json{{"event", "gone"},
               {"id", it->second.id},

@@ -40,8 +40,10 @@ void emit(const nlohmann::json& event);
 void emit_error(const std::string& message, const std::string& op = "", const std::string& id = "");
 // Reaps the supervisors in `children` that ended, saying "gone" for each (exit status, or 128
 // + the signal that killed it), each after `before_gone` runs (what a supervisor said before it
-// ended goes first); returns those it reaped.
+// ended goes first); returns those it reaped. Another child of the agent that ended goes to
+// `other` (its pid and wait status).
 std::vector<Child> reap_children(std::unordered_map<pid_t, Child>& children,
-                                 const std::function<void()>& before_gone = {});
+                                 const std::function<void()>& before_gone = {},
+                                 const std::function<void(pid_t, int)>& other = {});
 
 }  // namespace tune::agent_app

@@ -64,6 +64,7 @@ void RemoteLauncher::handle(const std::string& line) {
   std::string op = found != req.end() && found->is_string() ? found->get<std::string>() : "";
   if (op == "launch") return launch(req);
   if (op == "watch") return watch(req);
+  if (op == "adopt" || op == "rm") return file_ops_.request(req);
   emit_error("not a request: " + line.substr(0, 200), op);
 }
 
@@ -245,7 +246,9 @@ void RemoteLauncher::before_exit(const std::string& id, int attempt) {
 
 void RemoteLauncher::reap() {
   // (a supervisor's exit event before its "gone": the pipe is read after it was reaped)
-  for (const auto& c : reap_children(children_, [this] { relay_.drain(flush_); })) {
+  auto other = [this](pid_t pid, int status) { file_ops_.reaped(pid, status); };
+  for (const auto& c : reap_children(
+           children_, [this] { relay_.drain(flush_); }, other)) {
     watches_.unwatch(c.id, c.attempt);
     look_at_exit_.erase({c.id, c.attempt});
   }

@@ -25,6 +25,11 @@
 //   trial dir for the driver's last sync of it, agent/dir_changes.hpp, and says so before its
 //   exit)
 //   {"op":"watch","id","attempt","dir","supervisor":PID}
+//   {"op":"adopt","req":N,"dir","path","dest","again"?}   move the checkpoint dir `path` a trial
+//                                 reported into dir/dest (agent/file_ops.hpp; again: the
+//                                 request may have been carried out already: done if so)
+//   {"op":"rm","req":N,"dir","name"}   delete dir/name (a checkpoint retention dropped)
+//   (both in a child of the agent, file_ops.hpp: its loop goes on meanwhile)
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
 //   {"event":"launched","id","attempt","supervisor":PID,"offset":N,"watched":B}
@@ -52,6 +57,8 @@
 //   {"event":"gone","id","attempt","supervisor":null,"status":-1,"error","transient":B}
 //                                 it could not be started (B: it may start if asked again:
 //                                 fork failed, or the driver is gone)
+//   {"event":"done","req":N,"error"?}   an adopt or rm request is carried out (error: why
+//                                 not)
 //   {"event":"error","message","op"?,"id"?}   a request that could not be read (op and id:
 //                                 the request's, as far as they could be)
 #pragma once
@@ -65,6 +72,7 @@
 
 #include "agent/supervise.hpp"
 #include "events.hpp"
+#include "file_ops.hpp"
 #include "relay.hpp"
 #include "watches.hpp"
 
@@ -117,6 +125,7 @@ class RemoteLauncher {
   int64_t next_alive_ms_ = 0;  // when "alive" is said next (this host's monotonic clock)
   EventRelay relay_;
   Watches watches_;
+  FileOps file_ops_;
   // Before a supervisor's exit is passed on: what its attempt printed since its last event,
   // and, if asked, what changed in its trial dir.
   void before_exit(const std::string& id, int attempt);

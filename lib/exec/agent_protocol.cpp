@@ -47,7 +47,7 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
       {"ready", Kind::kReady},         {"launched", Kind::kLaunched}, {"gone", Kind::kGone},
       {"error", Kind::kError},         {"output", Kind::kOutput},     {"watching", Kind::kWatching},
       {"unwatched", Kind::kUnwatched}, {"start", Kind::kStart},       {"exit", Kind::kExit},
-      {"changes", Kind::kChanges},     {"alive", Kind::kAlive}};
+      {"changes", Kind::kChanges},     {"alive", Kind::kAlive},       {"done", Kind::kDone}};
   AgentEvent e;
   const std::string& k = kind->get_ref<const std::string&>();
   auto known = std::find_if(std::begin(kKinds), std::end(kKinds),
@@ -91,6 +91,7 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
     e.times_offset = static_cast<uint64_t>(times_offset);
   }
   if (e.kind == Kind::kOutput) output_bytes(j, e);
+  if (e.kind == Kind::kDone && (e.req = num("req", -1)) < 0) return std::nullopt;
   e.attempt = static_cast<int>(attempt);
   e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;
   e.offset = static_cast<uint64_t>(offset);
@@ -123,6 +124,18 @@ std::string agent_watch_request(const std::string& id, int attempt, const std::s
               {"offset", offset},
               {"times_offset", times_offset}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string agent_adopt_request(int64_t req, const std::string& dir, const std::string& path,
+                                const std::string& dest, bool again) {
+  json j{{"op", "adopt"}, {"req", req}, {"dir", dir}, {"path", path}, {"dest", dest}};
+  if (again) j["again"] = true;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string agent_rm_request(int64_t req, const std::string& dir, const std::string& name) {
+  return json{{"op", "rm"}, {"req", req}, {"dir", dir}, {"name", name}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace tune::exec

@@ -17,7 +17,8 @@ struct AgentEvent {
   // kOutput: the attempt's stdout.log grew; kWatching / kUnwatched: the answer to a watch;
   // kStart / kExit: its supervisor's own (the trial runs; the attempt's exit record); kChanges:
   // what changed in its trial dir, looked at as it ended (before its exit: `data`, an answer
-  // as agent/dir_changes.hpp gives it); kAlive: the agent's heartbeat
+  // as agent/dir_changes.hpp gives it); kAlive: the agent's heartbeat; kDone: a file request
+  // (`req`) is carried out (`error`: why not)
   enum class Kind {
     kReady,
     kLaunched,
@@ -29,7 +30,8 @@ struct AgentEvent {
     kStart,
     kExit,
     kChanges,
-    kAlive
+    kAlive,
+    kDone
   };
   Kind kind = Kind::kError;
   std::string id;
@@ -54,6 +56,7 @@ struct AgentEvent {
   std::string data;  // (changes: the answer)
   int64_t times_from = -1;
   std::string times;
+  int64_t req = -1;  // done: the request it answers
 };
 
 // One event line; nullopt for a line that is not one.
@@ -87,5 +90,15 @@ struct RemoteLaunch {
 [[nodiscard]] std::string agent_watch_request(const std::string& id, int attempt,
                                               const std::string& dir, int supervisor,
                                               uint64_t offset, uint64_t times_offset);
+
+// The file requests of the remote agent (apps/tune-agent/file_ops.hpp), each answered by a
+// "done" event with its `req`: move the checkpoint dir `path` a trial reported into
+// `dir`/`dest` (`again`: it may have been done already, then it is done), and delete
+// `dir`/`name`.
+[[nodiscard]] std::string agent_adopt_request(int64_t req, const std::string& dir,
+                                              const std::string& path, const std::string& dest,
+                                              bool again);
+[[nodiscard]] std::string agent_rm_request(int64_t req, const std::string& dir,
+                                           const std::string& name);
 
 }  // namespace tune::exec

@@ -1,7 +1,8 @@
 // Checkpoints of remote attempts, on their host's I/O thread: the empty staging dir a
-// step-mode save goes to, adopting what a trial saved (the supervisor on the host checks and
-// moves it, checkpoint::adopt's rules), noting a registered one for the next sync, and
-// deleting one that retention dropped.
+// step-mode save goes to (in the host's shell), adopting what a trial saved (the host's agent
+// checks and moves it, checkpoint::adopt's rules, and answers later), noting a registered one
+// for the next sync, and deleting one that retention dropped (its agent too); and the file
+// requests to the agent, with the host's shell as the fallback.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -50,83 +51,164 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
   return task ? task() : fail("internal: no remote run for ", trial_id);
 }
 
-namespace {
+void SshExecutor::Impl::file_request(Worker& w, int64_t req, const std::string& line,
+                                     std::string shell,
+                                     std::function<void(Worker&, const std::string&)> done) {
+  if (w.up) {
+    if (w.h.agent_send(line)) {
+      ++w.stats.agent_file_ops;
+      w.file_ops[req] = Worker::FileOp{mono(), std::move(shell), std::move(done)};
+      return;
+    }
+    check(w);
+    // (the agent is gone: what it had goes first, in the order asked)
+    settle_file_ops(w, "its agent does not take requests");
+  }
+  done(w, shell_op(w, shell));
+}
 
-// Runs the supervisor's --adopt (its checks and move) on the host: what it printed is the error.
-Result<void> adopt_command(SshExecutor::Impl& impl, Worker& w, const std::string& cmd) {
+std::string SshExecutor::Impl::shell_op(Worker& w, const std::string& cmd) {
+  if (!w.up) return "host " + w.name + " is unreachable";
+  ++w.stats.shell_file_ops;
   std::string out;
   auto st = w.h.shell_run(cmd, &out);
   if (!st) {
-    impl.check(w);
-    return std::unexpected(st.error());
+    check(w);
+    return st.error().message;
   }
   // (the newlines a long copy prints to show it is alive, then the error)
   out.erase(0, std::min(out.find_first_not_of('\n'), out.size()));
   while (!out.empty() && out.back() == '\n') out.pop_back();
-  if (*st != 0) return fail(util::printable(out, 300));
-  return {};
+  if (*st == 0) return "";
+  return out.empty() ? "it ended with status " + std::to_string(*st) : util::printable(out, 300);
 }
+
+void SshExecutor::Impl::file_op_done(Worker& w, int64_t req, const std::string& error) {
+  auto op = w.file_ops.find(req);
+  if (op == w.file_ops.end()) return;  // (settled already)
+  auto done = std::move(op->second.done);
+  w.file_ops.erase(op);
+  done(w, error);
+  if (w.file_ops.empty())
+    for (auto& f : std::exchange(w.after_file_ops, {})) f();
+}
+
+namespace {
+
+// Ends the host's agent if it still runs, and waits (up to 2 s) until it has: the children
+// doing its file requests die with it.
+void end_agent(Worker& w) {
+  if (w.h.agent_pid <= 0) return;
+  std::string p = std::to_string(w.h.agent_pid);
+  (void)w.h.shell_run(
+      "if grep -q tune-agent /proc/" + p + "/cmdline 2>/dev/null; then kill -KILL " + p +
+      "; i=0; while [ $i -lt 100 ] && [ -d /proc/" + p +
+      " ] && [ \"$(sed 's/.*) //;s/ .*//' /proc/" + p +
+      "/stat 2>/dev/null)\" != Z ]; do sleep 0.02; i=$((i+1)); done; sleep 0.1; fi; "
+      "true");
+}
+
+}  // namespace
+
+void SshExecutor::Impl::settle_file_ops(Worker& w, const std::string& why) {
+  if (w.file_ops.empty()) return;
+  if (w.up) {
+    spdlog::warn("host {}: {}: its {} file operation(s) are done in the host's shell", w.name, why,
+                 w.file_ops.size());
+    // (so that none of them goes on beside the shell's; they are all the current agent's, as
+    // they are settled before another starts)
+    end_agent(w);
+  }
+  // (one at a time, in the order asked; those of a host that is down fail)
+  while (!w.file_ops.empty()) {
+    int64_t req = w.file_ops.begin()->first;
+    file_op_done(w, req, shell_op(w, w.file_ops.begin()->second.shell));
+  }
+}
+
+namespace {
 
 // A copy to the head that an adoption leaves to the task waiting for its answer (on the
 // controller's file worker, not the host's thread): the rsync command.
 using LateCopy = std::optional<std::vector<std::string>>;
+using Answer = std::function<void(Result<LateCopy>)>;
+
+// The same adoption in the host's shell, for a request its agent may have carried out
+// already, all or in part: done if DEST is there and the reported dir is not.
+std::string adopt_in_shell(const Worker& w, const std::string& dir, const std::string& path,
+                           const std::string& dest) {
+  return q(w.h.supervisor) + " --adopt-again " + q(dir) + " " + q(path) + " " + q(dest);
+}
 
 // adopt_on_host for an attempt whose end was handed on before this line of its output was
 // handled (rare: a resumed driver catching up): no sync of it runs any more, so the checkpoint
 // is copied to the head before the answer, by the task that waits for it. One that the driver
 // before the resume moved in already is only copied.
-Result<LateCopy> adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::path& head_trial_dir,
-                                 const std::string& path, const std::string& dest) {
-  if (!w.up) return fail("host ", w.name, " is unreachable");
+void adopt_after_end(SshExecutor::Impl& impl, Worker& w, const fs::path& head_trial_dir,
+                     const std::string& path, const std::string& dest, Answer answer) {
+  if (!w.up) return answer(fail("host ", w.name, " is unreachable"));
   std::string dir = w.h.info.exp_dir + "/" + head_trial_dir.filename().string();
-  // (no `exit`: the host's shell runs on after each command)
-  if (auto moved = adopt_command(impl, w,
-                                 "if [ -d " + q(dir + "/" + dest) + " ] && [ ! -e " + q(path) +
-                                     " ]; then :; else " + q(w.h.supervisor) + " --adopt " +
-                                     q(dir) + " " + q(path) + " " + q(dest) + "; fi");
-      !moved)
-    return std::unexpected(moved.error());
-  if (impl.opts.syncer == "none") return LateCopy{};
-  return LateCopy{impl.copy_command(w, dir, head_trial_dir, dest)};
+  int64_t req = w.next_req++;
+  impl.file_request(
+      w, req, agent_adopt_request(req, dir, path, dest, true), adopt_in_shell(w, dir, path, dest),
+      [&impl, dir, head_trial_dir, dest, answer](Worker& w, const std::string& error) {
+        if (!error.empty()) return answer(fail(error));
+        if (impl.opts.syncer == "none") return answer(LateCopy{});
+        answer(LateCopy{impl.copy_command(w, dir, head_trial_dir, dest)});
+      });
 }
 
-// The supervisor on the host checks and moves the reported dir (checkpoint::adopt's rules).
-Result<LateCopy> adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
-                               const fs::path& head_trial_dir, const std::string& path,
-                               const std::string& dest) {
+// An ended attempt's last sync may be under way without the checkpoint just adopted (planned
+// before it was): one more follows, and its exit waits for that. (Not left to
+// checkpoint_registered: that comes after the answer, when the exit may be handed on and the
+// run gone, and the checkpoint never copied.)
+void copy_before_exit(const SshExecutor::Impl& impl, Run& r) {
+  if (r.exited && impl.opts.syncer != "none") r.want_sync(true, mono());
+}
+
+// The host's agent checks and moves the reported dir (checkpoint::adopt's rules), in a process
+// of its own: this thread goes on meanwhile, and the attempt's exit waits for the answer.
+void adopt_on_host(SshExecutor::Impl& impl, Worker& w, const std::string& trial_id,
+                   const fs::path& head_trial_dir, const std::string& path, const std::string& dest,
+                   Answer answer) {
   auto run = w.runs.find(trial_id);
-  if (run == w.runs.end()) return adopt_after_end(impl, w, head_trial_dir, path, dest);
+  if (run == w.runs.end())
+    return adopt_after_end(impl, w, head_trial_dir, path, dest, std::move(answer));
   auto& r = run->second;
-  if (!w.up) return fail("host ", w.name, " is unreachable");
-  // An ended attempt's last sync may be under way without it (planned before this line was
-  // handled): one more follows, and its exit waits for that. (Not left to
-  // checkpoint_registered: that comes after the answer, when the exit may be handed on and the
-  // run gone, and the checkpoint never copied.)
-  auto copy_before_exit = [&] {
-    if (r.exited && impl.opts.syncer != "none") r.want_sync(true, mono());
-  };
+  if (!w.up) return answer(fail("host ", w.name, " is unreachable"));
   if (r.found_at_attach.erase(dest)) {
     // moved in by the driver that crashed; this line is being read again
     r.checkpoints.insert(dest);
-    copy_before_exit();
-    return LateCopy{};
+    copy_before_exit(impl, r);
+    return answer(LateCopy{});
   }
-  if (auto moved = adopt_command(
-          impl, w, q(w.h.supervisor) + " --adopt " + q(r.dir) + " " + q(path) + " " + q(dest));
-      !moved)
-    return std::unexpected(moved.error());
-  seed_checkpoint(r, path, dest);
-  r.checkpoints.insert(dest);
-  r.adopted_at[dest] = mono();
-  copy_before_exit();
-  return LateCopy{};
+  ++r.adopting;
+  int64_t req = w.next_req++;
+  auto adopted = [&impl, trial_id, attempt = r.attempt, dir = r.dir, head_trial_dir, path, dest,
+                  answer](Worker& w, const std::string& error) {
+    auto run = w.runs.find(trial_id);
+    Run* r = run != w.runs.end() && run->second.attempt == attempt ? &run->second : nullptr;
+    if (r) --r->adopting;
+    if (!error.empty()) return answer(fail(error));
+    if (!r) {  // (its attempt gone meanwhile, re-queued: no sync of it copies this)
+      if (impl.opts.syncer == "none") return answer(LateCopy{});
+      return answer(LateCopy{impl.copy_command(w, dir, head_trial_dir, dest)});
+    }
+    seed_checkpoint(*r, path, dest);
+    r->checkpoints.insert(dest);
+    r->adopted_at[dest] = mono();
+    copy_before_exit(impl, *r);
+    answer(LateCopy{});
+  };
+  impl.file_request(w, req, agent_adopt_request(req, r.dir, path, dest, false),
+                    adopt_in_shell(w, r.dir, path, dest), adopted);
 }
 
 }  // namespace
 
-// Queued on the host's thread at once, so that it runs there before any command the loop sends
-// the trial after it (the next step, a stop), and never on the loop: the task returned only
-// waits for its answer (on the controller's file worker).
+// Queued on the host's thread at once, so that it is asked there before any command the loop
+// sends the trial after it (the next step, a stop), and never on the loop: the task returned
+// only waits for its answer (on the controller's file worker).
 std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_id,
                                                       const std::string& reported,
                                                       const fs::path& cwd,
@@ -143,14 +225,15 @@ std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_i
   auto promise = std::make_shared<std::promise<Result<LateCopy>>>();
   std::shared_future<Result<LateCopy>> answer = promise->get_future().share();
   w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise, head_trial_dir] {
-    promise->set_value(adopt_on_host(*impl, *w, trial_id, head_trial_dir, path, dest));
+    adopt_on_host(*impl, *w, trial_id, head_trial_dir, path, dest,
+                  [promise](Result<LateCopy> got) { promise->set_value(std::move(got)); });
   });
   return [answer, host = w->name, exp = impl_->opts.head_exp_dir, head_trial_dir,
           dest]() -> Result<void> {
     Result<LateCopy> got = fail("the connection to ", host, " was closed");
     try {
       got = answer.get();
-    } catch (const std::future_error&) {  // the executor went away before it ran
+    } catch (const std::future_error&) {  // the executor went away before it answered
     }
     if (!got) return std::unexpected(got.error());
     if (*got && !Impl::publish_copy(**got, exp, head_trial_dir, dest, host))
@@ -159,13 +242,15 @@ std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_i
   };
 }
 
-void ssh_impl::remove_on_host(Worker& w, const std::string& dir, const std::string& name) {
+void SshExecutor::Impl::remove_on_host(Worker& w, const std::string& dir, const std::string& name) {
   if (!w.up) return;
-  std::string out;
-  auto st = w.h.shell_run(q(w.h.supervisor) + " --rm " + q(dir) + " " + q(name), &out);
-  if (!st || *st != 0)
-    spdlog::warn("host {}: cannot delete {}/{}: {}", w.name, dir, name,
-                 st ? out : st.error().message);
+  int64_t req = w.next_req++;
+  file_request(w, req, agent_rm_request(req, dir, name),
+               q(w.h.supervisor) + " --rm " + q(dir) + " " + q(name),
+               [dir, name](Worker& w, const std::string& error) {
+                 if (!error.empty())
+                   spdlog::warn("host {}: cannot delete {}/{}: {}", w.name, dir, name, error);
+               });
 }
 
 void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& head_trial_dir,
@@ -191,7 +276,7 @@ void SshExecutor::remove_checkpoint(const std::string& host, const fs::path& hea
     if (copying)
       copying->rm_later.push_back(name);
     else
-      remove_on_host(*w, dir, name);
+      impl->remove_on_host(*w, dir, name);
   });
 }
 

@@ -79,17 +79,20 @@ SshExecutor::~SshExecutor() {
         "look their agent sent; longest "
         "sync bookkeeping in one poll of a host {:.2f} ms; {} checkpoints published, {} bytes, "
         "median {:.2f} ms after registration; {} looks at trials' output; {} outputs carried "
-        "by agents' events, {} bytes; {} exit record files read; {} trial pids asked",
+        "by agents' events, {} bytes; {} exit record files read; {} trial pids asked; {} file "
+        "operations by agents, {} in hosts' shells",
         all.start_ms.size(), median_of(all.start_ms), median_of(all.first_output_ms),
         all.sync_ms.size(), median_of(all.sync_ms), all.inline_syncs, all.sent_looks,
         all.sync_poll_max_ms, all.publish_ms.size(), all.published_bytes, median_of(all.publish_ms),
-        all.looks, all.carried, all.carried_bytes, all.records_read, all.pid_asks);
+        all.looks, all.carried, all.carried_bytes, all.records_read, all.pid_asks,
+        all.agent_file_ops, all.shell_file_ops);
   if (impl.ready_fd >= 0) ::close(impl.ready_fd);
 }
 
 // Deletions retention asked for last (after the run's final state write) are still queued on
-// the hosts' threads, which drop what is queued when they stop: each host's queue is run to
-// here first (a host that does not answer within kFinishDeletions is left as it is).
+// the hosts' threads, which drop what is queued when they stop, or under way in their agents:
+// each host's queue is run to here, and its agent's deletions to their end, first (a host that
+// does not answer within kFinishDeletions is left as it is).
 void SshExecutor::finish_deletions() {
   constexpr double kFinishDeletions = 10;
   std::vector<std::future<void>> done;
@@ -97,11 +100,16 @@ void SshExecutor::finish_deletions() {
     if (!w->io) continue;
     auto barrier = std::make_shared<std::promise<void>>();
     done.push_back(barrier->get_future());
-    w->io->post([w = w.get(), barrier] {
+    w->io->post([impl = impl_.get(), w = w.get(), barrier] {
       for (auto& [id, r] : w->runs)
         if (r.sync_pid <= 0)
-          for (const auto& name : std::exchange(r.rm_later, {})) remove_on_host(*w, r.dir, name);
-      barrier->set_value();
+          for (const auto& name : std::exchange(r.rm_later, {}))
+            impl->remove_on_host(*w, r.dir, name);
+      // (and those its agent is doing: an agent whose driver is gone ends them)
+      if (w->file_ops.empty())
+        barrier->set_value();
+      else
+        w->after_file_ops.push_back([barrier] { barrier->set_value(); });
     });
   }
   auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(kFinishDeletions);

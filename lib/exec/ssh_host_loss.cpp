@@ -22,6 +22,9 @@ void SshExecutor::Impl::mark_down(Worker& w, double now) {
   w.next_retry = now + w.backoff;
   spdlog::warn("host {}: connection lost ({}); reconnecting, its trials keep running there", w.name,
                w.h.err());
+  // (failed: an adoption's checkpoint is not taken, a deletion is left; the agent may carry
+  // them out all the same)
+  settle_file_ops(w, "");
   emit(HostEvent{w.name, false});
 }
 

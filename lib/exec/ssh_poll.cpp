@@ -141,6 +141,10 @@ void end_orphaned(Worker& w, Run& r) {
 void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   using Kind = AgentEvent::Kind;
   if (e.kind == Kind::kError) return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
+  // (a file request carried out; numbers are never reused, and the error names paths a trial
+  // chose)
+  if (e.kind == Kind::kDone)
+    return file_op_done(w, e.req, e.error.empty() ? "" : util::printable(e.error, 300));
   auto it = w.runs.find(e.id);
   if (it == w.runs.end() || it->second.attempt != e.attempt) return;
   Run& r = it->second;
@@ -246,6 +250,7 @@ void SshExecutor::Impl::read_agent(Worker& w) {
 }
 
 void SshExecutor::Impl::restart_agent(Worker& w) {
+  settle_file_ops(w, "its agent ended");
   if (auto a = w.h.open_agent(); !a) {
     // Treated as a host that is down: reconnected with backoff, lost after host_timeout_s.
     spdlog::warn("host {}: {}", w.name, a.error().message);
@@ -302,6 +307,17 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
   bool any_output = false;
   double t = mono();
   if (w.up) read_agent(w);
+  // (an agent that says nothing at all is stuck, and a request never answered is lost: what
+  // it was asked to do is done without it)
+  if (w.up && !w.file_ops.empty()) {
+    double oldest = w.file_ops.begin()->second.sent;  // (numbers only grow)
+    double heard = w.agent_heard_gen == w.h.agent_gen ? w.agent_heard : -1e9;
+    if (t - std::max(oldest, heard) > kFileOpSilence)
+      settle_file_ops(w, fmt::format("its agent has said nothing for {:.0f} s", kFileOpSilence));
+    else if (t - oldest > kFileOpLimit)
+      settle_file_ops(w,
+                      fmt::format("a file request has had no answer for {:.0f} s", kFileOpLimit));
+  }
   check_supervisors(w, t);
   for (auto& [id, r] : w.runs) {
     bool read_some = false;
@@ -381,7 +397,7 @@ void SshExecutor::Impl::poll_syncs(Worker& w, double t) {
   for (auto& [id, r] : w.runs) {
     if (r.sync_pid > 0) continue;
     for (const auto& name : std::exchange(r.rm_later, {})) remove_on_host(w, r.dir, name);
-    if (r.exited && !r.sync_wanted(t)) {
+    if (r.exited && !r.sync_wanted(t) && r.adopting == 0) {
       emit(ExitEvent{id, *r.exit});
       done.push_back(id);
     }

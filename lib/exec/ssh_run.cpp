@@ -42,6 +42,8 @@ void SshStats::add(const SshStats& o) {
   carried_bytes += o.carried_bytes;
   inline_syncs += o.inline_syncs;
   sent_looks += o.sent_looks;
+  agent_file_ops += o.agent_file_ops;
+  shell_file_ops += o.shell_file_ops;
 }
 
 std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,

@@ -61,7 +61,8 @@ struct Run {
   // taken by its last sync in place of asking)
   std::optional<std::string> exit_changes;
   std::optional<ExitInfo> exit;
-  std::set<std::string> checkpoints;         // retained, on the host
+  std::set<std::string> checkpoints;  // retained, on the host
+  int adopting = 0;  // checkpoints its agent is moving in (its exit is handed on after them)
   std::set<std::string> found_at_attach;     // checkpoint dirs there when re-attached
   std::map<std::string, double> adopted_at;  // checkpoint -> when it was registered
   // sync: a queue of commands; a checkpoint's step is published (renamed) when it succeeds
@@ -115,6 +116,9 @@ struct SshStats {
   uint64_t inline_syncs = 0;
   // ended attempts' last syncs that took the look their agent sent with the exit (no command)
   uint64_t sent_looks = 0;
+  // checkpoints moved in and deleted on hosts by their agents (in a process of its own), and
+  // in the host's shell (one round trip each, on the host's thread: an agent that ended first)
+  uint64_t agent_file_ops = 0, shell_file_ops = 0;
   void add(const SshStats& o);
 };
 

@@ -14,6 +14,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,9 +62,12 @@ inline std::string q(const std::string& s) {
 
 using util::lines_of;
 
-struct Worker;
-// Deletes checkpoint `name` of the trial dir `dir` on the host (retention dropped it).
-void remove_on_host(Worker& w, const std::string& dir, const std::string& name);
+// An agent silent this long while it holds file requests is taken as stuck (a copy it runs
+// says nothing, but the agent says it is alive), and a request unanswered this long as lost
+// (the agent stops a copy after 1800 s): the agent is ended, and they are done in the host's
+// shell instead.
+inline constexpr double kFileOpSilence = 30;
+inline constexpr double kFileOpLimit = 1800 + 60;
 
 // One host as the head sees it. Its I/O thread owns everything here but `name`, `io` and the
 // atomics: the loop only posts tasks to it.
@@ -92,6 +97,18 @@ struct Worker {
     int agent = -1;  // the agent that had it (its pid there)
   };
   std::vector<Unsure> unsure;
+  // Requests to its agent that move or delete files in trial dirs (ssh_checkpoints.cpp), by
+  // number, until their "done" event (all of the current agent's: they are settled before
+  // another starts): when each was sent, the same operation as a command for the host's shell
+  // (done there if that agent ends first), and what takes the answer ("" or why not).
+  struct FileOp {
+    double sent = 0;  // (monotonic)
+    std::string shell;
+    std::function<void(Worker&, const std::string&)> done;
+  };
+  std::map<int64_t, FileOp> file_ops;
+  int64_t next_req = 1;
+  std::vector<std::function<void()>> after_file_ops;  // each run once none is left
   SshStats stats;
   std::atomic<bool> lease_queued{false};
   std::unique_ptr<IoThread> io;  // last: stopped (joined) before the rest goes
@@ -141,6 +158,22 @@ struct SshExecutor::Impl {
   static bool publish_copy(const std::vector<std::string>& cmd, const fs::path& head_exp_dir,
                            const fs::path& head_trial_dir, const std::string& name,
                            const std::string& host);
+
+  // ssh_checkpoints.cpp
+  // Sends `line`, file request `req` (its number taken from w.next_req), to the host's agent;
+  // `done` takes its answer when it comes. Without an agent to take it, `shell` does the same
+  // in the host's shell now.
+  void file_request(Worker& w, int64_t req, const std::string& line, std::string shell,
+                    std::function<void(Worker&, const std::string&)> done);
+  // Runs a file operation's command in the host's shell: "" or why not.
+  std::string shell_op(Worker& w, const std::string& cmd);
+  // File request `req` answered (`error`: why not), unless it was settled already.
+  void file_op_done(Worker& w, int64_t req, const std::string& error);
+  // The file requests of an agent that ended, or that is given up on (`why`, logged; it is
+  // ended first), done in the shell if the host answers, else (the host down) failed.
+  void settle_file_ops(Worker& w, const std::string& why);
+  // Deletes checkpoint `name` of the trial dir `dir` on the host (retention dropped it).
+  void remove_on_host(Worker& w, const std::string& dir, const std::string& name);
 
   // ssh_host_loss.cpp
   void mark_down(Worker& w, double now);

@@ -1559,6 +1559,8 @@ class SshTest(TuneTest):
                 log = f.read()
             self.assertNotIn("refused", log)
             self.assertNotIn("cross-device", log)
+            # (each moved in by the host's agent, none in its shell)
+            self.assertIn("6 file operations by agents, 0 in hosts' shells", log)
             for t in trials:
                 self.assertEqual(t["status"], "TERMINATED")
                 # (the head's copies: the worker's tmpfs is seen in its own namespace only)
@@ -1578,6 +1580,83 @@ class SshTest(TuneTest):
             subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "xfs"], timeout=30)
         # (moved: none is left in the worker's temp dir, which is this machine's /tmp)
         self.assertFalse(glob.glob(prefix + "*"))
+
+    def test_a_checkpoint_whose_agent_is_killed_while_it_copies_it_is_moved_in_all_the_same(self):
+        # The trial kills the host's agent once its copy of the checkpoint is under way (its
+        # child doing the copy dies with it): the driver starts a new agent and moves the
+        # checkpoint in with the host's shell instead.
+        log = self.agent_gone_while_it_copies("SIGKILL")
+        self.assertNotIn("has said nothing", log)
+
+    def test_a_checkpoint_whose_agent_is_stopped_while_it_copies_it_is_moved_in_all_the_same(self):
+        # The same with the agent stopped (SIGSTOP): silent for 30 s with a request unanswered,
+        # it is ended and the checkpoint moved in with the host's shell (nothing hangs).
+        log = self.agent_gone_while_it_copies("SIGSTOP")
+        self.assertIn("its agent has said nothing for 30 s: its 1 file operation(s) are done in "
+                      "the host's shell", log)
+
+    def agent_gone_while_it_copies(self, sig):
+        # The worker's experiment dir is a tmpfs of its own: the host's agent copies the 512 MiB
+        # checkpoint the trial wrote in /tmp. Once the copy is under way (its .partial dir is
+        # there) the trial sends `sig` to the agent, then prints one more row and ends.
+        if self.hosts["mode"] != "netns":
+            self.skipTest("needs netns mode (root) to give a worker a filesystem of its own")
+        self.write("agentgone.py", """
+            import json, os, signal, tempfile, time
+            d = tempfile.mkdtemp(prefix="PREFIX")
+            block = bytes(range(256)) * 4096
+            with open(os.path.join(d, "weights.bin"), "wb") as f:
+                for _ in range(512):
+                    f.write(block)
+            print(json.dumps({"i": 1, "checkpoint": d}), flush=True)
+            partial = os.path.join(os.environ["TUNE_TRIAL_DIR"], "checkpoint_000001.partial")
+            until = time.time() + 20
+            while not os.path.exists(partial) and time.time() < until:
+                time.sleep(0.002)
+            def parent(pid):
+                with open("/proc/%d/stat" % pid) as f:
+                    return int(f.read().rsplit(")", 1)[1].split()[1])
+            agent = parent(os.getppid())  # (the supervisor's parent)
+            with open("/proc/%d/cmdline" % agent, "rb") as f:
+                assert b"tune-agent" in f.read()
+            os.kill(agent, signal.SIG)
+            print(json.dumps({"i": 2, "copying": os.path.exists(partial)}), flush=True)
+            """.replace("PREFIX", "tune-agentgone-%s-" % os.path.basename(self.dir))
+               .replace("SIG", sig))
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: agentgone
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'agentgone.py')}"]
+            param_space: {{x: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        prefix = "/tmp/tune-agentgone-%s-" % os.path.basename(self.dir)
+        self.addCleanup(lambda: [shutil.rmtree(d, ignore_errors=True)
+                                 for d in glob.glob(prefix + "*")])
+        subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", "agentgone", "1200m"], check=True,
+                       timeout=30)
+        try:
+            self.tune("run", "exp.yaml", check=0, timeout=300)
+            (t,) = self.trials("agentgone")
+            self.assertEqual(t["status"], "TERMINATED")
+            rows = self.results("agentgone", t)
+            self.assertEqual([r.get("checkpoint_dir_name") for r in rows],
+                             ["checkpoint_000001", None])
+            self.assertTrue(rows[1]["copying"], "the agent was signalled after its copy ended")
+            with open(os.path.join(self.exp_dir("agentgone"), "tune.log")) as f:
+                log = f.read()
+            self.assertIn("starting a new one", log)
+            self.assertIn("1 file operations by agents, 1 in hosts' shells", log)
+            head = os.path.join(self.exp_dir("agentgone"), t["trial_name"], "checkpoint_000001")
+            self.assertEqual(os.path.getsize(os.path.join(head, "weights.bin")), 512 << 20)
+            block = bytes(range(256)) * 4096
+            with open(os.path.join(head, "weights.bin"), "rb") as f:
+                for _ in range(512):
+                    self.assertEqual(f.read(len(block)), block)
+        finally:
+            subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "agentgone"], timeout=30)
+        self.assertFalse(glob.glob(prefix + "*"))
+        return log
 
     def test_a_driver_killed_right_after_a_remote_launch_finds_the_attempt_on_resume(self):
         # kill -9 as soon as the remote supervisor runs (before any state write could name the

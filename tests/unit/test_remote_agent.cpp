@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
@@ -681,6 +682,13 @@ TEST_CASE("agent event lines that are not the agent's are refused", "[remote_age
     CHECK(e->from == -1);
     CHECK(e->data.empty());
   }
+  // A file request's answer names its request, or is no answer.
+  e = exec::parse_agent_event(R"({"event":"done","req":12,"error":"refused"})");
+  REQUIRE(e);
+  CHECK((e->kind == Kind::kDone && e->req == 12 && e->error == "refused"));
+  CHECK_FALSE(exec::parse_agent_event(R"({"event":"done"})"));
+  CHECK_FALSE(exec::parse_agent_event(R"({"event":"done","req":"12"})"));
+  CHECK_FALSE(exec::parse_agent_event(R"({"event":"done","req":-1})"));
 }
 
 TEST_CASE("tune-supervisor runs nothing without a nonce on stdin", "[remote_agent]") {
@@ -766,4 +774,120 @@ TEST_CASE("tune-supervisor --adopt moves a checkpoint from a temp dir on another
   CHECK(std::system(cmd.c_str()) != 0);
   CHECK(read(out).find("refused") != std::string::npos);
   CHECK(fs::exists(s.dir / "elsewhere"));
+}
+
+TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it goes on",
+          "[remote_agent]") {
+  Scratch s;  // (under /tmp)
+  char tmpl[] = "/dev/shm/tune-agent-ops-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  fs::path tmp = tmpl;
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{tmp};
+  // A checkpoint of 64 MiB in the temp dir, on another filesystem than the trial dir: copied
+  // (and fsynced), which takes a while; one in the trial dir itself: renamed.
+  fs::path big = tmp / "big";
+  fs::create_directories(big);
+  {
+    std::ofstream f(big / "weights.bin", std::ios::binary);
+    std::string mib(1 << 20, 'w');
+    for (int i = 0; i < 64; ++i) f << mib;
+    f.close();
+    REQUIRE(f.good());  // (/dev/shm needs 64 MiB free)
+  }
+  fs::path trial = s.dir / "trial_a";
+  fs::create_directories(trial / "ck2");
+  std::ofstream(trial / "ck2" / "state.json") << "{\"i\": 2}";
+  fs::create_directories(s.dir / "elsewhere");
+  fs::create_directories(s.dir / "trial_c");
+  const char* old_tmp = std::getenv("TMPDIR");
+  std::string saved = old_tmp ? old_tmp : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  Agent agent(s.dir / "attempts.log");
+  old_tmp ? ::setenv("TMPDIR", saved.c_str(), 1) : ::unsetenv("TMPDIR");
+  REQUIRE(agent.next());  // (ready)
+  agent.send(
+      exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
+  // Its child is held (SIGSTOP) while it copies, and let go only once the rest has happened.
+  std::string children = "/proc/" + std::to_string(agent.pid) + "/task/" +
+                         std::to_string(agent.pid) + "/children";
+  pid_t copier = 0;
+  for (int i = 0; i < 5000 && copier <= 0; ++i) {
+    std::ifstream(children) >> copier;
+    if (copier <= 0) ::usleep(1000);
+  }
+  REQUIRE(copier > 0);
+  REQUIRE(::kill(copier, SIGSTOP) == 0);
+  // (the same trial dir: waits for the first; another one, outside both roots: refused at once)
+  agent.send(exec::agent_adopt_request(2, trial.string(), "ck2", "checkpoint_000002", false));
+  agent.send(exec::agent_adopt_request(3, (s.dir / "trial_c").string(),
+                                       (s.dir / "elsewhere").string(), "checkpoint_000001", false));
+  // A launch meanwhile is answered, and its trial ends, while the copy is under way.
+  agent.send(exec::agent_launch_request(launch(s, "b", "trial_b", {"true"})));
+  std::vector<std::string> order;
+  std::map<int64_t, std::string> errors;
+  auto take = [&](size_t until) {
+    while (order.size() < until) {
+      auto e = agent.next(false, 60000);
+      REQUIRE(e);
+      if (e->kind == Kind::kDone) {
+        order.push_back("done " + std::to_string(e->req));
+        errors[e->req] = e->error;
+      } else {
+        order.push_back(e->kind == Kind::kLaunched ? "launched"
+                        : e->kind == Kind::kGone   ? "gone"
+                                                   : "other");
+      }
+    }
+  };
+  take(3);
+  std::sort(order.begin(), order.end());
+  CHECK(order == std::vector<std::string>{"done 3", "gone", "launched"});
+  REQUIRE(::kill(copier, SIGCONT) == 0);
+  take(5);
+  CHECK(order[3] == "done 1");
+  CHECK(order[4] == "done 2");  // (the same dir: in the order asked)
+  CHECK(errors[1] == "");
+  CHECK(errors[2] == "");
+  CHECK(errors[3].find("refused") != std::string::npos);
+  CHECK(fs::file_size(trial / "checkpoint_000001" / "weights.bin") == 64u << 20);
+  CHECK_FALSE(fs::exists(big));
+  CHECK(read(trial / "checkpoint_000002" / "state.json") == "{\"i\": 2}");
+  CHECK_FALSE(fs::exists(trial / "ck2"));
+  CHECK(fs::exists(s.dir / "elsewhere"));
+  // Said again (a driver that died before the answer): done, nothing moved twice.
+  agent.send(exec::agent_adopt_request(4, trial.string(), "ck2", "checkpoint_000002", true));
+  auto again = agent.next();
+  REQUIRE(again);
+  CHECK(again->kind == Kind::kDone);
+  CHECK(again->req == 4);
+  CHECK(again->error == "");
+  CHECK(fs::exists(trial / "checkpoint_000002" / "state.json"));
+  // Without `again` the same is an error: the reported dir is gone.
+  agent.send(exec::agent_adopt_request(5, trial.string(), "ck2", "checkpoint_000002", false));
+  auto not_again = agent.next();
+  REQUIRE(not_again);
+  CHECK(not_again->req == 5);
+  CHECK(not_again->error.find("does not exist") != std::string::npos);
+  // Deleted; a name that is not one is refused; a request missing its fields is answered.
+  agent.send(exec::agent_rm_request(6, trial.string(), "checkpoint_000001"));
+  agent.send(exec::agent_rm_request(7, trial.string(), "../elsewhere"));
+  agent.send("{\"op\":\"rm\",\"req\":8}");
+  std::map<int64_t, std::string> rm;
+  for (int i = 0; i < 3; ++i) {
+    auto e = agent.next();
+    REQUIRE(e);
+    REQUIRE(e->kind == Kind::kDone);
+    rm[e->req] = e->error;
+  }
+  CHECK(rm.at(6) == "");
+  CHECK_FALSE(fs::exists(trial / "checkpoint_000001"));
+  CHECK(rm.at(7).find("refused name") != std::string::npos);
+  CHECK(fs::exists(s.dir / "elsewhere"));
+  CHECK(rm.at(8).find("bad request") != std::string::npos);
 }

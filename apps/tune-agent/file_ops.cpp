@@ -1,0 +1,133 @@
+#include "file_ops.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "agent/file_ops.hpp"
+#include "events.hpp"
+#include "fork_supervisor.hpp"
+
+namespace tune::agent_app {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxError = 2000;  // (one write into the pipe, well under its capacity)
+
+}  // namespace
+
+void FileOps::request(const json& req) {
+  Op op;
+  try {
+    op.req = req.at("req").get<int64_t>();
+    op.adopt = req.at("op").get<std::string>() == "adopt";
+    op.dir = req.at("dir").get<std::string>();
+    if (op.adopt) {
+      op.path = req.at("path").get<std::string>();
+      op.name = req.at("dest").get<std::string>();
+      op.again = req.value("again", false);
+    } else {
+      op.name = req.at("name").get<std::string>();
+    }
+  } catch (const std::exception& e) {
+    auto r = req.find("req");
+    if (r == req.end() || !r->is_number_integer())
+      return emit_error(std::string("bad file request: ") + e.what(), "file");
+    return done(r->get<int64_t>(), std::string("bad request: ") + e.what());
+  }
+  if (op.dir.empty() || op.dir[0] != '/')
+    return done(op.req, "not an absolute trial dir: " + op.dir);
+  queued_.push_back(std::move(op));
+  start_next();
+}
+
+void FileOps::start_next() {
+  for (auto it = queued_.begin();
+       it != queued_.end() && running_.size() < static_cast<size_t>(kAtOnce);) {
+    if (busy_dirs_.count(it->dir)) {
+      ++it;
+      continue;
+    }
+    Op op = std::move(*it);
+    it = queued_.erase(it);
+    run(std::move(op));
+  }
+}
+
+// In a child: its stdin, stdout and stderr /dev/null (stdout is the driver's channel). An
+// adoption is killed with the agent (a driver that is gone asks again after its resume, or
+// finds it done; a driver that gave up on this agent does it in the host's shell, and kills
+// this agent first); a deletion runs to its end (nothing would delete the rest).
+void FileOps::run(Op op) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    return done(op.req, std::string("cannot make a pipe: ") + std::strerror(errno));
+  pid_t agent = ::getpid();  // (before the fork)
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return done(op.req, std::string("cannot fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    if (op.adopt) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != agent) ::_exit(1);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
+    close_all_but({fds[1]});
+    std::string error;
+    if (!op.adopt)
+      error = tune::agent::remove_entry(op.dir, op.name);
+    else if (!op.again || !tune::agent::adopted_already(op.dir, op.path, op.name))
+      error = tune::agent::adopt_dir(op.dir, op.path, op.name);
+    error.resize(std::min(error.size(), kMaxError));
+    (void)!::write(fds[1], error.data(), error.size());
+    ::_exit(error.empty() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  busy_dirs_.insert(op.dir);
+  running_[pid] = Running{std::move(op), fds[0]};
+}
+
+void FileOps::reaped(pid_t pid, int status) {
+  auto it = running_.find(pid);
+  if (it == running_.end()) return;
+  Running r = std::move(it->second);
+  running_.erase(it);
+  busy_dirs_.erase(r.op.dir);
+  // (it has ended: all it wrote is in the pipe)
+  std::string error;
+  char buf[kMaxError];
+  ::fcntl(r.fd, F_SETFL, O_NONBLOCK);
+  for (ssize_t n; (n = ::read(r.fd, buf, sizeof buf)) > 0 && error.size() < kMaxError;)
+    error.append(buf, static_cast<size_t>(n));
+  ::close(r.fd);
+  bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!ok && error.empty())
+    error = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                : "it ended with status " + std::to_string(WEXITSTATUS(status));
+  done(r.op.req, ok ? "" : error);
+  start_next();
+}
+
+void FileOps::done(int64_t req, const std::string& error) {
+  json e{{"event", "done"}, {"req", req}};
+  if (!error.empty()) e["error"] = error;
+  emit(e);
+}
+
+}  // namespace tune::agent_app
