@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,15 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kMaxError = 2000;  // (one write into the pipe, well under its capacity)
+
+// kSilentMs, or (tests only) $TUNE_TEST_AGENT_SILENT_MS.
+int64_t silent_ms() {
+  static const int64_t ms = [] {
+    const char* v = std::getenv("TUNE_TEST_AGENT_SILENT_MS");
+    return v && std::atoll(v) > 0 ? std::atoll(v) : FileOps::kSilentMs;
+  }();
+  return ms;
+}
 
 }  // namespace
 
@@ -86,21 +96,70 @@ void FileOps::run(Op op) {
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // (stdout: the pipe, where keep_alive_while's newlines go, then the answer)
     int null_fd = ::open("/dev/null", O_RDWR);
-    for (int fd = 0; fd < 3; ++fd) ::dup2(null_fd, fd);
-    close_all_but({fds[1]});
+    ::dup2(null_fd, 0);
+    ::dup2(fds[1], 1);
+    ::dup2(null_fd, 2);
+    close_all_but({});
     std::string error;
     if (!op.adopt)
       error = tune::agent::remove_entry(op.dir, op.name);
     else if (!op.again || !tune::agent::adopted_already(op.dir, op.path, op.name))
       error = tune::agent::adopt_dir(op.dir, op.path, op.name);
     error.resize(std::min(error.size(), kMaxError));
-    (void)!::write(fds[1], error.data(), error.size());
+    (void)!::write(1, error.data(), error.size());
     ::_exit(error.empty() ? 0 : 1);
   }
   ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
   busy_dirs_.insert(op.dir);
-  running_[pid] = Running{std::move(op), fds[0]};
+  running_[pid] = Running{std::move(op), fds[0], "", monotonic_ms(), false};
+}
+
+void FileOps::read_from(Running& r) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(r.fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;  // (EAGAIN: nothing more now)
+    if (n == 0) {
+      ::close(r.fd);
+      r.fd = -1;
+      return;
+    }
+    r.heard = monotonic_ms();
+    for (ssize_t i = 0; i < n; ++i)
+      if (buf[i] != '\n' && r.said.size() < kMaxError) r.said += buf[i];
+  }
+}
+
+void FileOps::add_fds(std::vector<pollfd>& fds) const {
+  for (const auto& [pid, r] : running_)
+    if (r.fd >= 0) fds.push_back({r.fd, POLLIN, 0});
+}
+
+int FileOps::timeout_ms() const {
+  int64_t now = monotonic_ms(), best = -1;
+  for (const auto& [pid, r] : running_)
+    if (!r.killed) {
+      int64_t due = std::max<int64_t>(0, r.heard + silent_ms() - now);
+      if (best < 0 || due < best) best = due;
+    }
+  return static_cast<int>(best);
+}
+
+void FileOps::after_wait(const std::vector<pollfd>& fds) {
+  for (const auto& p : fds)
+    if (p.revents)
+      for (auto& [pid, r] : running_)
+        if (r.fd == p.fd) read_from(r);
+  int64_t now = monotonic_ms();
+  for (auto& [pid, r] : running_)
+    if (!r.killed && now - r.heard > silent_ms()) {
+      ::kill(pid, SIGKILL);  // (its own child dies with it; the "done" comes when it is reaped)
+      r.killed = true;
+    }
 }
 
 void FileOps::reaped(pid_t pid, int status) {
@@ -110,14 +169,15 @@ void FileOps::reaped(pid_t pid, int status) {
   running_.erase(it);
   busy_dirs_.erase(r.op.dir);
   // (it has ended: all it wrote is in the pipe)
-  std::string error;
-  char buf[kMaxError];
-  ::fcntl(r.fd, F_SETFL, O_NONBLOCK);
-  for (ssize_t n; (n = ::read(r.fd, buf, sizeof buf)) > 0 && error.size() < kMaxError;)
-    error.append(buf, static_cast<size_t>(n));
-  ::close(r.fd);
+  if (r.fd >= 0) {
+    read_from(r);
+    if (r.fd >= 0) ::close(r.fd);
+  }
+  std::string error = std::move(r.said);
   bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!ok && error.empty())
+  if (r.killed)
+    error = "it said nothing for " + std::to_string(silent_ms()) + " ms (stopped or stuck): killed";
+  else if (!ok && error.empty())
     error = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                 : "it ended with status " + std::to_string(WEXITSTATUS(status));
   done(r.op.req, ok ? "" : error);

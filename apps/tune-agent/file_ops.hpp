@@ -10,18 +10,24 @@
 
 #include <sys/types.h>
 
+#include <poll.h>
+
 #include <cstdint>
 #include <deque>
 #include <nlohmann/json_fwd.hpp>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace tune::agent_app {
 
 class FileOps {
  public:
   static constexpr int kAtOnce = 4;
+  // A child says something (a newline) every 2 s while it copies or deletes (keep_alive_while
+  // in agent/file_ops.cpp); one silent this long is stopped or stuck, and is killed.
+  static constexpr int64_t kSilentMs = 30000;
 
   // {"op":"adopt","req":N,"dir","path","dest","again"?} / {"op":"rm","req":N,"dir","name"}:
   // started, or queued behind those on the same dir. A request that cannot be read is
@@ -29,6 +35,11 @@ class FileOps {
   void request(const nlohmann::json& req);
   // A child of the agent that ended: if it was one of these, its "done" is said.
   void reaped(pid_t pid, int status);
+  // What the agent waits on for them (their children's pipes), and until when (ms; -1: none).
+  void add_fds(std::vector<pollfd>& fds) const;
+  [[nodiscard]] int timeout_ms() const;
+  // After a wait: what the children said is read, and one silent for kSilentMs is killed.
+  void after_wait(const std::vector<pollfd>& fds);
 
  private:
   struct Op {
@@ -44,8 +55,12 @@ class FileOps {
   std::set<std::string> busy_dirs_;
   struct Running {
     Op op;
-    int fd = -1;  // the child's answer
+    int fd = -1;        // the child's stdout: its newlines, then its answer (-1 after EOF)
+    std::string said;   // (newlines left out)
+    int64_t heard = 0;  // when it last said something (this host's monotonic ms)
+    bool killed = false;
   };
+  static void read_from(Running& r);
   std::unordered_map<pid_t, Running> running_;
 };
 

@@ -216,8 +216,10 @@ void RemoteLauncher::launch(const json& req) {
 
 int RemoteLauncher::timeout_ms() const {
   int64_t alive = std::max<int64_t>(0, next_alive_ms_ - monotonic_ms());
-  int watches = watches_.timeout_ms();
-  return watches < 0 ? static_cast<int>(alive) : std::min(watches, static_cast<int>(alive));
+  int wait = static_cast<int>(alive);
+  for (int t : {watches_.timeout_ms(), file_ops_.timeout_ms()})
+    if (t >= 0) wait = std::min(wait, t);
+  return wait;
 }
 
 void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
@@ -225,6 +227,7 @@ void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
   // last output goes before its exit all the same, flush_)
   if (fds[first].revents) relay_.drain(flush_);
   watches_.after_wait(fds, first + 1);
+  file_ops_.after_wait(fds);
   if (int64_t now = monotonic_ms(); now >= next_alive_ms_) {
     emit(json{{"event", "alive"}});
     next_alive_ms_ = now + kAliveMs;

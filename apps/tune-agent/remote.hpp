@@ -96,6 +96,7 @@ class RemoteLauncher {
   void add_fds(std::vector<pollfd>& fds) const {
     relay_.add_fd(fds);
     watches_.add_fds(fds);
+    file_ops_.add_fds(fds);
   }
   [[nodiscard]] int timeout_ms() const;
   void after_wait(const std::vector<pollfd>& fds, size_t first);

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "util/file_copy.hpp"
@@ -105,25 +106,27 @@ std::string move_tree(const std::string& from, const std::string& to) {
   return "";
 }
 
-// How long a copy may take (the driver's sync_timeout's default): a trial's tree that cannot
-// be copied in that time is not a checkpoint this host should spend its disk on.
-constexpr int kMaxCopyS = 1800;
+// How long a copy or a deletion may take (the driver's sync_timeout's default): a trial's
+// tree that cannot be copied in that time is not a checkpoint this host should spend its disk
+// on.
+constexpr int kMaxWorkS = 1800;
 
-// move_tree in a child, while this process prints a newline every 2 s: the driver reads its
-// answer with a timeout, and a copy of gigabytes takes longer. "" or why not.
-std::string move_across(const char* from, const std::string& to) {
+// `work` in a child, while this process prints a newline every 2 s: whoever runs this (the
+// driver's read of a shell, the host's agent) waits for output with a timeout, and a copy or a
+// deletion of gigabytes takes longer. What `work` returns ("" or why not).
+std::string keep_alive_while(const std::function<std::string()>& work) {
   int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return std::strerror(errno);
+  if (::pipe(pipe_fds) != 0) return std::string("cannot make a pipe: ") + std::strerror(errno);
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
-  if (pid < 0) return std::strerror(errno);
+  if (pid < 0) return std::string("cannot fork: ") + std::strerror(errno);
   if (pid == 0) {
     ::close(pipe_fds[0]);
-    // (ends with this process: a copy the driver gave up on, its shell closed, must not go on
-    // beside the next try's)
+    // (ends with this process: work whose asker gave up, its shell closed or its agent ended,
+    // must not go on beside the next try's)
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    std::string why = move_tree(from, to);
+    std::string why = work();
     (void)!::write(pipe_fds[1], why.data(), why.size());
     ::_exit(why.empty() ? 0 : 1);
   }
@@ -132,9 +135,9 @@ std::string move_across(const char* from, const std::string& to) {
   for (int quiet = 0;;) {
     pollfd p{pipe_fds[0], POLLIN, 0};
     int n = ::poll(&p, 1, 2000);
-    if (n == 0 && ++quiet * 2 > kMaxCopyS) {
-      ::kill(pid, SIGKILL);  // (its DEST.partial goes at the next copy to DEST)
-      why = "the copy took longer than " + std::to_string(kMaxCopyS) + " s: stopped";
+    if (n == 0 && ++quiet * 2 > kMaxWorkS) {
+      ::kill(pid, SIGKILL);  // (a copy's DEST.partial goes at the next copy to DEST)
+      why = "it took longer than " + std::to_string(kMaxWorkS) + " s: stopped";
       break;
     }
     if (n == 0) {
@@ -153,7 +156,7 @@ std::string move_across(const char* from, const std::string& to) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && why.empty()) return "";
-  return why.empty() ? "the copy ended without finishing" : why;
+  return why.empty() ? "it ended without finishing" : why;
 }
 
 }  // namespace
@@ -168,9 +171,11 @@ std::string remove_entry(const std::string& dir, const std::string& name) {
     return errno == ENOENT ? "" : path + ": " + std::strerror(errno);
   if (!S_ISDIR(st.st_mode))
     return ::unlink(path.c_str()) == 0 ? "" : path + ": " + std::strerror(errno);
-  if (::nftw(path.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    return "cannot delete " + path + ": " + std::strerror(errno);
-  return "";
+  return keep_alive_while([&]() -> std::string {
+    if (::nftw(path.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+      return "cannot delete " + path + ": " + std::strerror(errno);
+    return "";
+  });
 }
 
 bool adopted_already(const std::string& dir, std::string reported, const std::string& dest) {
@@ -210,7 +215,7 @@ std::string adopt_dir(const std::string& dir, std::string reported, const std::s
     return "cannot move checkpoint '" + reported + "' into the trial dir: " + std::strerror(errno);
   // The temp dir on another filesystem (a tmpfs /tmp, a trial dir on NFS): copied, then
   // removed there.
-  std::string error = move_across(real, target);
+  std::string error = keep_alive_while([&] { return move_tree(real, target); });
   return error.empty() ? ""
                        : "cannot move checkpoint '" + reported + "' into the trial dir: " + error;
 }

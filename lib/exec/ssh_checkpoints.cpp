@@ -54,7 +54,7 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
 void SshExecutor::Impl::file_request(Worker& w, int64_t req, const std::string& line,
                                      std::string shell,
                                      std::function<void(Worker&, const std::string&)> done) {
-  if (w.up) {
+  if (w.up && w.shell_file_ops_for != w.h.agent_gen) {
     if (w.h.agent_send(line)) {
       ++w.stats.agent_file_ops;
       w.file_ops[req] = Worker::FileOp{mono(), std::move(shell), std::move(done)};
@@ -110,14 +110,14 @@ void end_agent(Worker& w) {
 
 }  // namespace
 
-void SshExecutor::Impl::settle_file_ops(Worker& w, const std::string& why) {
+void SshExecutor::Impl::settle_file_ops(Worker& w, const std::string& why, bool end_it) {
   if (w.file_ops.empty()) return;
   if (w.up) {
     spdlog::warn("host {}: {}: its {} file operation(s) are done in the host's shell", w.name, why,
                  w.file_ops.size());
     // (so that none of them goes on beside the shell's; they are all the current agent's, as
     // they are settled before another starts)
-    end_agent(w);
+    if (end_it) end_agent(w);
   }
   // (one at a time, in the order asked; those of a host that is down fail)
   while (!w.file_ops.empty()) {
@@ -220,11 +220,12 @@ std::function<Result<void>()> SshExecutor::adopt_task(const std::string& trial_i
   else if (auto e = impl_->ended_on.find(trial_id); e != impl_->ended_on.end())
     w = e->second;
   if (!w) return {};
-  std::string path = reported;
-  if (!path.empty() && path[0] != '/') path = cwd.string() + "/" + path;
   auto promise = std::make_shared<std::promise<Result<LateCopy>>>();
   std::shared_future<Result<LateCopy>> answer = promise->get_future().share();
-  w->io->post([impl = impl_.get(), w, trial_id, path, dest, promise, head_trial_dir] {
+  w->io->post([impl = impl_.get(), w, trial_id, reported, cwd, dest, promise, head_trial_dir] {
+    // (relative: to the trial's working dir there)
+    std::string path = reported;
+    if (!path.empty() && path[0] != '/') path = impl->host_cwd(*w, cwd) + "/" + path;
     adopt_on_host(*impl, *w, trial_id, head_trial_dir, path, dest,
                   [promise](Result<LateCopy> got) { promise->set_value(std::move(got)); });
   });

@@ -140,6 +140,12 @@ void end_orphaned(Worker& w, Run& r) {
 // this poll; and the answers to watches.
 void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   using Kind = AgentEvent::Kind;
+  if (e.kind == Kind::kError && (e.op == "adopt" || e.op == "rm")) {
+    // (an agent of another version, which `.tune-bin` there holds: one that does not know file
+    // requests answers none, so its host's shell does them)
+    w.shell_file_ops_for = w.h.agent_gen;
+    return settle_file_ops(w, "its agent does not take file requests (" + e.error + ")", false);
+  }
   if (e.kind == Kind::kError) return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
   // (a file request carried out; numbers are never reused, and the error names paths a trial
   // chose)

@@ -50,8 +50,10 @@ std::vector<std::string> copy_from(const SyncContext& c, const std::string& src,
                                    const std::string& dst, const std::vector<std::string>& extra) {
   std::string remote = c.host.remote_prefix();
   if (c.opts.syncer != "rsync") return util::fill_template(c.opts.syncer, remote + src, dst);
-  std::vector<std::string> cmd = {"rsync", "-rlt", util::kRsyncExactTimes, "-e",
-                                  c.host.ssh_words()};
+  // (--sparse: a trial's sparse file, whose holes the host's copy kept, does not fill the
+  // head's disk)
+  std::vector<std::string> cmd = {
+      "rsync", "-rlt", "--sparse", util::kRsyncExactTimes, "-e", c.host.ssh_words()};
   cmd.insert(cmd.end(), extra.begin(), extra.end());
   cmd.push_back(remote + src);
   cmd.push_back(dst);
@@ -144,7 +146,8 @@ void plan_sync(SyncContext& c, Run& r, bool full) {
     (void)util::remove_tree_nofollow(r.head_dir, kBatchStaging);
     fs::create_directories(staging, ec);
     std::string remote = h.remote_prefix();
-    std::vector<std::string> cmd = {"rsync", "-rlt", util::kRsyncExactTimes, "-e", h.ssh_words()};
+    std::vector<std::string> cmd = {"rsync", "-rlt",       "--sparse", util::kRsyncExactTimes,
+                                    "-e",    h.ssh_words()};
     for (const auto& c : missing) cmd.push_back(remote + r.dir + "/" + c);
     cmd.push_back(staging.string() + "/");
     steps.push_back({std::move(cmd), staging, {}, missing});

@@ -107,10 +107,10 @@ Started launch_through_agent(Worker& w, const std::string& request, const std::s
       } else if (mine && e->kind == AgentEvent::Kind::kGone && e->supervisor < 0) {
         s.error = e->error;
         s.transient = e->transient;
-      } else if (e->kind == AgentEvent::Kind::kError && e->op != "watch" &&
+      } else if (e->kind == AgentEvent::Kind::kError && (e->op.empty() || e->op == "launch") &&
                  (e->id.empty() || e->id == id)) {
         // (launches to a host are made one at a time: an error now that does not answer a
-        // watch is this request's)
+        // watch or a file request is this request's)
         s.error = "tune-agent refused the launch: " + e->error;
       } else {
         w.agent_events.push_back(std::move(*e));
@@ -186,6 +186,14 @@ void SshExecutor::Impl::push_logs(Worker& w, const Run& r) {
 }
 
 // An attempt of `l` on the host: its dir there and on the head, reading from l's offset.
+std::string SshExecutor::Impl::host_cwd(const Worker& w, const fs::path& cwd) const {
+  std::string dir = cwd.string();
+  std::vector<std::string> none;
+  if (opts.workdir)
+    remap_to_copy(opts.workdir->workdir.string(), w.h.info.exp_dir + "/" + kWorkdirCopy, dir, none);
+  return dir;
+}
+
 Run SshExecutor::Impl::new_run(const Launch& l, Worker& w) const {
   Run r;
   r.id = l.trial_id;
@@ -293,14 +301,16 @@ void SshExecutor::Impl::start_on_host(Worker& w, const Launch& l, Run r) {
   }
   remove_sync_leftovers(r.head_dir);
   // trial.sync_workdir: the trial runs in the workdir's copy there.
-  std::string cwd = l.cwd.string();
+  std::string cwd = host_cwd(w, l.cwd);
   std::vector<std::string> argv = l.argv;
   if (opts.workdir) {
     if (auto copied = ensure_workdir(w); !copied) {
       check(w);
       return unstarted({!w.up, copied.error().message});
     }
-    remap_to_copy(opts.workdir->workdir.string(), w.h.info.exp_dir + "/" + kWorkdirCopy, cwd, argv);
+    std::string ignored;
+    remap_to_copy(opts.workdir->workdir.string(), w.h.info.exp_dir + "/" + kWorkdirCopy, ignored,
+                  argv);
   }
   if (auto u = place_files(*this, w, l, r)) return unstarted(*u);
   // The request is JSON: a word that is not UTF-8 would reach the host changed.

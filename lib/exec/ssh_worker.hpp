@@ -108,6 +108,7 @@ struct Worker {
   };
   std::map<int64_t, FileOp> file_ops;
   int64_t next_req = 1;
+  int shell_file_ops_for = -1;  // an agent (agent_gen) that refused one: its host's shell does them
   std::vector<std::function<void()>> after_file_ops;  // each run once none is left
   SshStats stats;
   std::atomic<bool> lease_queued{false};
@@ -170,8 +171,9 @@ struct SshExecutor::Impl {
   // File request `req` answered (`error`: why not), unless it was settled already.
   void file_op_done(Worker& w, int64_t req, const std::string& error);
   // The file requests of an agent that ended, or that is given up on (`why`, logged; it is
-  // ended first), done in the shell if the host answers, else (the host down) failed.
-  void settle_file_ops(Worker& w, const std::string& why);
+  // ended first, unless not `end_it`: it refused them), done in the shell if the host answers,
+  // else (the host down) failed.
+  void settle_file_ops(Worker& w, const std::string& why, bool end_it = true);
   // Deletes checkpoint `name` of the trial dir `dir` on the host (retention dropped it).
   void remove_on_host(Worker& w, const std::string& dir, const std::string& name);
 
@@ -228,6 +230,9 @@ struct SshExecutor::Impl {
   void push_logs(Worker& w, const Run& r);
   void start_on_host(Worker& w, const Launch& l, Run r);
   Run new_run(const Launch& l, Worker& w) const;
+  // The trial's working dir `cwd` (the head's) as its trials there have it (trial.sync_workdir:
+  // in the workdir's copy).
+  std::string host_cwd(const Worker& w, const fs::path& cwd) const;
   // Ends what launches whose answer never came may have started there (all but the agent
   // `keep_agent`, one a reconnect just started).
   void end_unsure_launches(Worker& w, int keep_agent);

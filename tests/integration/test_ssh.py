@@ -1537,6 +1537,10 @@ class SshTest(TuneTest):
                     json.dump({"i": i}, f)
                 with open(os.path.join(d, "weights.bin"), "wb") as f:
                     f.write(bytes(range(256)) * 4096 * i)
+                with open(os.path.join(d, "sparse.bin"), "wb") as f:  # 64 MiB, 4 KiB of data
+                    f.truncate(64 << 20)
+                    f.seek(32 << 20)
+                    f.write(b"s" * 4096)
                 print(json.dumps({"i": i, "checkpoint": d}), flush=True)
             """.replace("PREFIX", "tune-xfs-%s-" % os.path.basename(self.dir)))
         self.write("exp.yaml", textwrap.dedent(f"""
@@ -1571,6 +1575,13 @@ class SshTest(TuneTest):
                         self.assertEqual(json.load(f), {"i": i}, name)
                     with open(os.path.join(head, name, "weights.bin"), "rb") as f:
                         self.assertEqual(f.read(), bytes(range(256)) * 4096 * i)
+                    # (holes kept as holes by the host's copy and by the head's)
+                    sparse = os.path.join(head, name, "sparse.bin")
+                    self.assertEqual(os.path.getsize(sparse), 64 << 20)
+                    self.assertLess(os.stat(sparse).st_blocks * 512, 1 << 20)
+                    with open(sparse, "rb") as f:
+                        f.seek(32 << 20)
+                        self.assertEqual(f.read(4096), b"s" * 4096)
                 self.assertEqual([r.get("checkpoint_dir_name") for r in
                                   self.results("xfs", t)],
                                  ["checkpoint_%06d" % i for i in range(1, 4)])
@@ -1580,6 +1591,35 @@ class SshTest(TuneTest):
             subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "xfs"], timeout=30)
         # (moved: none is left in the worker's temp dir, which is this machine's /tmp)
         self.assertFalse(glob.glob(prefix + "*"))
+
+    def test_a_relative_checkpoint_path_is_the_trials_own_working_dir_on_the_worker(self):
+        # The trial runs in the workdir's copy on the worker (trial.sync_workdir), and reports
+        # its checkpoint relative to that: it is found there, not under the head's workdir.
+        self.write("relck.py", """
+            import json, os
+            d = os.path.join(os.environ["TUNE_TRIAL_DIR"], "ck")
+            os.makedirs(d)
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"i": 1}, f)
+            rel = os.path.relpath(d, os.getcwd())
+            assert not os.path.isabs(rel)
+            print(json.dumps({"i": 1, "checkpoint": rel}), flush=True)
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: relck
+            trial:
+              command: ["{PY}", "relck.py"]
+            param_space: {{x: 1}}
+            hosts:
+            """) + self.host_lines((0,)) + "\n")
+        self.tune("run", "exp.yaml", timeout=120)
+        (t,) = self.trials("relck")
+        self.assertEqual(t["status"], "TERMINATED", t.get("error"))
+        self.assertEqual([r.get("checkpoint_dir_name") for r in self.results("relck", t)],
+                         ["checkpoint_000001"])
+        with open(os.path.join(self.exp_dir("relck"), t["trial_name"], "checkpoint_000001",
+                               "state.json")) as f:
+            self.assertEqual(json.load(f), {"i": 1})
 
     def test_a_checkpoint_whose_agent_is_killed_while_it_copies_it_is_moved_in_all_the_same(self):
         # The trial kills the host's agent once its copy of the checkpoint is under way (its

@@ -814,8 +814,8 @@ TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it 
   agent.send(
       exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
   // Its child is held (SIGSTOP) while it copies, and let go only once the rest has happened.
-  std::string children = "/proc/" + std::to_string(agent.pid) + "/task/" +
-                         std::to_string(agent.pid) + "/children";
+  std::string children =
+      "/proc/" + std::to_string(agent.pid) + "/task/" + std::to_string(agent.pid) + "/children";
   pid_t copier = 0;
   for (int i = 0; i < 5000 && copier <= 0; ++i) {
     std::ifstream(children) >> copier;
@@ -890,4 +890,63 @@ TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it 
   CHECK(rm.at(7).find("refused name") != std::string::npos);
   CHECK(fs::exists(s.dir / "elsewhere"));
   CHECK(rm.at(8).find("bad request") != std::string::npos);
+}
+
+TEST_CASE("tune-agent remote kills a file operation's child that is silent too long",
+          "[remote_agent]") {
+  Scratch s;
+  char tmpl[] = "/dev/shm/tune-agent-silent-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  fs::path tmp = tmpl;
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(p, ec);
+    }
+  } cleanup{tmp};
+  fs::path big = tmp / "big";
+  fs::create_directories(big);
+  {
+    std::ofstream f(big / "weights.bin", std::ios::binary);
+    std::string mib(1 << 20, 'w');
+    for (int i = 0; i < 64; ++i) f << mib;
+    f.close();
+    REQUIRE(f.good());
+  }
+  fs::path trial = s.dir / "trial_a";
+  fs::create_directories(trial);
+  // (a copy says something every 2 s; here a silence of 1 s is enough to be killed)
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  ::setenv("TUNE_TEST_AGENT_SILENT_MS", "1000", 1);
+  Agent agent(s.dir / "attempts.log");
+  ::unsetenv("TUNE_TEST_AGENT_SILENT_MS");
+  ::unsetenv("TMPDIR");
+  REQUIRE(agent.next());  // (ready)
+  agent.send(
+      exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
+  std::string children =
+      "/proc/" + std::to_string(agent.pid) + "/task/" + std::to_string(agent.pid) + "/children";
+  pid_t child = 0;
+  for (int i = 0; i < 5000 && child <= 0; ++i) {
+    std::ifstream(children) >> child;
+    if (child <= 0) ::usleep(1000);
+  }
+  REQUIRE(child > 0);
+  REQUIRE(::kill(child, SIGSTOP) == 0);  // (stopped: as stuck, it says nothing)
+  auto done = agent.next(false, 20000);
+  REQUIRE(done);
+  CHECK(done->kind == Kind::kDone);
+  CHECK(done->req == 1);
+  CHECK(done->error.find("said nothing for 1000 ms (stopped or stuck): killed") !=
+        std::string::npos);
+  CHECK(::kill(child, 0) != 0);  // (gone, and reaped)
+  // It goes on taking requests.
+  fs::create_directories(trial / "ck");
+  agent.send(exec::agent_adopt_request(2, trial.string(), "ck", "checkpoint_000002", false));
+  auto next = agent.next();
+  REQUIRE(next);
+  CHECK(next->req == 2);
+  CHECK(next->error == "");
+  CHECK(fs::is_directory(trial / "checkpoint_000002"));
 }
