@@ -191,6 +191,43 @@ std::string as_driver_reads(const std::vector<exec::AgentEvent>& events, const s
   return got + log.substr(std::min<uint64_t>(offset, log.size()));
 }
 
+// A dir in /dev/shm (another filesystem than the scratch dir's /tmp), removed at the end.
+struct ShmDir {
+  fs::path dir;
+  explicit ShmDir(const char* prefix) {
+    std::string tmpl = std::string("/dev/shm/") + prefix + "-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl.data()));
+    dir = tmpl;
+  }
+  ~ShmDir() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+// A checkpoint dir `dir` holding `mib` MiB (copying it across filesystems takes a while).
+void make_big_checkpoint(const fs::path& dir, int mib) {
+  fs::create_directories(dir);
+  std::ofstream f(dir / "weights.bin", std::ios::binary);
+  std::string block(1 << 20, 'w');
+  for (int i = 0; i < mib; ++i) f << block;
+  f.close();
+  REQUIRE(f.good());  // (/dev/shm needs room for it)
+}
+
+// `agent`'s first child there is (waited for up to 5 s): the child doing its one file request.
+pid_t first_child(const Agent& agent) {
+  std::string children =
+      "/proc/" + std::to_string(agent.pid) + "/task/" + std::to_string(agent.pid) + "/children";
+  pid_t child = 0;
+  for (int i = 0; i < 5000 && child <= 0; ++i) {
+    std::ifstream(children) >> child;
+    if (child <= 0) ::usleep(1000);
+  }
+  REQUIRE(child > 0);
+  return child;
+}
+
 }  // namespace
 
 TEST_CASE("tune-agent remote starts a supervisor per request and says when it ends",
@@ -715,16 +752,8 @@ TEST_CASE("tune-supervisor runs nothing without a nonce on stdin", "[remote_agen
 TEST_CASE("tune-supervisor --adopt moves a checkpoint from a temp dir on another filesystem",
           "[remote_agent]") {
   Scratch s;  // (under /tmp)
-  char tmpl[] = "/dev/shm/tune-adopt-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl));
-  fs::path tmp = tmpl;
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } cleanup{tmp};
+  ShmDir shm("tune-adopt");
+  fs::path tmp = shm.dir;
   struct stat a {
   }, b{};
   REQUIRE(::stat(tmp.c_str(), &a) == 0);
@@ -779,27 +808,12 @@ TEST_CASE("tune-supervisor --adopt moves a checkpoint from a temp dir on another
 TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it goes on",
           "[remote_agent]") {
   Scratch s;  // (under /tmp)
-  char tmpl[] = "/dev/shm/tune-agent-ops-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl));
-  fs::path tmp = tmpl;
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } cleanup{tmp};
+  ShmDir shm("tune-agent-ops");
+  fs::path tmp = shm.dir;
   // A checkpoint of 64 MiB in the temp dir, on another filesystem than the trial dir: copied
   // (and fsynced), which takes a while; one in the trial dir itself: renamed.
   fs::path big = tmp / "big";
-  fs::create_directories(big);
-  {
-    std::ofstream f(big / "weights.bin", std::ios::binary);
-    std::string mib(1 << 20, 'w');
-    for (int i = 0; i < 64; ++i) f << mib;
-    f.close();
-    REQUIRE(f.good());  // (/dev/shm needs 64 MiB free)
-  }
+  make_big_checkpoint(big, 64);
   fs::path trial = s.dir / "trial_a";
   fs::create_directories(trial / "ck2");
   std::ofstream(trial / "ck2" / "state.json") << "{\"i\": 2}";
@@ -814,14 +828,7 @@ TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it 
   agent.send(
       exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
   // Its child is held (SIGSTOP) while it copies, and let go only once the rest has happened.
-  std::string children =
-      "/proc/" + std::to_string(agent.pid) + "/task/" + std::to_string(agent.pid) + "/children";
-  pid_t copier = 0;
-  for (int i = 0; i < 5000 && copier <= 0; ++i) {
-    std::ifstream(children) >> copier;
-    if (copier <= 0) ::usleep(1000);
-  }
-  REQUIRE(copier > 0);
+  pid_t copier = first_child(agent);
   REQUIRE(::kill(copier, SIGSTOP) == 0);
   // (the same trial dir: waits for the first; another one, outside both roots: refused at once)
   agent.send(exec::agent_adopt_request(2, trial.string(), "ck2", "checkpoint_000002", false));
@@ -895,25 +902,10 @@ TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it 
 TEST_CASE("tune-agent remote kills a file operation's child that is silent too long",
           "[remote_agent]") {
   Scratch s;
-  char tmpl[] = "/dev/shm/tune-agent-silent-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl));
-  fs::path tmp = tmpl;
-  struct Cleanup {
-    fs::path p;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(p, ec);
-    }
-  } cleanup{tmp};
+  ShmDir shm("tune-agent-silent");
+  fs::path tmp = shm.dir;
   fs::path big = tmp / "big";
-  fs::create_directories(big);
-  {
-    std::ofstream f(big / "weights.bin", std::ios::binary);
-    std::string mib(1 << 20, 'w');
-    for (int i = 0; i < 64; ++i) f << mib;
-    f.close();
-    REQUIRE(f.good());
-  }
+  make_big_checkpoint(big, 64);
   fs::path trial = s.dir / "trial_a";
   fs::create_directories(trial);
   // (a copy says something every 2 s; here a silence of 1 s is enough to be killed)
@@ -925,14 +917,7 @@ TEST_CASE("tune-agent remote kills a file operation's child that is silent too l
   REQUIRE(agent.next());  // (ready)
   agent.send(
       exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
-  std::string children =
-      "/proc/" + std::to_string(agent.pid) + "/task/" + std::to_string(agent.pid) + "/children";
-  pid_t child = 0;
-  for (int i = 0; i < 5000 && child <= 0; ++i) {
-    std::ifstream(children) >> child;
-    if (child <= 0) ::usleep(1000);
-  }
-  REQUIRE(child > 0);
+  pid_t child = first_child(agent);
   REQUIRE(::kill(child, SIGSTOP) == 0);  // (stopped: as stuck, it says nothing)
   auto done = agent.next(false, 20000);
   REQUIRE(done);
