@@ -180,7 +180,11 @@ void FileOps::reaped(pid_t pid, int status) {
   else if (!ok && error.empty())
     error = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                 : "it ended with status " + std::to_string(WEXITSTATUS(status));
-  done(r.op.req, ok ? "" : error);
+  if (r.op.req >= 0) done(r.op.req, ok ? "" : error);
+  // A copy that failed or was killed leaves its DEST.partial: deleted now, not at the next
+  // copy to the same name (which may never come).
+  if (r.op.adopt && !ok)
+    queued_.push_back(Op{-1, false, false, r.op.dir, "", r.op.name + ".partial"});
   start_next();
 }
 

@@ -43,7 +43,7 @@ class FileOps {
 
  private:
   struct Op {
-    int64_t req = 0;
+    int64_t req = 0;  // (-1: the agent's own, answered to nobody)
     bool adopt = false, again = false;
     std::string dir, path, name;  // (path: the reported dir; name: the dest, or what goes)
   };

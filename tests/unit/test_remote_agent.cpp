@@ -215,10 +215,11 @@ void make_big_checkpoint(const fs::path& dir, int mib) {
   REQUIRE(f.good());  // (/dev/shm needs room for it)
 }
 
-// `agent`'s first child there is (waited for up to 5 s): the child doing its one file request.
-pid_t first_child(const Agent& agent) {
+// The first child process `parent` has (waited for up to 5 s): the agent's, the child doing its
+// one file request; that child's, its copy across filesystems.
+pid_t first_child(pid_t parent) {
   std::string children =
-      "/proc/" + std::to_string(agent.pid) + "/task/" + std::to_string(agent.pid) + "/children";
+      "/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) + "/children";
   pid_t child = 0;
   for (int i = 0; i < 5000 && child <= 0; ++i) {
     std::ifstream(children) >> child;
@@ -828,7 +829,7 @@ TEST_CASE("tune-agent remote moves and deletes checkpoints in children while it 
   agent.send(
       exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
   // Its child is held (SIGSTOP) while it copies, and let go only once the rest has happened.
-  pid_t copier = first_child(agent);
+  pid_t copier = first_child(agent.pid);
   REQUIRE(::kill(copier, SIGSTOP) == 0);
   // (the same trial dir: waits for the first; another one, outside both roots: refused at once)
   agent.send(exec::agent_adopt_request(2, trial.string(), "ck2", "checkpoint_000002", false));
@@ -917,8 +918,12 @@ TEST_CASE("tune-agent remote kills a file operation's child that is silent too l
   REQUIRE(agent.next());  // (ready)
   agent.send(
       exec::agent_adopt_request(1, trial.string(), big.string(), "checkpoint_000001", false));
-  pid_t child = first_child(agent);
-  REQUIRE(::kill(child, SIGSTOP) == 0);  // (stopped: as stuck, it says nothing)
+  pid_t child = first_child(agent.pid);
+  // (the copy held halfway, so that it leaves checkpoint_000001.partial; the child stopped: as
+  // stuck, it says nothing)
+  pid_t copier = first_child(child);
+  REQUIRE(::kill(copier, SIGSTOP) == 0);
+  REQUIRE(::kill(child, SIGSTOP) == 0);
   auto done = agent.next(false, 20000);
   REQUIRE(done);
   CHECK(done->kind == Kind::kDone);
@@ -926,6 +931,11 @@ TEST_CASE("tune-agent remote kills a file operation's child that is silent too l
   CHECK(done->error.find("said nothing for 1000 ms (stopped or stuck): killed") !=
         std::string::npos);
   CHECK(::kill(child, 0) != 0);  // (gone, and reaped)
+  // What the killed copy left is deleted; nothing was moved.
+  for (int i = 0; i < 500 && fs::exists(trial / "checkpoint_000001.partial"); ++i) ::usleep(10000);
+  CHECK_FALSE(fs::exists(trial / "checkpoint_000001.partial"));
+  CHECK_FALSE(fs::exists(trial / "checkpoint_000001"));
+  CHECK(fs::exists(big / "weights.bin"));
   // It goes on taking requests.
   fs::create_directories(trial / "ck");
   agent.send(exec::agent_adopt_request(2, trial.string(), "ck", "checkpoint_000002", false));
