@@ -97,11 +97,12 @@ void FileOps::run(Op op) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     // (stdout: the pipe, where keep_alive_while's newlines go, then the answer)
+    ::dup2(fds[1], 1);
+    close_all_but({});  // (first: /dev/null then opens whatever the agent held)
     int null_fd = ::open("/dev/null", O_RDWR);
     ::dup2(null_fd, 0);
-    ::dup2(fds[1], 1);
     ::dup2(null_fd, 2);
-    close_all_but({});
+    if (null_fd > 2) ::close(null_fd);
     std::string error;
     if (!op.adopt)
       error = tune::agent::remove_entry(op.dir, op.name);
@@ -156,7 +157,7 @@ void FileOps::after_wait(const std::vector<pollfd>& fds) {
         if (r.fd == p.fd) read_from(r);
   int64_t now = monotonic_ms();
   for (auto& [pid, r] : running_)
-    if (!r.killed && now - r.heard > silent_ms()) {
+    if (!r.killed && now - r.heard >= silent_ms()) {
       ::kill(pid, SIGKILL);  // (its own child dies with it; the "done" comes when it is reaped)
       r.killed = true;
     }

@@ -8,20 +8,15 @@
 
 #include "agent/file_ops.hpp"
 
-// --adopt TRIAL_DIR REPORTED DEST / --adopt-again (the same, done already if DEST is a dir and
-// REPORTED is gone: a request said again) / --rm DIR NAME. Prints one line on failure, exits 1.
+// --adopt TRIAL_DIR REPORTED DEST / --rm DIR NAME. Prints one line on failure, exits 1.
 int remote_op(int argc, char** argv) {
   std::string error;
   if (std::strcmp(argv[1], "--rm") == 0 && argc == 4)
     error = tune::agent::remove_entry(argv[2], argv[3]);
   else if (std::strcmp(argv[1], "--adopt") == 0 && argc == 5)
     error = tune::agent::adopt_dir(argv[2], argv[3], argv[4]);
-  else if (std::strcmp(argv[1], "--adopt-again") == 0 && argc == 5) {
-    if (!tune::agent::adopted_already(argv[2], argv[3], argv[4]))
-      error = tune::agent::adopt_dir(argv[2], argv[3], argv[4]);
-  } else {
-    error = "usage: tune-supervisor --adopt|--adopt-again TRIAL_DIR REPORTED DEST | --rm DIR NAME";
-  }
+  else
+    error = "usage: tune-supervisor --adopt TRIAL_DIR REPORTED DEST | --rm DIR NAME";
   if (error.empty()) return 0;
   std::fprintf(stderr, "%s\n", error.c_str());
   return 1;

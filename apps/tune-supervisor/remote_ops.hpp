@@ -2,8 +2,6 @@
 //   tune-supervisor --adopt TRIAL_DIR REPORTED DEST   move a reported checkpoint dir into
 //                                                     TRIAL_DIR/DEST (it must lie in TRIAL_DIR
 //                                                     or the temp dir, be a real directory)
-//   tune-supervisor --adopt-again TRIAL_DIR REPORTED DEST   the same, said again: done if
-//                                                     DEST is a dir and REPORTED is gone
 //   tune-supervisor --rm DIR NAME                     delete DIR/NAME, never following a symlink
 #pragma once
 

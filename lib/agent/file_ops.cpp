@@ -26,8 +26,18 @@
 
 namespace {
 
+// (an entry gone already is no failure: another deletion of the same tree may run beside this
+// one, e.g. a driver's retry in the host's shell)
 int rm_entry(const char* path, const struct stat*, int type, struct FTW*) {
-  return type == FTW_DP || type == FTW_D ? ::rmdir(path) : ::unlink(path);
+  int r = type == FTW_DP || type == FTW_D ? ::rmdir(path) : ::unlink(path);
+  return r != 0 && errno == ENOENT ? 0 : r;
+}
+
+// Deletes the tree at `path` (no symlink followed): "" or why not.
+std::string remove_tree(const std::string& path) {
+  if (::nftw(path.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+    return "cannot delete " + path + ": " + std::strerror(errno);
+  return "";
 }
 
 bool plain_name(const char* name) {
@@ -171,11 +181,7 @@ std::string remove_entry(const std::string& dir, const std::string& name) {
     return errno == ENOENT ? "" : path + ": " + std::strerror(errno);
   if (!S_ISDIR(st.st_mode))
     return ::unlink(path.c_str()) == 0 ? "" : path + ": " + std::strerror(errno);
-  return keep_alive_while([&]() -> std::string {
-    if (::nftw(path.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-      return "cannot delete " + path + ": " + std::strerror(errno);
-    return "";
-  });
+  return keep_alive_while([&] { return remove_tree(path); });
 }
 
 bool adopted_already(const std::string& dir, std::string reported, const std::string& dest) {
@@ -207,9 +213,11 @@ std::string adopt_dir(const std::string& dir, std::string reported, const std::s
     return "checkpoint '" + reported + "' resolves to '" + real +
            "', outside the trial dir and the temp dir: refused";
   std::string target = std::string(trial) + "/" + dest;
-  if (::lstat(target.c_str(), &st) == 0 &&
-      ::nftw(target.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
-    return "cannot replace " + target + ": " + std::strerror(errno);
+  if (::lstat(target.c_str(), &st) == 0) {
+    std::string why = S_ISDIR(st.st_mode) ? keep_alive_while([&] { return remove_tree(target); })
+                                          : remove_tree(target);
+    if (!why.empty()) return "cannot replace " + target + ": " + why;
+  }
   if (::rename(real, target.c_str()) == 0) return "";
   if (errno != EXDEV)
     return "cannot move checkpoint '" + reported + "' into the trial dir: " + std::strerror(errno);

@@ -88,6 +88,7 @@ void SshExecutor::Impl::file_op_done(Worker& w, int64_t req, const std::string& 
   if (op == w.file_ops.end()) return;  // (settled already)
   auto done = std::move(op->second.done);
   w.file_ops.erase(op);
+  w.file_answered = mono();
   done(w, error);
   if (w.file_ops.empty())
     for (auto& f : std::exchange(w.after_file_ops, {})) f();
@@ -96,16 +97,19 @@ void SshExecutor::Impl::file_op_done(Worker& w, int64_t req, const std::string& 
 namespace {
 
 // Ends the host's agent if it still runs, and waits (up to 2 s) until it has: the children
-// doing its file requests die with it.
-void end_agent(Worker& w) {
-  if (w.h.agent_pid <= 0) return;
-  std::string p = std::to_string(w.h.agent_pid);
-  (void)w.h.shell_run(
-      "if grep -q tune-agent /proc/" + p + "/cmdline 2>/dev/null; then kill -KILL " + p +
-      "; i=0; while [ $i -lt 100 ] && [ -d /proc/" + p +
-      " ] && [ \"$(sed 's/.*) //;s/ .*//' /proc/" + p +
-      "/stat 2>/dev/null)\" != Z ]; do sleep 0.02; i=$((i+1)); done; sleep 0.1; fi; "
-      "true");
+// doing its file requests die with it. False if it still runs (or the host did not answer).
+bool end_agent(Worker& w) {
+  if (w.h.agent_pid <= 0) return true;
+  // (a zombie's cmdline is empty: it has ended, and its children have been told)
+  std::string c = "/proc/" + std::to_string(w.h.agent_pid) + "/cmdline";
+  std::string alive = "grep -q tune-agent " + c + " 2>/dev/null";
+  std::string out;
+  auto st = w.h.shell_run("if " + alive + "; then kill -KILL " + std::to_string(w.h.agent_pid) +
+                              "; i=0; while [ $i -lt 100 ] && " + alive +
+                              "; do sleep 0.02; i=$((i+1)); done; sleep 0.1; fi; " + alive +
+                              " && echo alive; true",
+                          &out);
+  return st && *st == 0 && out.find("alive") == std::string::npos;
 }
 
 }  // namespace
@@ -117,7 +121,14 @@ void SshExecutor::Impl::settle_file_ops(Worker& w, const std::string& why, bool 
                  w.file_ops.size());
     // (so that none of them goes on beside the shell's; they are all the current agent's, as
     // they are settled before another starts)
-    if (end_it) end_agent(w);
+    if (end_it && !end_agent(w)) {
+      spdlog::warn("host {}: its agent could not be ended: its file operations are not redone",
+                   w.name);
+      while (!w.file_ops.empty())
+        file_op_done(w, w.file_ops.begin()->first,
+                     "its agent on " + w.name + " could not be ended");
+      return;
+    }
   }
   // (one at a time, in the order asked; those of a host that is down fail)
   while (!w.file_ops.empty()) {
@@ -134,10 +145,16 @@ using LateCopy = std::optional<std::vector<std::string>>;
 using Answer = std::function<void(Result<LateCopy>)>;
 
 // The same adoption in the host's shell, for a request its agent may have carried out
-// already, all or in part: done if DEST is there and the reported dir is not.
+// already, all or in part: done if DEST is a dir and the reported dir is gone (as
+// agent::adopted_already decides, links not followed; in the shell, so that the supervisor of
+// any version there does it).
 std::string adopt_in_shell(const Worker& w, const std::string& dir, const std::string& path,
                            const std::string& dest) {
-  return q(w.h.supervisor) + " --adopt-again " + q(dir) + " " + q(path) + " " + q(dest);
+  std::string d = q(dir + "/" + dest), p = q(path);
+  // (no `exit`: the host's shell runs on after each command)
+  return "if [ -d " + d + " ] && [ ! -L " + d + " ] && [ ! -e " + p + " ] && [ ! -L " + p +
+         " ]; then :; else " + q(w.h.supervisor) + " --adopt " + q(dir) + " " + p + " " + q(dest) +
+         "; fi";
 }
 
 // adopt_on_host for an attempt whose end was handed on before this line of its output was

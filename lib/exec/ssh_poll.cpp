@@ -320,9 +320,9 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
     double heard = w.agent_heard_gen == w.h.agent_gen ? w.agent_heard : -1e9;
     if (t - std::max(oldest, heard) > kFileOpSilence)
       settle_file_ops(w, fmt::format("its agent has said nothing for {:.0f} s", kFileOpSilence));
-    else if (t - oldest > kFileOpLimit)
-      settle_file_ops(w,
-                      fmt::format("a file request has had no answer for {:.0f} s", kFileOpLimit));
+    else if (t - std::max(oldest, w.file_answered) > kFileOpLimit)
+      settle_file_ops(
+          w, fmt::format("its agent has answered no file request for {:.0f} s", kFileOpLimit));
   }
   check_supervisors(w, t);
   for (auto& [id, r] : w.runs) {

@@ -63,9 +63,10 @@ inline std::string q(const std::string& s) {
 using util::lines_of;
 
 // An agent silent this long while it holds file requests is taken as stuck (a copy it runs
-// says nothing, but the agent says it is alive), and a request unanswered this long as lost
-// (the agent stops a copy after 1800 s): the agent is ended, and they are done in the host's
-// shell instead.
+// says nothing, but the agent says it is alive), and one that answers none of them for this
+// long as losing them (the agent stops a copy after 1800 s; a request queued behind others
+// waits, but some answer comes): the agent is ended, and they are done in the host's shell
+// instead.
 inline constexpr double kFileOpSilence = 30;
 inline constexpr double kFileOpLimit = 1800 + 60;
 
@@ -108,6 +109,7 @@ struct Worker {
   };
   std::map<int64_t, FileOp> file_ops;
   int64_t next_req = 1;
+  double file_answered = 0;     // when the last of them was answered (monotonic)
   int shell_file_ops_for = -1;  // an agent (agent_gen) that refused one: its host's shell does them
   std::vector<std::function<void()>> after_file_ops;  // each run once none is left
   SshStats stats;
