@@ -95,6 +95,19 @@ class SshTest(TuneTest):
         self.known_hosts = os.path.join(self.dir, "known_hosts")  # a fresh one per test
         open(self.known_hosts, "w").close()
 
+    @contextlib.contextmanager
+    def worker_tmpfs(self, name, size, prefix):
+        """Worker 1's experiment dir `name` as a tmpfs of `size` in its own mount namespace, so
+        that its /tmp (this machine's) is another filesystem; the dirs named `prefix`* that its
+        trials make there are removed at the end."""
+        self.addCleanup(lambda: [shutil.rmtree(d, ignore_errors=True)
+                                 for d in glob.glob(prefix + "*")])
+        subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", name, size], check=True, timeout=30)
+        try:
+            yield
+        finally:
+            subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", name], timeout=30)
+
     def host_lines(self, which=(0, 1), cpus=2):
         lines = []
         for i in which:
@@ -1551,11 +1564,7 @@ class SshTest(TuneTest):
             hosts:
             """) + self.host_lines((0,)) + "\n")
         prefix = "/tmp/tune-xfs-%s-" % os.path.basename(self.dir)
-        self.addCleanup(lambda: [shutil.rmtree(d, ignore_errors=True)
-                                 for d in glob.glob(prefix + "*")])
-        subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", "xfs", "64m"], check=True,
-                       timeout=30)
-        try:
+        with self.worker_tmpfs("xfs", "64m", prefix):
             self.tune("run", "exp.yaml", check=0, timeout=300)
             trials = self.trials("xfs")
             self.assertEqual(len(trials), 2)
@@ -1587,8 +1596,6 @@ class SshTest(TuneTest):
                                  ["checkpoint_%06d" % i for i in range(1, 4)])
                 self.assertEqual(sorted(n for n in os.listdir(head) if n.startswith("checkpoint")),
                                  ["checkpoint_%06d" % i for i in range(1, 4)])
-        finally:
-            subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "xfs"], timeout=30)
         # (moved: none is left in the worker's temp dir, which is this machine's /tmp)
         self.assertFalse(glob.glob(prefix + "*"))
 
@@ -1671,11 +1678,7 @@ class SshTest(TuneTest):
             hosts:
             """) + self.host_lines((0,)) + "\n")
         prefix = "/tmp/tune-agentgone-%s-" % os.path.basename(self.dir)
-        self.addCleanup(lambda: [shutil.rmtree(d, ignore_errors=True)
-                                 for d in glob.glob(prefix + "*")])
-        subprocess.run([SCRIPT, "fill", self.hosts_dir, "1", "agentgone", "1200m"], check=True,
-                       timeout=30)
-        try:
+        with self.worker_tmpfs("agentgone", "1200m", prefix):
             self.tune("run", "exp.yaml", check=0, timeout=300)
             (t,) = self.trials("agentgone")
             self.assertEqual(t["status"], "TERMINATED")
@@ -1693,8 +1696,6 @@ class SshTest(TuneTest):
             with open(os.path.join(head, "weights.bin"), "rb") as f:
                 for _ in range(512):
                     self.assertEqual(f.read(len(block)), block)
-        finally:
-            subprocess.run([SCRIPT, "unfill", self.hosts_dir, "1", "agentgone"], timeout=30)
         self.assertFalse(glob.glob(prefix + "*"))
         return log
 
