@@ -336,13 +336,17 @@ class Controller : private sched::Population {
   // How long the loop may sleep before a timer is due.
   [[nodiscard]] double wait_timeout(double now) const;
   void dispatch(exec::Event& ev);
-  // The loop overslept by `overslept` s: the driver was stopped or suspended (leases lapsed).
-  void notice_gap(double overslept);
+  // The loop overslept by `overslept` s, or a turn of it took that long (in_turn): the
+  // driver was stopped, suspended or held up, and leases lapsed meanwhile.
+  void notice_gap(double overslept, bool in_turn);
   // Notices (once a second) that the experiment dir was deleted or replaced under the driver.
   void check_experiment_dir(double now);
   // Stops (as a failure, retried) attempts whose trial dir was deleted or replaced: what they
   // write there from then on would be lost without a word.
   void check_trial_dirs();
+  // True (said once, as an error; stop_why kDirLost) if the attempt's dir is not the one it
+  // started in. Also asked at its exit: a trial that crashed because its dir went fails for that.
+  bool trial_dir_lost(const trial::Trial& t, Runtime& rt);
   // Remembers which dir the attempt works in, once it exists (at its first output at the latest).
   void note_trial_dir(const trial::Trial& t, Runtime& rt);
   // After the dir was lost: stops what runs and throws the one-line error (exit 1).

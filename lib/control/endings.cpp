@@ -140,6 +140,12 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   }
   // A partial last line (no newline) still counts as a line once the process is gone.
   if (rt.splitter.pending() > 0) on_output(exec::OutputEvent(id, "\n"));
+  // Its dir deleted or replaced before the once-a-second look saw it (the trial most likely
+  // crashed writing there): it fails for that reason, as check_trial_dirs would have said.
+  if (rt.stop_why == StopWhy::kNone && !stopping_ &&
+      (info.reason == ExitReason::kExited || info.reason == ExitReason::kSupervisorDied ||
+       info.reason == ExitReason::kOutputLost))
+    (void)trial_dir_lost(t, rt);
   StopWhy why = rt.stop_why;
   // (an attempt whose output could not all be kept failed, whatever its exit code)
   bool clean = info.exit_code && *info.exit_code == 0 && info.reason != ExitReason::kOutputLost;

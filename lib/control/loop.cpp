@@ -42,11 +42,13 @@ void Controller::run_loop() {
           "slow loop turn: {:.2f} s (launching {:.2f} s, {} event(s) {:.2f} s, the rest {:.2f} s)",
           turn, t_launch, n_events, t_events, turn - t_launch - t_events);
     longest_stall_ = std::max(longest_stall_, turn);
+    // (stopped in the middle of a turn, during a state write say: the same lapse of leases)
+    notice_gap(turn, true);
     double slept_from = ex_.now(), wall_from = ex_.wall_time();
     auto events = ex_.wait(timeout);
     woke = ex_.now();
     longest_overrun_ = std::max(longest_overrun_, woke - slept_from - timeout);
-    notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout);
+    notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout, false);
     n_events = events.size();
     for (auto& ev : events) dispatch_in_order(ev);
     t_events = ex_.now() - woke;
@@ -146,16 +148,23 @@ void Controller::dispatch(exec::Event& ev) {
   }
 }
 
-void Controller::notice_gap(double overslept) {
-  // The loop slept far longer than it asked to: the driver was stopped (SIGSTOP, Ctrl-Z) or
-  // the machine suspended. Leases were not renewed meanwhile; renew them now, before anything
-  // else, so supervisors that have not given up yet keep their trials. Trials whose
+void Controller::notice_gap(double overslept, bool in_turn) {
+  // The loop slept far longer than it asked to, or one turn of it took that long: the driver
+  // was stopped (SIGSTOP, Ctrl-Z), the machine suspended, or a step (a state write on a
+  // stalled disk) held it up. Leases were not renewed meanwhile; renew them now, before
+  // anything else, so supervisors that have not given up yet keep their trials. Trials whose
   // supervisors did give up report reason "orphaned" and are re-queued, not failed.
   if (overslept < std::max(2.0, lease_period_)) return;
-  spdlog::warn(
-      "the driver did not run for {:.0f} s (stopped or suspended): renewing leases; "
-      "trials stopped meanwhile resume from their latest checkpoint",
-      overslept);
+  if (in_turn)
+    spdlog::warn(
+        "a loop turn took {:.0f} s (the driver stopped, suspended or held up by a slow step): "
+        "renewing leases; trials stopped meanwhile resume from their latest checkpoint",
+        overslept);
+  else
+    spdlog::warn(
+        "the driver did not run for {:.0f} s (stopped or suspended): renewing leases; "
+        "trials stopped meanwhile resume from their latest checkpoint",
+        overslept);
   ex_.renew_lease();
   next_lease_ = ex_.now() + lease_period_;
 }
