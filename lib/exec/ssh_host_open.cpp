@@ -187,18 +187,34 @@ Result<void> SshHost::place_helpers(const SshOptions& opts) {
   }
   info.name = cfg.name;
   info.exp_dir = root + "/" + opts.exp_name;
-  std::string bin = root + "/" + kBinDir;
-  info.helpers_dir = bin + "/python";
-  supervisor = bin + "/tune-supervisor";
-  agent_bin = bin + "/tune-agent";
   struct Placed {
     const fs::path& local;
-    std::string remote;
+    std::string remote;  // (under bin, below)
     int mode;
+    std::shared_ptr<const Helper> helper;
   };
-  const Placed placed[] = {{opts.supervisor, supervisor, 0755},
-                           {opts.agent, agent_bin, 0755},
-                           {opts.python_helper, info.helpers_dir + "/tune_trial.py", 0644}};
+  Placed placed[] = {{opts.supervisor, "tune-supervisor", 0755, nullptr},
+                     {opts.agent, "tune-agent", 0755, nullptr},
+                     {opts.python_helper, "python/tune_trial.py", 0644, nullptr}};
+  // Each set of helpers in a dir of its own, named by their contents: runs of another tune
+  // version on the same storage_path (a shared home) never replace this run's agent or
+  // supervisor, nor it theirs.
+  std::string sums_of_all;
+  for (auto& p : placed) {
+    if (p.local.empty()) continue;
+    auto helper = helper_file(p.local);
+    if (!helper) return fail(helper.error().message);
+    p.helper = *helper;
+    sums_of_all += p.helper->sum + "\n";
+  }
+  char version[9];
+  std::snprintf(version, sizeof version, "%08x",
+                static_cast<unsigned>(util::posix_cksum(sums_of_all)));
+  std::string bin = root + "/" + kBinDir + "/" + version;
+  for (auto& p : placed) p.remote = bin + "/" + p.remote;
+  info.helpers_dir = bin + "/python";
+  supervisor = placed[0].remote;
+  agent_bin = placed[1].remote;
   // One command: the dirs, the host's CPUs and GPUs, and the cksum of each helper it has (so
   // that one it has already is not copied again, nor read back over the link to compare).
   // (each answer on a line of its own, labelled: a tool missing there leaves its line out)
@@ -230,12 +246,10 @@ Result<void> SshHost::place_helpers(const SshOptions& opts) {
   info.gpus = cfg.gpus.value_or(ngpu);
   // The supervisor, the agent and the Python helper, unless the host has them already.
   for (size_t i = 0; i < std::size(placed); ++i) {
-    const auto& [local, remote, mode] = placed[i];
-    if (local.empty()) continue;
-    auto helper = helper_file(local);
-    if (!helper) return fail(helper.error().message);
-    if (sums.size() <= i || sums[i] != (*helper)->sum)
-      if (auto w = write(remote, (*helper)->content, mode); !w) return w;
+    const auto& [local, remote, mode, helper] = placed[i];
+    if (!helper) continue;
+    if (sums.size() <= i || sums[i] != helper->sum)
+      if (auto w = write(remote, helper->content, mode); !w) return w;
     sftp_chmod(sftp, remote.c_str(), static_cast<mode_t>(mode));  // (a copy kept may lack +x)
   }
   lease = info.exp_dir + "/.tune/lease";

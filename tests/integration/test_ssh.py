@@ -16,7 +16,7 @@ import textwrap
 import time
 import unittest
 
-from harness import PY, SOURCE, TuneTest
+from harness import BUILD, PY, SOURCE, TuneTest
 
 SCRIPT = os.path.join(SOURCE, "scripts", "test-hosts.sh")
 TRIAL = os.path.join(SOURCE, "tests", "fixtures", "chaos_trial.py")
@@ -633,14 +633,42 @@ class SshTest(TuneTest):
                 self.assertEqual(sorted(n for n in os.listdir(where) if n.startswith("checkpoint_")),
                                  ["checkpoint_000006"], where)
 
+    def test_another_versions_helpers_on_the_same_storage_keep_apart(self):
+        # Two tune versions using one storage_path (a shared home): each places its agent and
+        # supervisor in a dir of its own, named by their contents. They shared .tune-bin/, each
+        # run overwriting the other's binaries, so that one started (or asked for file work)
+        # an agent of the other version.
+        other = os.path.join(self.dir, "tune-agent")
+        shutil.copy(os.path.join(BUILD, "tune-agent"), other)
+        with open(other, "ab") as f:
+            f.write(b"another version")  # (an ELF file with bytes after its end still runs)
+        for name, env in (("mine", self.env), ("theirs", dict(self.env, TUNE_AGENT=other))):
+            self.write(name + ".yaml", textwrap.dedent(f"""
+                name: {name}
+                trial: {{command: ["{PY}", "-c", "pass"]}}
+                param_space: {{x: {{grid_search: [1, 2]}}}}
+                hosts:
+                """) + self.host_lines((0,)) + "\n")
+            self.tune("run", name + ".yaml", "--quiet", env=env, timeout=120)
+            self.assertEqual([t["status"] for t in self.trials(name)], ["TERMINATED"] * 2)
+        bins = os.path.join(os.path.dirname(os.path.dirname(self.worker_dir(0, "e", "t"))),
+                            ".tune-bin")
+        agents = sorted(glob.glob(os.path.join(bins, "*", "tune-agent")))
+        self.assertEqual(len(agents), 2, agents)
+        with open(other, "rb") as f:
+            theirs = f.read()
+        self.assertEqual(sorted(open(a, "rb").read() == theirs for a in agents), [False, True])
+        self.assertFalse(os.path.exists(os.path.join(bins, "tune-agent")))
+
     def test_step_mode_saves_on_a_slow_host_never_stall_the_loop(self):
         # A host slow to answer: there, `tune-supervisor --adopt` (which moves a step-mode save
         # into place) takes 1 s; the trial puts that slow wrapper in place on its host before
         # its first step. Each `saved` answer's adoption runs on the host's I/O thread, queued
         # ahead of the next command: the loop never waits for it (it did, 1 s per save).
         self.write("slowsave.py", """
-            import os, sys, time, tune_trial
-            BIN = os.path.join(sys.argv[1], ".tune-bin", "tune-supervisor")
+            import glob, os, sys, time, tune_trial
+            # (this version's helpers: .tune-bin/<a sum of them>/)
+            (BIN,) = glob.glob(os.path.join(sys.argv[1], ".tune-bin", "*", "tune-supervisor"))
 
             class SlowHost(tune_trial.Trainable):
                 def setup(self, config):
@@ -679,13 +707,14 @@ class SshTest(TuneTest):
             hosts:
             """) + self.host_lines((0,)) + "\n")
         # (the worker's storage, as the head sees it)
-        real = os.path.join(os.path.dirname(os.path.dirname(self.worker_dir(0, "e", "t"))),
-                            ".tune-bin", "tune-supervisor")
+        bins = os.path.join(os.path.dirname(os.path.dirname(self.worker_dir(0, "e", "t"))),
+                            ".tune-bin", "*", "tune-supervisor")
         try:
             self.tune("run", "exp.yaml", check=0, timeout=300)
         finally:
-            if os.path.exists(real + ".real"):
-                os.replace(real + ".real", real)
+            for real in glob.glob(bins):
+                if os.path.exists(real + ".real"):
+                    os.replace(real + ".real", real)
         t = self.trials("slowsaves")[0]
         self.assertEqual(t["status"], "TERMINATED")
         self.assertEqual([c["iteration"] for c in t["checkpoints"]], [1, 2, 3, 4, 5])
