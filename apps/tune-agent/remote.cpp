@@ -65,6 +65,8 @@ void RemoteLauncher::handle(const std::string& line) {
   if (op == "launch") return launch(req);
   if (op == "watch") return watch(req);
   if (op == "adopt" || op == "rm") return file_ops_.request(req);
+  if (op == "signal") return signal(req);
+  if (op == "stdin") return stdin_.request(req);
   emit_error("not a request: " + line.substr(0, 200), op);
 }
 
@@ -99,6 +101,35 @@ void RemoteLauncher::watch(const json& req) {
     emit(json{{"event", "unwatched"}, {"id", id}, {"attempt", attempt}, {"error", why}});
   else
     emit(json{{"event", "watching"}, {"id", id}, {"attempt", attempt}});
+}
+
+void RemoteLauncher::signal(const json& req) {
+  std::string id;
+  int attempt = 0, supervisor = 0;
+  bool now = false;
+  try {
+    id = req.at("id").get<std::string>();
+    attempt = req.at("attempt").get<int>();
+    supervisor = req.at("supervisor").get<int>();
+    now = req.at("now").get<bool>();
+  } catch (const std::exception& e) {
+    return emit_error(std::string("bad signal request: ") + e.what(), "signal", id);
+  }
+  int sig = now ? SIGUSR1 : SIGTERM;  // (supervise.hpp: USR1 kills the trial at once)
+  // A child of this agent: its pid is not reused before it is reaped here.
+  if (auto c = children_.find(supervisor); supervisor > 0 && c != children_.end() &&
+                                           c->second.id == id && c->second.attempt == attempt) {
+    ::kill(supervisor, sig);
+    ::kill(supervisor, SIGCONT);  // (a stopped one takes it too)
+    return;
+  }
+  if (supervisor > 0 && watches_.signal(id, attempt, supervisor, sig)) {
+    (void)watches_.signal(id, attempt, supervisor, SIGCONT);
+    return;
+  }
+  emit_error("no supervisor " + std::to_string(supervisor) + " of attempt " +
+                 std::to_string(attempt) + " here",
+             "signal", id);
 }
 
 // The request's fields into `l`; false after saying what is wrong.
@@ -217,7 +248,7 @@ void RemoteLauncher::launch(const json& req) {
 int RemoteLauncher::timeout_ms() const {
   int64_t alive = std::max<int64_t>(0, next_alive_ms_ - monotonic_ms());
   int wait = static_cast<int>(alive);
-  for (int t : {watches_.timeout_ms(), file_ops_.timeout_ms()})
+  for (int t : {watches_.timeout_ms(), file_ops_.timeout_ms(), stdin_.timeout_ms()})
     if (t >= 0) wait = std::min(wait, t);
   return wait;
 }
@@ -228,6 +259,7 @@ void RemoteLauncher::after_wait(const std::vector<pollfd>& fds, size_t first) {
   if (fds[first].revents) relay_.drain(flush_);
   watches_.after_wait(fds, first + 1);
   file_ops_.after_wait(fds);
+  stdin_.after_wait(fds);
   if (int64_t now = monotonic_ms(); now >= next_alive_ms_) {
     emit(json{{"event", "alive"}});
     next_alive_ms_ = now + kAliveMs;
@@ -253,6 +285,7 @@ void RemoteLauncher::reap() {
   for (const auto& c : reap_children(
            children_, [this] { relay_.drain(flush_); }, other)) {
     watches_.unwatch(c.id, c.attempt);
+    stdin_.forget(c.id, c.attempt);
     look_at_exit_.erase({c.id, c.attempt});
   }
 }

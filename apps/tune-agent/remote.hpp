@@ -30,6 +30,12 @@
 //                                 request may have been carried out already: done if so)
 //   {"op":"rm","req":N,"dir","name"}   delete dir/name (a checkpoint retention dropped)
 //   (both in a child of the agent, file_ops.hpp: its loop goes on meanwhile)
+//   {"op":"signal","id","attempt","supervisor":PID,"now":B}   stop that attempt: SIGTERM to
+//                                 its supervisor (now: SIGUSR1, kill at once), then SIGCONT;
+//                                 only to a supervisor of that attempt that the agent started
+//                                 or watches (an "error" event, op "signal", if none)
+//   {"op":"stdin","id","attempt","dir","line"}   one line to a step-mode attempt's stdin
+//                                 (stdin_lines.hpp); no answer unless it cannot go
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
 //   {"event":"launched","id","attempt","supervisor":PID,"offset":N,"watched":B}
@@ -74,6 +80,7 @@
 #include "events.hpp"
 #include "file_ops.hpp"
 #include "relay.hpp"
+#include "stdin_lines.hpp"
 #include "watches.hpp"
 
 namespace tune::agent_app {
@@ -97,6 +104,7 @@ class RemoteLauncher {
     relay_.add_fd(fds);
     watches_.add_fds(fds);
     file_ops_.add_fds(fds);
+    stdin_.add_fds(fds);
   }
   [[nodiscard]] int timeout_ms() const;
   void after_wait(const std::vector<pollfd>& fds, size_t first);
@@ -115,6 +123,7 @@ class RemoteLauncher {
   std::string lock_log(bool& locked);
   void launch(const nlohmann::json& req);
   void watch(const nlohmann::json& req);
+  void signal(const nlohmann::json& req);
 
   int log_fd_;   // the host's attempt log
   int lock_fd_;  // its lock (ATTEMPT_LOG.agent-lock), taken per launch
@@ -127,6 +136,7 @@ class RemoteLauncher {
   EventRelay relay_;
   Watches watches_;
   FileOps file_ops_;
+  StdinLines stdin_;
   // Before a supervisor's exit is passed on: what its attempt printed since its last event,
   // and, if asked, what changed in its trial dir.
   void before_exit(const std::string& id, int attempt);

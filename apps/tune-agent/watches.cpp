@@ -17,6 +17,9 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434  // (the same on every architecture)
 #endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
+#endif
 
 namespace tune::agent_app {
 
@@ -162,6 +165,14 @@ void Watches::drop(Iter it) {
   }
   if (w.pidfd >= 0) ::close(w.pidfd);
   watches_.erase(it);
+}
+
+bool Watches::signal(const std::string& id, int attempt, pid_t supervisor, int sig) {
+  auto it = watches_.find(id);
+  if (it == watches_.end() || it->second.attempt != attempt ||
+      it->second.supervisor != supervisor || it->second.pidfd < 0)
+    return false;
+  return ::syscall(SYS_pidfd_send_signal, it->second.pidfd, sig, nullptr, 0) == 0;
 }
 
 void Watches::unwatch(const std::string& id, int attempt) {

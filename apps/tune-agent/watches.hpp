@@ -62,6 +62,9 @@ class Watches {
                     bool& gone_already, Read read = {});
   // Stops watching that attempt (its supervisor ended).
   void unwatch(const std::string& id, int attempt);
+  // Sends `sig` to that attempt's watched supervisor `supervisor` through its pidfd (never to
+  // a process that took its pid); false if it is not watched here (or has ended).
+  bool signal(const std::string& id, int attempt, pid_t supervisor, int sig);
   // Says "output" for that attempt now, paused or not, if its stdout.log's size is not the one
   // its last event saw (its supervisor is about to say its exit: its last bytes go first).
   void flush(const std::string& id, int attempt);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/base64.hpp"
+#include "util/strings.hpp"
 
 namespace tune::exec {
 
@@ -135,6 +136,21 @@ std::string agent_adopt_request(int64_t req, const std::string& dir, const std::
 
 std::string agent_rm_request(int64_t req, const std::string& dir, const std::string& name) {
   return json{{"op", "rm"}, {"req", req}, {"dir", dir}, {"name", name}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string agent_signal_request(const std::string& id, int attempt, int supervisor, bool now) {
+  return json{
+      {"op", "signal"}, {"id", id}, {"attempt", attempt}, {"supervisor", supervisor}, {"now", now}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::optional<std::string> agent_stdin_request(const std::string& id, int attempt,
+                                               const std::string& dir, const std::string& line) {
+  if (line.find('\n') != std::string::npos || util::invalid_utf8_at(line) != std::string::npos ||
+      util::invalid_utf8_at(dir) != std::string::npos)
+    return std::nullopt;
+  return json{{"op", "stdin"}, {"id", id}, {"attempt", attempt}, {"dir", dir}, {"line", line}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
 }
 

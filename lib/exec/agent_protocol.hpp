@@ -101,4 +101,14 @@ struct RemoteLaunch {
 [[nodiscard]] std::string agent_rm_request(int64_t req, const std::string& dir,
                                            const std::string& name);
 
+// Stop that attempt through its supervisor (SIGTERM; `now`: kill it at once), and one line for
+// a step-mode attempt's stdin (its trial dir's stdin.fifo). Answered only by an "error" event
+// (op "signal" / "stdin", the trial's id) when the remote agent cannot (remote.hpp). `line`
+// must be UTF-8 without a newline (else: nullopt, sent some other way).
+[[nodiscard]] std::string agent_signal_request(const std::string& id, int attempt, int supervisor,
+                                               bool now);
+[[nodiscard]] std::optional<std::string> agent_stdin_request(const std::string& id, int attempt,
+                                                             const std::string& dir,
+                                                             const std::string& line);
+
 }  // namespace tune::exec

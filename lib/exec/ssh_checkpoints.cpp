@@ -54,7 +54,7 @@ Result<void> SshExecutor::adopt(const std::string& trial_id, const std::string& 
 void SshExecutor::Impl::file_request(Worker& w, int64_t req, const std::string& line,
                                      std::string shell,
                                      std::function<void(Worker&, const std::string&)> done) {
-  if (w.up && w.shell_file_ops_for != w.h.agent_gen) {
+  if (w.up && w.shell_requests_for != w.h.agent_gen) {
     if (w.h.agent_send(line)) {
       ++w.stats.agent_file_ops;
       w.file_ops[req] = Worker::FileOp{mono(), std::move(shell), std::move(done)};

@@ -182,23 +182,40 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
     auto run = w->runs.find(trial_id);
     if (run == w->runs.end() || run->second.exit || !w->up) return;
     auto& r = run->second;
-    // One line into the trial's FIFO (the supervisor holds it open, so opening it never
-    // blocks; it may not exist for a moment right after the start).
-    std::string fifo = q(r.dir + "/stdin.fifo");
-    auto st =
-        w->h.shell_run("for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -p " +
-                           fifo + " ] && break; sleep 0.05; done; [ -p " + fifo +
-                           " ] && printf '%s\\n' " + q(line) + " > " + fifo,
-                       nullptr);
-    if (!st)
+    // Through the host's agent (no round trip; it writes as the trial reads), else its shell.
+    auto req = agent_stdin_request(trial_id, r.attempt, r.dir, line);
+    if (req && w->shell_requests_for != w->h.agent_gen && w->h.agent_pid > 0) {
+      if (w->h.agent_send(*req)) {
+        r.stdin_line = line;
+        r.stdin_by = w->h.agent_gen;
+        r.awaiting_answer = true;  // looked at on each poll until its answer is read
+        Impl::expect_output(*w);   // its answer (step mode)
+        return;
+      }
       impl->check(*w);
-    else if (*st != 0)
-      spdlog::warn("trial {}: cannot send a command to its stdin on {}", trial_id, w->name);
-    else {
-      r.awaiting_answer = true;  // looked at on each poll until its answer is read
-      Impl::expect_output(*w);   // its answer (step mode)
     }
+    impl->stdin_in_shell(*w, r, line);
   });
+}
+
+void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r, const std::string& line) {
+  if (!w.up) return;
+  r.stdin_by = -1;
+  // One line into the trial's FIFO (the supervisor holds it open, so opening it never
+  // blocks; it may not exist for a moment right after the start).
+  std::string fifo = q(r.dir + "/stdin.fifo");
+  auto st = w.h.shell_run("for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -p " +
+                              fifo + " ] && break; sleep 0.05; done; [ -p " + fifo +
+                              " ] && printf '%s\\n' " + q(line) + " > " + fifo,
+                          nullptr);
+  if (!st)
+    check(w);
+  else if (*st != 0)
+    spdlog::warn("trial {}: cannot send a command to its stdin on {}", r.id, w.name);
+  else {
+    r.awaiting_answer = true;  // looked at on each poll until its answer is read
+    expect_output(w);          // its answer (step mode)
+  }
 }
 
 void SshExecutor::stop(const std::string& trial_id, bool now) {
@@ -209,11 +226,29 @@ void SshExecutor::stop(const std::string& trial_id, bool now) {
     auto run = w->runs.find(trial_id);
     if (run == w->runs.end() || run->second.exit || run->second.sup_pid <= 0) return;
     if (!w->up) return;  // unreachable: it stops itself when its lease runs out
-    std::string pid = std::to_string(run->second.sup_pid);  // (continued if it was stopped)
-    if (!w->h.shell_run(std::string("kill -") + (now ? "USR1" : "TERM") + " " + pid +
-                        " 2>/dev/null; kill -CONT " + pid + " 2>/dev/null; true"))
+    auto& r = run->second;
+    r.stop_asked = std::max(r.stop_asked, now ? 2 : 1);
+    // Through the agent that started or watches its supervisor: it signals that process and
+    // no other (its own child, or through a pidfd), with no round trip.
+    int gen = w->h.agent_gen;
+    if (w->shell_requests_for != gen && w->h.agent_pid > 0 &&
+        (r.launched_by == gen || r.watched_by == gen)) {
+      if (w->h.agent_send(agent_signal_request(trial_id, r.attempt, r.sup_pid, now))) {
+        r.stop_by = gen;
+        return;
+      }
       impl->check(*w);
+    }
+    impl->stop_in_shell(*w, r);
   });
+}
+
+void SshExecutor::Impl::stop_in_shell(Worker& w, Run& r) {
+  if (!w.up || r.exit || r.sup_pid <= 0 || r.stop_asked == 0) return;
+  std::string pid = std::to_string(r.sup_pid);  // (continued if it was stopped)
+  if (!w.h.shell_run(std::string("kill -") + (r.stop_asked == 2 ? "USR1" : "TERM") + " " + pid +
+                     " 2>/dev/null; kill -CONT " + pid + " 2>/dev/null; true"))
+    check(w);
 }
 
 std::vector<Event> SshExecutor::wait(double timeout_s) {

@@ -133,6 +133,29 @@ void end_orphaned(Worker& w, Run& r) {
 
 }  // namespace
 
+// An agent's error answering a stop or a stdin line.
+void SshExecutor::Impl::signal_or_stdin_refused(Worker& w, const AgentEvent& e) {
+  if (e.error.starts_with("not a request")) return shell_does_requests(w);
+  auto run = w.runs.find(e.id);
+  if (run == w.runs.end() || run->second.exit)  // (it ended meanwhile)
+    return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);
+  if (e.op == "signal") return stop_in_shell(w, run->second);  // (one its agent does not know)
+  run->second.stdin_by = -1;
+  spdlog::warn("trial {}: cannot send a command to its stdin on {}: {}", e.id, w.name,
+               util::printable(e.error, 300));
+}
+
+void SshExecutor::Impl::shell_does_requests(Worker& w) {
+  // (an agent that does not know a request, another version's: it answered none of those of
+  // that kind sent to it, and the host's shell does them all from now on)
+  int gen = w.h.agent_gen;
+  if (std::exchange(w.shell_requests_for, gen) == gen) return;
+  for (auto& [id, r] : w.runs) {
+    if (r.stdin_by == gen) stdin_in_shell(w, r, r.stdin_line);
+    if (std::exchange(r.stop_by, -1) == gen) stop_in_shell(w, r);
+  }
+}
+
 // The host's agent relayed a supervisor's start (the trial's pid) or exit record, or said a
 // supervisor ended: its exit record is read now (or, without one, the attempt ends as
 // supervisor_died) instead of at the next liveness check.
@@ -141,11 +164,17 @@ void end_orphaned(Worker& w, Run& r) {
 void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
   using Kind = AgentEvent::Kind;
   if (e.kind == Kind::kError && (e.op == "adopt" || e.op == "rm")) {
-    // (an agent of another version, which `.tune-bin` there holds: one that does not know file
-    // requests answers none, so its host's shell does them)
-    w.shell_file_ops_for = w.h.agent_gen;
+    // (an agent of another version, put in this version's `.tune-bin/<sum>/` there by hand:
+    // one that does not know file requests answers none, so its host's shell does them; its
+    // stops and stdin lines too if it does not know those either)
+    if (e.error.starts_with("not a request"))
+      shell_does_requests(w);
+    else
+      w.shell_requests_for = w.h.agent_gen;
     return settle_file_ops(w, "its agent does not take file requests (" + e.error + ")", false);
   }
+  if (e.kind == Kind::kError && (e.op == "signal" || e.op == "stdin"))
+    return signal_or_stdin_refused(w, e);
   if (e.kind == Kind::kError) return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
   // (a file request carried out; numbers are never reused, and the error names paths a trial
   // chose)

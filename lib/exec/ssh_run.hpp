@@ -51,9 +51,16 @@ struct Run {
   int launched_by = -1;          // the agent that started it (it need not be asked to watch it)
   bool look = true;              // something may be there to read
   bool awaiting_answer = false;  // a line went to its stdin: looked at until output comes
-  int failed_looks = 0;          // looks in a row since its exit that could not read its output
-  double unread_since = 0;       // when the first of them was
-  double last_look = -1e9;       // when it was looked at last (monotonic)
+  // The last line for its stdin, while the agent (agent_gen) it went to may refuse it (sent
+  // again in the host's shell if that agent turns out not to know the request).
+  std::string stdin_line;
+  int stdin_by = -1;
+  int stop_asked =
+      0;             // 1: SIGTERM asked, 2: kill at once (redone in the shell if its agent cannot)
+  int stop_by = -1;  // the agent (agent_gen) it was last asked of
+  int failed_looks = 0;     // looks in a row since its exit that could not read its output
+  double unread_since = 0;  // when the first of them was
+  double last_look = -1e9;  // when it was looked at last (monotonic)
   std::optional<int> child_pid;
   bool pid_asked = false;
   bool exited = false;  // exit record read and all output delivered

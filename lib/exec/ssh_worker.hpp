@@ -109,8 +109,10 @@ struct Worker {
   };
   std::map<int64_t, FileOp> file_ops;
   int64_t next_req = 1;
-  double file_answered = 0;     // when the last of them was answered (monotonic)
-  int shell_file_ops_for = -1;  // an agent (agent_gen) that refused one: its host's shell does them
+  double file_answered = 0;  // when the last of them was answered (monotonic)
+  // An agent (agent_gen) that refused a request it does not know (another version's): its
+  // host's shell does its file requests, stops and stdin lines.
+  int shell_requests_for = -1;
   std::vector<std::function<void()>> after_file_ops;  // each run once none is left
   SshStats stats;
   std::atomic<bool> lease_queued{false};
@@ -215,6 +217,14 @@ struct SshExecutor::Impl {
   void tick(Worker& w);
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.
   static void expect_output(Worker& w);
+  // In the host's shell: a line to the attempt's stdin, and its stop (r.stop_asked).
+  void stdin_in_shell(Worker& w, Run& r, const std::string& line);
+  void stop_in_shell(Worker& w, Run& r);
+  // An agent's error event answering a stop or a stdin line: done in the shell instead.
+  void signal_or_stdin_refused(Worker& w, const AgentEvent& e);
+  // Its agent does not know a request: the host's shell does them all from now on (those of
+  // that agent it did not do first).
+  void shell_does_requests(Worker& w);
 
   // The trial's pid, from its supervisor's children there (one round trip), if not known yet.
   void ask_child_pid(Worker& w, Run& r);

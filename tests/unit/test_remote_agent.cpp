@@ -945,3 +945,167 @@ TEST_CASE("tune-agent remote kills a file operation's child that is silent too l
   CHECK(next->error == "");
   CHECK(fs::is_directory(trial / "checkpoint_000002"));
 }
+
+namespace {
+
+// Waits (up to 5 s) until `p` holds `want`; what it holds then.
+std::string wait_for_text(const fs::path& p, const std::string& want) {
+  std::string got;
+  for (int i = 0; i < 500; ++i) {
+    got = read(p);
+    if (got.find(want) != std::string::npos) break;
+    ::usleep(10000);
+  }
+  return got;
+}
+
+bool process_runs(pid_t pid) {
+  int status = 0;
+  return ::waitpid(pid, &status, WNOHANG) == 0;  // (a child of the test)
+}
+
+}  // namespace
+
+TEST_CASE("tune-agent remote stops only a supervisor it started or watches, of that attempt",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  agent.send(exec::agent_launch_request(launch(s, "a", "trial_a", {"sleep", "30"})));
+  auto launched = agent.next();
+  REQUIRE(launched);
+  REQUIRE(launched->kind == Kind::kLaunched);
+  int sup = launched->supervisor;
+  // Another attempt's number, or a process the agent neither started nor watches: refused,
+  // named, and nothing is signalled (the stand-in lives on).
+  pid_t other = stand_in_supervisor();
+  agent.send(exec::agent_signal_request("a", 2, sup, true));
+  agent.send(exec::agent_signal_request("b", 1, other, true));
+  for (const char* id : {"a", "b"}) {
+    auto error = agent.next();
+    REQUIRE(error);
+    CHECK(error->kind == Kind::kError);
+    CHECK(error->op == "signal");
+    CHECK(error->id == id);
+    CHECK(error->error.find("no supervisor") != std::string::npos);
+  }
+  CHECK(process_runs(other));
+  CHECK_FALSE(agent.next(false, 300));  // (trial a runs on)
+  // Its own: stopped (SIGTERM, the trial's grace is 1 s), and said gone.
+  agent.send(exec::agent_signal_request("a", 1, sup, false));
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->supervisor == sup);
+  CHECK(read(s.dir / "trial_a.exit.json").find("driver_stop") != std::string::npos);
+  // A watched one (started by an earlier agent): through its pidfd.
+  agent.send(exec::agent_watch_request("b", 1, s.dir.string(), other, 0, 0));
+  REQUIRE(agent.next()->kind == Kind::kWatching);
+  agent.send(exec::agent_signal_request("b", 1, other, false));
+  gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->supervisor == other);
+  int status = 0;
+  REQUIRE(::waitpid(other, &status, 0) == other);
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
+}
+
+TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never waiting on it",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  auto reader =
+      launch(s, "r", "trial_r", {"/bin/sh", "-c", "while read l; do echo \"got $l\"; done"});
+  reader.fifo = true;
+  // Sent with the launch, before the FIFO is there: looked for until it is.
+  agent.send(exec::agent_launch_request(reader));
+  std::string dir = (s.dir / "trial_r").string();
+  agent.send(*exec::agent_stdin_request("r", 1, dir, "one"));
+  agent.send(*exec::agent_stdin_request("r", 1, dir, "two"));
+  REQUIRE(agent.next()->kind == Kind::kLaunched);
+  CHECK(wait_for_text(s.dir / "trial_r" / "stdout.log", "got two").find("got one\ngot two\n") !=
+        std::string::npos);
+  // Not UTF-8, or with a newline in it: not for the agent (the driver uses its shell).
+  CHECK_FALSE(exec::agent_stdin_request("r", 1, dir, "a\nb"));
+  CHECK_FALSE(exec::agent_stdin_request("r", 1, dir, "\xff"));
+
+  // A trial that reads nothing: 200 KiB of lines do not fit in its pipe, and the agent answers
+  // all the same; past 1 MiB waiting, a line is refused (the lines queued before stay queued).
+  auto idle = launch(s, "i", "trial_i", {"sleep", "30"});
+  idle.fifo = true;
+  agent.send(exec::agent_launch_request(idle));
+  REQUIRE(agent.next()->kind == Kind::kLaunched);
+  std::string dir_i = (s.dir / "trial_i").string();
+  auto line = [](int i) {  // 1,023 bytes, numbered
+    std::string n = std::to_string(i);
+    return n + std::string(1023 - n.size(), 'k');
+  };
+  for (int i = 0; i < 200; ++i) agent.send(*exec::agent_stdin_request("i", 1, dir_i, line(i)));
+  agent.send(exec::agent_signal_request("i", 7, 1, false));  // (any request: its answer)
+  auto answer = agent.next(false, 2000);
+  REQUIRE(answer);
+  CHECK(answer->op == "signal");
+  for (int i = 200; i < 1100; ++i) agent.send(*exec::agent_stdin_request("i", 1, dir_i, line(i)));
+  int refusals = 0;
+  while (auto refused = agent.next(false, 500)) {
+    CHECK(refused->op == "stdin");
+    CHECK(refused->id == "i");
+    CHECK(refused->error.find("bytes wait for it") != std::string::npos);
+    ++refusals;
+  }
+  int fifo = ::open((s.dir / "trial_i" / "stdin.fifo").c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(fifo >= 0);
+  int in_pipe = ::fcntl(fifo, F_GETPIPE_SZ) / 1024;
+  CHECK(refusals == 1100 - in_pipe - 1024);  // (1,024 lines of 1,024 bytes queued)
+  // Read as the trial would: every line not refused, in order.
+  std::string got;
+  for (int i = 0; i < 500 && got.size() < size_t(1100 - refusals) * 1024; ++i) {
+    char chunk[65536];
+    ssize_t n = ::read(fifo, chunk, sizeof chunk);
+    if (n > 0)
+      got.append(chunk, static_cast<size_t>(n));
+    else
+      ::usleep(10000);
+  }
+  ::close(fifo);
+  REQUIRE(got.size() == size_t(1100 - refusals) * 1024);
+  for (int i = 0; i < 1100 - refusals; ++i)
+    REQUIRE(got.substr(size_t(i) * 1024, 1024) == line(i) + "\n");
+
+  // Something else in the FIFO's place: a link is not followed, a file is not written to;
+  // no FIFO at all: refused after a second.
+  fs::create_directories(s.dir / "trial_x");
+  std::ofstream(s.dir / "target") << "untouched";
+  fs::create_symlink(s.dir / "target", s.dir / "trial_x" / "stdin.fifo");
+  std::string dir_x = (s.dir / "trial_x").string();
+  agent.send(*exec::agent_stdin_request("x", 1, dir_x, "line"));
+  auto error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("symbolic link") != std::string::npos);
+  fs::remove(s.dir / "trial_x" / "stdin.fifo");
+  std::ofstream(s.dir / "trial_x" / "stdin.fifo") << "a file";
+  agent.send(*exec::agent_stdin_request("x", 1, dir_x, "line"));
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("not a FIFO") != std::string::npos);
+  CHECK(read(s.dir / "target") == "untouched");
+  CHECK(read(s.dir / "trial_x" / "stdin.fifo") == "a file");
+  fs::remove(s.dir / "trial_x" / "stdin.fifo");
+  auto t0 = std::chrono::steady_clock::now();
+  agent.send(*exec::agent_stdin_request("x", 2, dir_x, "line"));
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("not there") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(900));
+  // (the two trials stopped, each said gone)
+  for (const char* id : {"r", "i"})
+    for (const auto& e : agent.relayed)
+      if (e.kind == Kind::kStart && e.id == id)
+        agent.send(exec::agent_signal_request(id, 1, e.supervisor, true));
+  int gone = 0;
+  while (auto e = agent.next(false, 3000))
+    if (e->kind == Kind::kGone) ++gone;
+  CHECK(gone == 2);
+}
