@@ -70,7 +70,9 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
     t.fd = ::open(t.fifo.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     if (t.fd < 0) {
       int e = errno;
-      if (e == ENOENT && monotonic_ms() < t.open_by) return true;  // (looked for again)
+      // (not there yet, or not open yet: its supervisor makes it, then opens it; or an
+      // earlier attempt's is still there: looked for again)
+      if ((e == ENOENT || e == ENXIO) && monotonic_ms() < t.open_by) return true;
       fail(it, e == ELOOP    ? "it is a symbolic link"
                : e == ENXIO  ? "nobody reads it (its attempt has ended)"
                : e == ENOENT ? "it is not there"

@@ -32,7 +32,6 @@ void SshExecutor::Impl::hand_on(Worker& w, Run& r, std::string data, std::vector
   // comes within 50 ms of the answer's first bytes; carried, the rest comes in its next event)
   if (r.awaiting_answer && !carried) r.look = true;
   r.awaiting_answer = false;
-  r.stdin_by = -1;  // (its line went: never sent again)
   w.output_handed_on = true;
   emit(std::move(ev));
   if (r.started_at >= 0) {

@@ -139,10 +139,16 @@ void SshExecutor::Impl::signal_or_stdin_refused(Worker& w, const AgentEvent& e) 
   auto run = w.runs.find(e.id);
   if (run == w.runs.end() || run->second.exit)  // (it ended meanwhile)
     return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);
-  if (e.op == "signal") return stop_in_shell(w, run->second);  // (one its agent does not know)
-  run->second.stdin_by = -1;
-  spdlog::warn("trial {}: cannot send a command to its stdin on {}: {}", e.id, w.name,
-               util::printable(e.error, 300));
+  auto& r = run->second;
+  if (e.op == "signal") return stop_in_shell(w, r);  // (one its agent does not know)
+  if (r.stdin_by != w.h.agent_gen) return;  // (said again in the shell already, or answered)
+  // Tried once more in the host's shell, which waits for the FIFO as long and then blocks on
+  // it, as before there was an agent (a step-mode trial waits for its command for ever).
+  spdlog::warn(
+      "trial {}: its host's agent could not send a command to its stdin on {} ({}): "
+      "sending it in the host's shell",
+      e.id, w.name, util::printable(e.error, 300));
+  stdin_in_shell(w, r, r.stdin_line);
 }
 
 void SshExecutor::Impl::shell_does_requests(Worker& w) {

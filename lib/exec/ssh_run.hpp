@@ -51,8 +51,8 @@ struct Run {
   int launched_by = -1;          // the agent that started it (it need not be asked to watch it)
   bool look = true;              // something may be there to read
   bool awaiting_answer = false;  // a line went to its stdin: looked at until output comes
-  // The last line for its stdin, while the agent (agent_gen) it went to may refuse it (sent
-  // again in the host's shell if that agent turns out not to know the request).
+  // The last line for its stdin and the agent (agent_gen) it went to, -1 if none: sent again
+  // in the host's shell if that agent cannot write it (step mode has one line in flight).
   std::string stdin_line;
   int stdin_by = -1;
   int stop_asked =

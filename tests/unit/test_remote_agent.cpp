@@ -1074,6 +1074,27 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   for (int i = 0; i < 1100 - refusals; ++i)
     REQUIRE(got.substr(size_t(i) * 1024, 1024) == line(i) + "\n");
 
+  // A FIFO nobody has opened yet (its supervisor has made it and is about to): the line waits
+  // for its reader (it was refused at once, "nobody reads it", and a step-mode trial waited for
+  // its command for ever).
+  fs::create_directories(s.dir / "trial_y");
+  REQUIRE(::mkfifo((s.dir / "trial_y" / "stdin.fifo").c_str(), 0600) == 0);
+  agent.send(*exec::agent_stdin_request("y", 1, (s.dir / "trial_y").string(), "late"));
+  CHECK_FALSE(agent.next(false, 300));
+  int late = ::open((s.dir / "trial_y" / "stdin.fifo").c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(late >= 0);
+  std::string heard;
+  for (int i = 0; i < 200 && heard.find('\n') == std::string::npos; ++i) {
+    char chunk[64];
+    ssize_t n = ::read(late, chunk, sizeof chunk);
+    if (n > 0)
+      heard.append(chunk, static_cast<size_t>(n));
+    else
+      ::usleep(10000);
+  }
+  ::close(late);
+  CHECK(heard == "late\n");
+
   // Something else in the FIFO's place: a link is not followed, a file is not written to;
   // no FIFO at all: refused after a second.
   fs::create_directories(s.dir / "trial_x");
