@@ -8,13 +8,20 @@ show: what each round trip of the driver's per-trial protocol costs on a real ne
     bench/ssh_latency.py [--tune BIN] [--baseline-tune OLD_BIN] [--delay-ms 10] [--repeat 3]
                          [--trials 20] [--syncer none|rsync]
 
+    bench/ssh_latency.py --step-trials 8 [--steps 40] [...]   step mode (below)
+
 Each run: `--trials` trials, one at a time, each printing one result and exiting; with
 `--syncer rsync` (the default syncer; `none` here by default) each trial's dir is brought to the
 head when it ends, as a user's would be. The wall time per trial is the run's divided by the
 trials (the connection's set-up included); "each trial after the first" is the time from one
 trial's end to the next one's, set-up and the workdir's copy left out. The builds
 run alternately, `--repeat` times each, in the same invocation; figures are medians of the runs'
-medians (the driver's own "ssh timings" line), with the runs' range."""
+medians (the driver's own "ssh timings" line), with the runs' range.
+
+With `--step-trials C`: C step-mode trials at once on the host (`cpus: C`), each a Trainable
+that the driver steps `--steps` times, one command line to its stdin per step; the figure is
+steps per second over the run (all trials' steps over the wall time from the first result to
+the last), where each command's trip to the host is what differs between builds."""
 import argparse
 import asyncio
 import datetime
@@ -129,6 +136,62 @@ def one_run(tune, tmp, hosts, port, trials, name, syncer):
             "rsyncless": int(rsyncless.group(1)) if rsyncless else 0}
 
 
+STEP_TRIAL = """
+import tune_trial
+
+class Quick(tune_trial.Trainable):
+    def setup(self, config):
+        self.i = 0
+
+    def step(self):
+        self.i += 1
+        return {"i": self.i}
+
+raise SystemExit(tune_trial.run_trainable(Quick))
+"""
+
+
+def step_run(tune, tmp, hosts, port, trials, steps, name):
+    h = hosts["hosts"][0]
+    work = os.path.join(tmp, "work")
+    os.makedirs(work, exist_ok=True)
+    script = os.path.join(work, "quick_step.py")
+    with open(script, "w") as f:
+        f.write(STEP_TRIAL)
+    yaml = os.path.join(tmp, name + ".yaml")
+    with open(yaml, "w") as f:
+        f.write(textwrap.dedent(f"""
+            name: {name}
+            trial: {{command: [{json.dumps(sys.executable)}, {json.dumps(script)}], mode: step,
+                     workdir: {json.dumps(work)}}}
+            param_space: {{i: {{grid_search: {list(range(trials))}}}}}
+            stop: {{training_iteration: {steps}}}
+            sync_config: {{syncer: none}}
+            hosts:
+              - ssh: {{host: 127.0.0.1, port: {port}, user: {hosts["user"]},
+                       identity_file: {hosts["identity_file"]},
+                       known_hosts_file: {hosts["known_hosts"]}, storage_path: {h["storage_path"]},
+                       cpus: {trials}}}
+            """))
+    storage = os.path.join(tmp, "runs")
+    subprocess.run([tune, "run", yaml, "--quiet", "--storage-path", storage], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
+    # From the first result to the last, on the driver's clock (result.json's timestamps are
+    # the trial's, on the host: the same machine here)
+    stamps = []
+    exp = os.path.join(storage, name)
+    for d in os.listdir(exp):
+        path = os.path.join(exp, d, "result.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                rows = [json.loads(l) for l in f if l.strip()]
+            if len(rows) != steps:
+                raise RuntimeError("%s: %d results, not %d" % (path, len(rows), steps))
+            stamps += [r["timestamp"] for r in rows]
+    span = max(stamps) - min(stamps)
+    return {"steps_per_s": (len(stamps) - trials) / span if span > 0 else 0.0}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tune", default=os.path.join(ROOT, "build", "tune"))
@@ -137,6 +200,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--syncer", choices=("none", "rsync"), default="none")
+    ap.add_argument("--step-trials", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=40)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="tune-ssh-latency-")
     hosts_dir = os.path.join(tmp, "hosts")
@@ -149,6 +214,8 @@ def main():
         builds = [("this build", a.tune)] + ([("baseline", a.baseline_tune)]
                                              if a.baseline_tune else [])
         runs = {label: [] for label, _ in builds}
+        if a.step_trials:
+            return step_bench(a, builds, runs, tmp, hosts, port)
         for k in range(a.repeat):
             for label, binary in builds:
                 runs[label].append(one_run(binary, tmp, hosts, port, a.trials,
@@ -174,6 +241,26 @@ def main():
     finally:
         subprocess.run([SCRIPT, "down", hosts_dir], stdout=subprocess.DEVNULL)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def step_bench(a, builds, runs, tmp, hosts, port):
+    for k in range(a.repeat):
+        for label, binary in builds:
+            runs[label].append(step_run(binary, tmp, hosts, port, a.step_trials, a.steps,
+                                        "step%d%s" % (k, "b" if label == "baseline" else "")))
+    print("link: %.1f ms each way (round trip %.1f ms), %d step-mode trials at once on one host, "
+          "%d steps each, %d runs of each build, alternated" % (
+              a.delay_ms, 2 * a.delay_ms, a.step_trials, a.steps, a.repeat))
+    cells = []
+    for label, _ in builds:
+        v = [r["steps_per_s"] for r in runs[label]]
+        cells.append("%s %.1f (%.1f-%.1f)" % (label, statistics.median(v), min(v), max(v)))
+    if len(builds) == 2:
+        base = statistics.median(r["steps_per_s"] for r in runs[builds[1][0]])
+        mine = statistics.median(r["steps_per_s"] for r in runs[builds[0][0]])
+        cells.append("ratio %.2fx" % (mine / base) if base else "ratio -")
+    print("%-38s %s" % ("steps per second, all trials", "; ".join(cells)))
+    return 0
 
 
 if __name__ == "__main__":
