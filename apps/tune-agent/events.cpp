@@ -70,10 +70,12 @@ void emit(const json& event) {
   emit(event.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-void emit_error(const std::string& message, const std::string& op, const std::string& id) {
+void emit_error(const std::string& message, const std::string& op, const std::string& id,
+                int attempt) {
   json e{{"event", "error"}, {"message", message}};
   if (!op.empty()) e["op"] = op;
   if (!id.empty()) e["id"] = id;
+  if (attempt > 0) e["attempt"] = attempt;
   emit(e);
 }
 

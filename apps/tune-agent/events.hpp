@@ -36,8 +36,9 @@ size_t flush_output();
 void emit(const std::string& line);
 // `event` as one line (bytes that are not UTF-8, in a path or a message, are replaced).
 void emit(const nlohmann::json& event);
-// An "error" event; `op` and `id`, when known, name the request it answers.
-void emit_error(const std::string& message, const std::string& op = "", const std::string& id = "");
+// An "error" event; `op`, `id` and `attempt`, when known, name the request it answers.
+void emit_error(const std::string& message, const std::string& op = "", const std::string& id = "",
+                int attempt = 0);
 // Reaps the supervisors in `children` that ended, saying "gone" for each (exit status, or 128
 // + the signal that killed it), each after `before_gone` runs (what a supervisor said before it
 // ended goes first); returns those it reaped. Another child of the agent that ended goes to

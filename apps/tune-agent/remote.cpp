@@ -113,7 +113,7 @@ void RemoteLauncher::signal(const json& req) {
     supervisor = req.at("supervisor").get<int>();
     now = req.at("now").get<bool>();
   } catch (const std::exception& e) {
-    return emit_error(std::string("bad signal request: ") + e.what(), "signal", id);
+    return emit_error(std::string("bad signal request: ") + e.what(), "signal", id, attempt);
   }
   int sig = now ? SIGUSR1 : SIGTERM;  // (supervise.hpp: USR1 kills the trial at once)
   // A child of this agent: its pid is not reused before it is reaped here.
@@ -129,7 +129,7 @@ void RemoteLauncher::signal(const json& req) {
   }
   emit_error("no supervisor " + std::to_string(supervisor) + " of attempt " +
                  std::to_string(attempt) + " here",
-             "signal", id);
+             "signal", id, attempt);
 }
 
 // The request's fields into `l`; false after saying what is wrong.

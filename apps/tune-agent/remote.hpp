@@ -35,7 +35,8 @@
 //                                 only to a supervisor of that attempt that the agent started
 //                                 or watches (an "error" event, op "signal", if none)
 //   {"op":"stdin","id","attempt","dir","line"}   one line to a step-mode attempt's stdin
-//                                 (stdin_lines.hpp); no answer unless it cannot go
+//                                 (stdin_lines.hpp): "written" once it went whole, an "error"
+//                                 event if it cannot go
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
 //   {"event":"launched","id","attempt","supervisor":PID,"offset":N,"watched":B}
@@ -65,8 +66,10 @@
 //                                 fork failed, or the driver is gone)
 //   {"event":"done","req":N,"error"?}   an adopt or rm request is carried out (error: why
 //                                 not)
-//   {"event":"error","message","op"?,"id"?}   a request that could not be read (op and id:
-//                                 the request's, as far as they could be)
+//   {"event":"written","id","attempt"}   a stdin line went whole into the attempt's FIFO
+//   {"event":"error","message","op"?,"id"?,"attempt"?}   a request that could not be read or
+//                                 carried out (op, id and attempt: the request's, as far as
+//                                 they could be read)
 #pragma once
 
 #include <map>
@@ -136,7 +139,11 @@ class RemoteLauncher {
   EventRelay relay_;
   Watches watches_;
   FileOps file_ops_;
-  StdinLines stdin_;
+  StdinLines stdin_{[this](const std::string& id, int attempt) {
+    for (const auto& [pid, c] : children_)
+      if (c.id == id && c.attempt == attempt) return true;
+    return false;
+  }};
   // Before a supervisor's exit is passed on: what its attempt printed since its last event,
   // and, if asked, what changed in its trial dir.
   void before_exit(const std::string& id, int attempt);

@@ -29,13 +29,13 @@ void StdinLines::request(const json& req) {
     dir = req.at("dir").get<std::string>();
     line = req.at("line").get<std::string>();
   } catch (const std::exception& e) {
-    return emit_error(std::string("bad stdin request: ") + e.what(), "stdin", id);
+    return emit_error(std::string("bad stdin request: ") + e.what(), "stdin", id, attempt);
   }
   if (dir.empty() || dir[0] != '/' || line.find('\n') != std::string::npos)
     return emit_error(
         "bad stdin request: a trial dir that is not absolute, or a line with a "
         "newline in it",
-        "stdin", id);
+        "stdin", id, attempt);
   auto [it, fresh] = trials_.try_emplace(id);
   Trial& t = it->second;
   if (!fresh && t.attempt != attempt) {  // (an earlier attempt's: its FIFO is gone)
@@ -48,7 +48,7 @@ void StdinLines::request(const json& req) {
     return emit_error("cannot write to the stdin of trial " + id + ": more than " +
                           std::to_string(kMaxQueued) +
                           " bytes wait for it (it reads none): this line is dropped",
-                      "stdin", id);
+                      "stdin", id, attempt);
   if (t.lines.empty() && t.fd < 0) t.open_by = monotonic_ms() + kOpenWaitMs;
   t.lines.push_back(line + "\n");
   t.queued += t.lines.back().size();
@@ -58,7 +58,7 @@ void StdinLines::request(const json& req) {
 void StdinLines::fail(std::map<std::string, Trial>::iterator it, const std::string& why) {
   emit_error(
       "cannot write to the stdin of trial " + it->first + " (" + it->second.fifo + "): " + why,
-      "stdin", it->first);
+      "stdin", it->first, it->second.attempt);
   if (it->second.fd >= 0) ::close(it->second.fd);
   trials_.erase(it);
 }
@@ -72,7 +72,8 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
       int e = errno;
       // (not there yet, or not open yet: its supervisor makes it, then opens it; or an
       // earlier attempt's is still there: looked for again)
-      if ((e == ENOENT || e == ENXIO) && monotonic_ms() < t.open_by) return true;
+      if ((e == ENOENT || e == ENXIO) && (monotonic_ms() < t.open_by || live_(id, t.attempt)))
+        return true;
       fail(it, e == ELOOP    ? "it is a symbolic link"
                : e == ENXIO  ? "nobody reads it (its attempt has ended)"
                : e == ENOENT ? "it is not there"
@@ -102,6 +103,7 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
       t.queued -= front.size();
       t.lines.pop_front();
       t.written = 0;
+      emit(json{{"event", "written"}, {"id", id}, {"attempt", t.attempt}});
     }
   }
   // All of it went: closed, so that a later attempt's new FIFO is the one opened next.
@@ -127,7 +129,8 @@ int StdinLines::timeout_ms() const {
   int64_t now = monotonic_ms(), best = -1;
   for (const auto& [id, t] : trials_)
     if (t.fd < 0 && !t.lines.empty()) {
-      int64_t due = std::clamp<int64_t>(t.open_by - now, 0, 50);  // (looked for every 50 ms)
+      // (looked for every 50 ms, also past open_by while its supervisor runs)
+      int64_t due = t.open_by > now ? std::min<int64_t>(t.open_by - now, 50) : 50;
       if (best < 0 || due < best) best = due;
     }
   return static_cast<int>(best);

@@ -2,17 +2,21 @@
 //   {"op":"stdin","id","attempt","dir","line"}
 // Each line (a newline added) goes to DIR/stdin.fifo, which the attempt's supervisor holds open
 // for reading, in the order asked per trial, without the agent ever waiting on it: the FIFO is
-// opened non-blocking (it may not be there for a moment right after the start: looked for
-// again until kOpenWaitMs), a line the pipe cannot take now is written as it drains. Only a
-// FIFO is written to, never a link followed: a trial that put something else in its place gets
-// an error, as does a line that cannot go (an "error" event, op "stdin", naming the trial).
-// No event says that a line went: the trial's answer on its stdout does.
+// opened non-blocking (right after the start it may not be there, or not open yet: looked for
+// again while the agent's supervisor of that attempt runs, else for kOpenWaitMs), a line the
+// pipe cannot take now is written as it drains. Only a FIFO is written to, and the FIFO itself
+// is never a symbolic link followed: a trial that put something else in its place gets an
+// error, as does a line that cannot go (an "error" event, op "stdin", naming the attempt).
+// Each line written whole is said:
+//   {"event":"written","id","attempt"}
+// so that the driver knows which lines an agent that ended or went silent had not written.
 #pragma once
 
 #include <poll.h>
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -26,7 +30,8 @@ class StdinLines {
   // Bytes queued for one trial at most (a trial that reads nothing): more is refused.
   static constexpr size_t kMaxQueued = 1u << 20;
 
-  StdinLines() = default;
+  // `live(id, attempt)`: whether the agent's supervisor of that attempt runs.
+  explicit StdinLines(std::function<bool(const std::string&, int)> live) : live_(std::move(live)) {}
   StdinLines(const StdinLines&) = delete;
   StdinLines& operator=(const StdinLines&) = delete;
   ~StdinLines();
@@ -55,6 +60,7 @@ class StdinLines {
   bool pump(const std::string& id, Trial& t);
   void fail(std::map<std::string, Trial>::iterator it, const std::string& why);
   std::map<std::string, Trial> trials_;
+  std::function<bool(const std::string&, int)> live_;
 };
 
 }  // namespace tune::agent_app

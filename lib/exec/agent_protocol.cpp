@@ -48,7 +48,8 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
       {"ready", Kind::kReady},         {"launched", Kind::kLaunched}, {"gone", Kind::kGone},
       {"error", Kind::kError},         {"output", Kind::kOutput},     {"watching", Kind::kWatching},
       {"unwatched", Kind::kUnwatched}, {"start", Kind::kStart},       {"exit", Kind::kExit},
-      {"changes", Kind::kChanges},     {"alive", Kind::kAlive},       {"done", Kind::kDone}};
+      {"changes", Kind::kChanges},     {"alive", Kind::kAlive},       {"done", Kind::kDone},
+      {"written", Kind::kWritten}};
   AgentEvent e;
   const std::string& k = kind->get_ref<const std::string&>();
   auto known = std::find_if(std::begin(kKinds), std::end(kKinds),

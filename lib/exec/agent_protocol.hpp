@@ -31,7 +31,8 @@ struct AgentEvent {
     kExit,
     kChanges,
     kAlive,
-    kDone
+    kDone,
+    kWritten  // a stdin line went whole into the attempt's FIFO
   };
   Kind kind = Kind::kError;
   std::string id;
@@ -102,9 +103,10 @@ struct RemoteLaunch {
                                            const std::string& name);
 
 // Stop that attempt through its supervisor (SIGTERM; `now`: kill it at once), and one line for
-// a step-mode attempt's stdin (its trial dir's stdin.fifo). Answered only by an "error" event
-// (op "signal" / "stdin", the trial's id) when the remote agent cannot (remote.hpp). `line`
-// must be UTF-8 without a newline (else: nullopt, sent some other way).
+// a step-mode attempt's stdin (its trial dir's stdin.fifo). A line written is said "written";
+// either gets an "error" event (op "signal" / "stdin", the attempt's id and number) when the
+// remote agent cannot (remote.hpp). `line` must be UTF-8 without a newline (else: nullopt,
+// sent some other way).
 [[nodiscard]] std::string agent_signal_request(const std::string& id, int attempt, int supervisor,
                                                bool now);
 [[nodiscard]] std::optional<std::string> agent_stdin_request(const std::string& id, int attempt,

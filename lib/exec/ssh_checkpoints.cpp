@@ -94,11 +94,7 @@ void SshExecutor::Impl::file_op_done(Worker& w, int64_t req, const std::string& 
     for (auto& f : std::exchange(w.after_file_ops, {})) f();
 }
 
-namespace {
-
-// Ends the host's agent if it still runs, and waits (up to 2 s) until it has: the children
-// doing its file requests die with it. False if it still runs (or the host did not answer).
-bool end_agent(Worker& w) {
+bool ssh_impl::end_agent(Worker& w) {
   if (w.h.agent_pid <= 0) return true;
   // (a zombie's cmdline is empty: it has ended, and its children have been told)
   std::string c = "/proc/" + std::to_string(w.h.agent_pid) + "/cmdline";
@@ -111,8 +107,6 @@ bool end_agent(Worker& w) {
                           &out);
   return st && *st == 0 && out.find("alive") == std::string::npos;
 }
-
-}  // namespace
 
 void SshExecutor::Impl::settle_file_ops(Worker& w, const std::string& why, bool end_it) {
   if (w.file_ops.empty()) return;

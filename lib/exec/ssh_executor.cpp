@@ -184,10 +184,11 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
     auto& r = run->second;
     // Through the host's agent (no round trip; it writes as the trial reads), else its shell.
     auto req = agent_stdin_request(trial_id, r.attempt, r.dir, line);
-    if (req && w->shell_requests_for != w->h.agent_gen && w->h.agent_pid > 0) {
+    if (req && Impl::agent_takes_requests(*w)) {
       if (w->h.agent_send(*req)) {
         r.stdin_line = line;
         r.stdin_by = w->h.agent_gen;
+        r.stdin_sent = mono();
         r.awaiting_answer = true;  // looked at on each poll until its answer is read
         Impl::expect_output(*w);   // its answer (step mode)
         return;
@@ -231,8 +232,7 @@ void SshExecutor::stop(const std::string& trial_id, bool now) {
     // Through the agent that started or watches its supervisor: it signals that process and
     // no other (its own child, or through a pidfd), with no round trip.
     int gen = w->h.agent_gen;
-    if (w->shell_requests_for != gen && w->h.agent_pid > 0 &&
-        (r.launched_by == gen || r.watched_by == gen)) {
+    if (Impl::agent_takes_requests(*w) && (r.launched_by == gen || r.watched_by == gen)) {
       if (w->h.agent_send(agent_signal_request(trial_id, r.attempt, r.sup_pid, now))) {
         r.stop_by = gen;
         return;

@@ -137,18 +137,14 @@ void end_orphaned(Worker& w, Run& r) {
 void SshExecutor::Impl::signal_or_stdin_refused(Worker& w, const AgentEvent& e) {
   if (e.error.starts_with("not a request")) return shell_does_requests(w);
   auto run = w.runs.find(e.id);
-  if (run == w.runs.end() || run->second.exit)  // (it ended meanwhile)
-    return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);
+  if (run == w.runs.end() || run->second.exit || run->second.attempt != e.attempt)
+    return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);  // (it ended meanwhile)
   auto& r = run->second;
   if (e.op == "signal") return stop_in_shell(w, r);  // (one its agent does not know)
-  if (r.stdin_by != w.h.agent_gen) return;  // (said again in the shell already, or answered)
-  // Tried once more in the host's shell, which waits for the FIFO as long and then blocks on
-  // it, as before there was an agent (a step-mode trial waits for its command for ever).
-  spdlog::warn(
-      "trial {}: its host's agent could not send a command to its stdin on {} ({}): "
-      "sending it in the host's shell",
-      e.id, w.name, util::printable(e.error, 300));
-  stdin_in_shell(w, r, r.stdin_line);
+  // (the agent waited for the FIFO while the attempt's supervisor ran: it cannot go)
+  r.stdin_by = -1;
+  spdlog::warn("trial {}: cannot send a command to its stdin on {}: {}", e.id, w.name,
+               util::printable(e.error, 300));
 }
 
 void SshExecutor::Impl::shell_does_requests(Worker& w) {
@@ -156,10 +152,47 @@ void SshExecutor::Impl::shell_does_requests(Worker& w) {
   // that kind sent to it, and the host's shell does them all from now on)
   int gen = w.h.agent_gen;
   if (std::exchange(w.shell_requests_for, gen) == gen) return;
+  redo_agent_requests(w, gen, true);
+}
+
+void SshExecutor::Impl::redo_agent_requests(Worker& w, int gen, bool lines) {
   for (auto& [id, r] : w.runs) {
-    if (r.stdin_by == gen) stdin_in_shell(w, r, r.stdin_line);
-    if (std::exchange(r.stop_by, -1) == gen) stop_in_shell(w, r);
+    if (lines && r.stdin_by == gen) stdin_in_shell(w, r, r.stdin_line);
+    // (a SIGTERM the supervisor had already is no harm)
+    if (r.stop_by == gen) {
+      r.stop_by = -1;
+      stop_in_shell(w, r);
+    }
   }
+}
+
+bool SshExecutor::Impl::agent_takes_requests(const Worker& w) {
+  int gen = w.h.agent_gen;
+  return w.up && w.shell_requests_for != gen && w.h.agent_pid > 0 && w.agent_heard_gen == gen &&
+         mono() - w.agent_heard < kAgentSilence;
+}
+
+// An agent silent for kAgentSilence: the stops it was asked for are done in the host's shell
+// too; past kFileOpSilence with stdin lines it had not written, it is ended and they go
+// through the shell (each line once: the agent is gone before they are sent again).
+void SshExecutor::Impl::check_agent_requests(Worker& w, double t) {
+  int gen = w.h.agent_gen;
+  double heard = w.agent_heard_gen == gen ? w.agent_heard : -1e9;
+  if (!w.up || t - heard < kAgentSilence) return;
+  redo_agent_requests(w, gen, false);
+  bool stuck = false;
+  for (const auto& [id, r] : w.runs)
+    stuck |= r.stdin_by == gen && !r.exit && t - std::max(heard, r.stdin_sent) > kFileOpSilence;
+  if (!stuck || std::exchange(w.agent_end_tried, gen) == gen) return;  // (once per agent)
+  spdlog::warn(
+      "host {}: its agent has said nothing for {:.0f} s: ending it; the commands it had "
+      "not written to trials' stdin go through the host's shell",
+      w.name, t - heard);
+  if (!end_agent(w)) {
+    spdlog::warn("host {}: its agent could not be ended: the commands wait for it", w.name);
+    return;
+  }
+  redo_agent_requests(w, gen, true);
 }
 
 // The host's agent relayed a supervisor's start (the trial's pid) or exit record, or said a
@@ -199,6 +232,9 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       if (r.watch_asked != w.h.agent_gen) return;
       r.watched_by = w.h.agent_gen;
       r.look = true;
+      return;
+    case Kind::kWritten:  // a stdin line went: not sent again if this agent ends
+      if (r.stdin_by == w.h.agent_gen) r.stdin_by = -1;
       return;
     case Kind::kUnwatched:  // (a watch that could not be made, or stopped working)
       spdlog::debug("host {}: trial {} is polled: {}", w.name, e.id, e.error);
@@ -292,6 +328,8 @@ void SshExecutor::Impl::read_agent(Worker& w) {
 
 void SshExecutor::Impl::restart_agent(Worker& w) {
   settle_file_ops(w, "its agent ended");
+  // (the stops and stdin lines it had not done: it is gone)
+  redo_agent_requests(w, w.h.agent_gen, true);
   if (auto a = w.h.open_agent(); !a) {
     // Treated as a host that is down: reconnected with backoff, lost after host_timeout_s.
     spdlog::warn("host {}: {}", w.name, a.error().message);
@@ -359,6 +397,7 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
       settle_file_ops(
           w, fmt::format("its agent has answered no file request for {:.0f} s", kFileOpLimit));
   }
+  check_agent_requests(w, t);
   check_supervisors(w, t);
   for (auto& [id, r] : w.runs) {
     bool read_some = false;

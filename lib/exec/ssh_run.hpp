@@ -51,12 +51,14 @@ struct Run {
   int launched_by = -1;          // the agent that started it (it need not be asked to watch it)
   bool look = true;              // something may be there to read
   bool awaiting_answer = false;  // a line went to its stdin: looked at until output comes
-  // The last line for its stdin and the agent (agent_gen) it went to, -1 if none: sent again
-  // in the host's shell if that agent cannot write it (step mode has one line in flight).
+  // The last line for its stdin and the agent (agent_gen) it went to, until that agent says
+  // it written (-1): sent again in the host's shell if the agent ends or goes silent first
+  // (step mode has one line in flight).
   std::string stdin_line;
   int stdin_by = -1;
-  int stop_asked =
-      0;             // 1: SIGTERM asked, 2: kill at once (redone in the shell if its agent cannot)
+  double stdin_sent = 0;  // (monotonic)
+  // 1: SIGTERM asked, 2: kill at once (done in the host's shell if its agent cannot)
+  int stop_asked = 0;
   int stop_by = -1;  // the agent (agent_gen) it was last asked of
   int failed_looks = 0;     // looks in a row since its exit that could not read its output
   double unread_since = 0;  // when the first of them was

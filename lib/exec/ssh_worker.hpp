@@ -113,11 +113,16 @@ struct Worker {
   // An agent (agent_gen) that refused a request it does not know (another version's): its
   // host's shell does its file requests, stops and stdin lines.
   int shell_requests_for = -1;
+  int agent_end_tried = -1;  // an agent (agent_gen) ended for the stdin lines it held
   std::vector<std::function<void()>> after_file_ops;  // each run once none is left
   SshStats stats;
   std::atomic<bool> lease_queued{false};
   std::unique_ptr<IoThread> io;  // last: stopped (joined) before the rest goes
 };
+
+// Ends the host's agent if it still runs, and waits (up to 2 s) until it has: the children
+// doing its file requests die with it. False if it still runs (or the host did not answer).
+bool end_agent(Worker& w);
 
 }  // namespace tune::exec::ssh_impl
 
@@ -225,6 +230,13 @@ struct SshExecutor::Impl {
   // Its agent does not know a request: the host's shell does them all from now on (those of
   // that agent it did not do first).
   void shell_does_requests(Worker& w);
+  // The stops (and, with `lines`, the stdin lines not said written) asked of agent `gen`, done
+  // in the host's shell.
+  void redo_agent_requests(Worker& w, int gen, bool lines);
+  // Whether the host's agent takes stops and stdin lines now: it knows them, and was heard
+  // from within kAgentSilence (else the host's shell does them, not held up by it).
+  static bool agent_takes_requests(const Worker& w);
+  void check_agent_requests(Worker& w, double t);
 
   // The trial's pid, from its supervisor's children there (one round trip), if not known yet.
   void ask_child_pid(Worker& w, Run& r);

@@ -286,6 +286,51 @@ class SshTest(TuneTest):
             self.assertEqual(sorted(d for d in os.listdir(worker) if "checkpoint" in d),
                              sorted(c["dir"] for c in t["checkpoints"]))
 
+    def test_step_mode_trials_go_on_when_their_agent_is_stopped(self):
+        # At its 3rd step one trial stops (SIGSTOP) the host's agent, which had taken the
+        # trials' step commands and stops: the next commands go through the host's shell once
+        # the agent is silent, the one it held is sent again there once it has been silent for
+        # 30 s and is ended (each command once: every iteration once, in order), and the stops
+        # at the end too. Nothing hangs.
+        self.write("stopagent.py", """
+            import os, signal, sys, tune_trial
+
+            class StopsItsAgent(tune_trial.Trainable):
+                def setup(self, config):
+                    self.i, self.x = 0, config["x"]
+
+                def step(self):
+                    self.i += 1
+                    mark = os.path.join(os.environ["TUNE_TRIAL_DIR"], "..", "agent-stopped")
+                    if self.x == 1 and self.i == 3 and not os.path.exists(mark):
+                        open(mark, "w").close()
+                        with open("/proc/%d/stat" % os.getppid()) as f:  # (the supervisor's)
+                            agent = int(f.read().rsplit(")", 1)[1].split()[1])
+                        with open("/proc/%d/cmdline" % agent, "rb") as f:
+                            assert b"tune-agent" in f.read()
+                        os.kill(agent, signal.SIGSTOP)
+                    return {"i": self.i}
+
+            raise SystemExit(tune_trial.run_trainable(StopsItsAgent))
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: agentstop
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'stopagent.py')}"]
+              mode: step
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            stop: {{training_iteration: 8}}
+            hosts:
+            """) + self.host_lines((0,), 2) + "\n")
+        self.tune("run", "exp.yaml", check=0, timeout=300)
+        for t in self.trials("agentstop"):
+            self.assertEqual(t["status"], "TERMINATED")
+            self.assertEqual([r["i"] for r in self.results("agentstop", t)], list(range(1, 9)))
+        with open(os.path.join(self.exp_dir("agentstop"), "tune.log")) as f:
+            log = f.read()
+        self.assertIn("the commands it had not written to trials' stdin go through the host's "
+                      "shell", log)
+
     def test_config_values_reach_the_remote_trial_as_literal_arguments(self):
         self.write("argv.py", ARGV_TRIAL)
         marker = os.path.join(self.dir, "pwned")
@@ -654,9 +699,13 @@ class SshTest(TuneTest):
         bins = os.path.join(os.path.dirname(os.path.dirname(self.worker_dir(0, "e", "t"))),
                             ".tune-bin")
         agents = sorted(glob.glob(os.path.join(bins, "*", "tune-agent")))
-        self.assertEqual(len(agents), 2, agents)
         with open(other, "rb") as f:
             theirs = f.read()
+        for a in agents:  # (theirs goes: the other tests find this version's helpers alone)
+            with open(a, "rb") as f:
+                if f.read() == theirs:
+                    self.addCleanup(shutil.rmtree, os.path.dirname(a), True)
+        self.assertEqual(len(agents), 2, agents)
         self.assertEqual(sorted(open(a, "rb").read() == theirs for a in agents), [False, True])
         self.assertFalse(os.path.exists(os.path.join(bins, "tune-agent")))
 
@@ -666,9 +715,10 @@ class SshTest(TuneTest):
         # its first step. Each `saved` answer's adoption runs on the host's I/O thread, queued
         # ahead of the next command: the loop never waits for it (it did, 1 s per save).
         self.write("slowsave.py", """
-            import glob, os, sys, time, tune_trial
-            # (this version's helpers: .tune-bin/<a sum of them>/)
-            (BIN,) = glob.glob(os.path.join(sys.argv[1], ".tune-bin", "*", "tune-supervisor"))
+            import os, sys, time, tune_trial
+            # (this version's helpers, .tune-bin/<a sum of them>/: where tune_trial comes from)
+            BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+                tune_trial.__file__))), "tune-supervisor")
 
             class SlowHost(tune_trial.Trainable):
                 def setup(self, config):

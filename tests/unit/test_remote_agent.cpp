@@ -49,7 +49,8 @@ struct Agent {
   std::vector<exec::AgentEvent> output_events;  // and the events
   // supervisors' start and exit events, and the changes said before an exit, passed over
   std::vector<exec::AgentEvent> relayed;
-  int alive = 0;  // heartbeats passed over
+  int alive = 0;                       // heartbeats passed over
+  std::map<std::string, int> written;  // stdin lines said written, passed over, by "id#attempt"
   explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -91,6 +92,10 @@ struct Agent {
         }
         if (e && e->kind == Kind::kAlive) {
           ++alive;
+          continue;
+        }
+        if (e && e->kind == Kind::kWritten) {
+          ++written[e->id + "#" + std::to_string(e->attempt)];
           continue;
         }
         if (e && (e->kind == Kind::kStart || e->kind == Kind::kExit || e->kind == Kind::kChanges)) {
@@ -981,12 +986,13 @@ TEST_CASE("tune-agent remote stops only a supervisor it started or watches, of t
   pid_t other = stand_in_supervisor();
   agent.send(exec::agent_signal_request("a", 2, sup, true));
   agent.send(exec::agent_signal_request("b", 1, other, true));
-  for (const char* id : {"a", "b"}) {
+  for (auto [id, attempt] : {std::pair{"a", 2}, std::pair{"b", 1}}) {
     auto error = agent.next();
     REQUIRE(error);
     CHECK(error->kind == Kind::kError);
     CHECK(error->op == "signal");
     CHECK(error->id == id);
+    CHECK(error->attempt == attempt);  // (so that it is never taken for another attempt's)
     CHECK(error->error.find("no supervisor") != std::string::npos);
   }
   CHECK(process_runs(other));
@@ -1027,6 +1033,8 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   REQUIRE(agent.next()->kind == Kind::kLaunched);
   CHECK(wait_for_text(s.dir / "trial_r" / "stdout.log", "got two").find("got one\ngot two\n") !=
         std::string::npos);
+  CHECK_FALSE(agent.next(false, 100));
+  CHECK(agent.written["r#1"] == 2);  // (each said once it went)
   // Not UTF-8, or with a newline in it: not for the agent (the driver uses its shell).
   CHECK_FALSE(exec::agent_stdin_request("r", 1, dir, "a\nb"));
   CHECK_FALSE(exec::agent_stdin_request("r", 1, dir, "\xff"));
@@ -1073,6 +1081,8 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   REQUIRE(got.size() == size_t(1100 - refusals) * 1024);
   for (int i = 0; i < 1100 - refusals; ++i)
     REQUIRE(got.substr(size_t(i) * 1024, 1024) == line(i) + "\n");
+  CHECK_FALSE(agent.next(false, 300));
+  CHECK(agent.written["i#1"] == 1100 - refusals);
 
   // A FIFO nobody has opened yet (its supervisor has made it and is about to): the line waits
   // for its reader (it was refused at once, "nobody reads it", and a step-mode trial waited for
