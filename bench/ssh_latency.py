@@ -20,8 +20,8 @@ medians (the driver's own "ssh timings" line), with the runs' range.
 
 With `--step-trials C`: C step-mode trials at once on the host (`cpus: C`), each a Trainable
 that the driver steps `--steps` times, one command line to its stdin per step; the figure is
-steps per second over the run (all trials' steps over the wall time from the first result to
-the last), where each command's trip to the host is what differs between builds."""
+steps per second, each trial's from its first result to its last (on the trial's own clock),
+summed over the trials: each command's trip to the host is what differs between builds."""
 import argparse
 import asyncio
 import datetime
@@ -176,9 +176,10 @@ def step_run(tune, tmp, hosts, port, trials, steps, name):
     storage = os.path.join(tmp, "runs")
     subprocess.run([tune, "run", yaml, "--quiet", "--storage-path", storage], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900)
-    # From the first result to the last, on the driver's clock (result.json's timestamps are
-    # the trial's, on the host: the same machine here)
-    stamps = []
+    # Each trial's rate from its first result to its last (time_total_s, the trial's own
+    # clock: the supervisor notes when each line arrived), summed over the trials, which ran at
+    # once.
+    rate = 0.0
     exp = os.path.join(storage, name)
     for d in os.listdir(exp):
         path = os.path.join(exp, d, "result.json")
@@ -187,9 +188,9 @@ def step_run(tune, tmp, hosts, port, trials, steps, name):
                 rows = [json.loads(l) for l in f if l.strip()]
             if len(rows) != steps:
                 raise RuntimeError("%s: %d results, not %d" % (path, len(rows), steps))
-            stamps += [r["timestamp"] for r in rows]
-    span = max(stamps) - min(stamps)
-    return {"steps_per_s": (len(stamps) - trials) / span if span > 0 else 0.0}
+            span = rows[-1]["time_total_s"] - rows[0]["time_total_s"]
+            rate += (steps - 1) / span if span > 0 else 0.0
+    return {"steps_per_s": rate}
 
 
 def main():

@@ -399,14 +399,18 @@ bool SshExecutor::Impl::poll(Worker& w, bool due) {
   }
   check_agent_requests(w, t);
   check_supervisors(w, t);
+  bool agent_live = w.agent_heard_gen == w.h.agent_gen && t - w.agent_heard < kAgentSilence;
   for (auto& [id, r] : w.runs) {
     bool read_some = false;
     // A watched attempt only when its agent said something, or every kWatchedLook seconds;
-    // an unwatched one at every tick of the schedule.
-    bool watched = r.watched_by == w.h.agent_gen;
+    // an unwatched one at every tick of the schedule, and on every poll while it owes the
+    // answer to a stdin line (a watched one's answer comes in its agent's output event: no
+    // look over SFTP per step, which held up every other attempt on the host for round trips).
+    // (an agent silent for kAgentSilence, stopped or stuck, says nothing of it either)
+    bool watched = r.watched_by == w.h.agent_gen && agent_live;
     bool routine = t - r.last_look >= kWatchedLook;
     if (!r.exited && w.up &&
-        ((!watched && due) || r.look || r.exit || r.awaiting_answer || routine)) {
+        ((!watched && (due || r.awaiting_answer)) || r.look || r.exit || routine)) {
       r.look = false;
       r.last_look = t;
       // before reading: once it exists, the output is final (a watched attempt's is read when

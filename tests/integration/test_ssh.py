@@ -287,11 +287,12 @@ class SshTest(TuneTest):
                              sorted(c["dir"] for c in t["checkpoints"]))
 
     def test_step_mode_trials_go_on_when_their_agent_is_stopped(self):
-        # At its 3rd step one trial stops (SIGSTOP) the host's agent, which had taken the
-        # trials' step commands and stops: the next commands go through the host's shell once
-        # the agent is silent, the one it held is sent again there once it has been silent for
-        # 30 s and is ended (each command once: every iteration once, in order), and the stops
-        # at the end too. Nothing hangs.
+        # At its 3rd step one trial stops (SIGSTOP) the host's agent, which took the trials'
+        # step commands and stops and carried their answers: once it is silent (3.5 s) their
+        # answers are read over SFTP, and their next commands and their stops at the end go
+        # through the host's shell (a command the agent took just before it stopped would go
+        # there too, once it has been silent for 30 s and is ended). Every iteration once, in
+        # order; nothing hangs (it did for ever: the commands waited in the stopped agent).
         self.write("stopagent.py", """
             import os, signal, sys, tune_trial
 
@@ -326,10 +327,6 @@ class SshTest(TuneTest):
         for t in self.trials("agentstop"):
             self.assertEqual(t["status"], "TERMINATED")
             self.assertEqual([r["i"] for r in self.results("agentstop", t)], list(range(1, 9)))
-        with open(os.path.join(self.exp_dir("agentstop"), "tune.log")) as f:
-            log = f.read()
-        self.assertIn("the commands it had not written to trials' stdin go through the host's "
-                      "shell", log)
 
     def test_config_values_reach_the_remote_trial_as_literal_arguments(self):
         self.write("argv.py", ARGV_TRIAL)
