@@ -202,14 +202,14 @@ void Controller::check_trial_dirs() {
   for (auto& [id, rt] : running_) {
     // One already stopping for a reason of its own ends for that reason.
     if (rt.stop_why != StopWhy::kNone || rt.deferred_exit) continue;
-    if (trial_dir_lost(trial(id), rt)) {
+    if (trial_dir_lost(trial(id), rt, false)) {
       ex_.stop(id, true);
       rt.term_sent = true;
     }
   }
 }
 
-bool Controller::trial_dir_lost(const trial::Trial& t, Runtime& rt) {
+bool Controller::trial_dir_lost(const trial::Trial& t, Runtime& rt, bool ended) {
   if (rt.dir_identity.first == 0 && rt.dir_identity.second == 0) {
     note_trial_dir(t, rt);  // (or not made yet: its host's agent makes it)
     return false;
@@ -219,9 +219,10 @@ bool Controller::trial_dir_lost(const trial::Trial& t, Runtime& rt) {
   if (!gone && st.st_dev == rt.dir_identity.first && st.st_ino == rt.dir_identity.second)
     return false;
   spdlog::error(
-      "trial {}: its dir '{}' was {} while it ran: what it wrote there is lost; "
-      "stopping it (a failure: it is retried per failure_config)",
-      t.name, trial_dir(t).string(), gone ? "deleted" : "replaced");
+      "trial {}: its dir '{}' was {} while it ran: what it wrote there is lost; {} (a failure: "
+      "it is retried per failure_config)",
+      t.name, trial_dir(t).string(), gone ? "deleted" : "replaced",
+      ended ? "the attempt ended" : "stopping it");
   rt.stop_why = StopWhy::kDirLost;
   return true;
 }

@@ -346,7 +346,7 @@ class Controller : private sched::Population {
   void check_trial_dirs();
   // True (said once, as an error; stop_why kDirLost) if the attempt's dir is not the one it
   // started in. Also asked at its exit: a trial that crashed because its dir went fails for that.
-  bool trial_dir_lost(const trial::Trial& t, Runtime& rt);
+  bool trial_dir_lost(const trial::Trial& t, Runtime& rt, bool ended);
   // Remembers which dir the attempt works in, once it exists (at its first output at the latest).
   void note_trial_dir(const trial::Trial& t, Runtime& rt);
   // After the dir was lost: stops what runs and throws the one-line error (exit 1).

@@ -145,7 +145,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   if (rt.stop_why == StopWhy::kNone && !stopping_ &&
       (info.reason == ExitReason::kExited || info.reason == ExitReason::kSupervisorDied ||
        info.reason == ExitReason::kOutputLost))
-    (void)trial_dir_lost(t, rt);
+    (void)trial_dir_lost(t, rt, true);
   StopWhy why = rt.stop_why;
   // (an attempt whose output could not all be kept failed, whatever its exit code)
   bool clean = info.exit_code && *info.exit_code == 0 && info.reason != ExitReason::kOutputLost;

@@ -17,7 +17,7 @@ using trial::Status;
 // The loop: launch what is ready, wait for events, handle them, write the state, renew the
 // lease, until nothing runs and nothing more is to start (or Ctrl-C twice, or the dir is lost).
 void Controller::run_loop() {
-  double woke = ex_.now();
+  double woke = ex_.now(), wall_woke = ex_.wall_time();
   // Where a slow turn's time went (logged when a turn takes over a second): launching,
   // handling events, the rest (result logs, lease, state write, mirror, report, table).
   double t_launch = 0, t_events = 0;
@@ -42,11 +42,13 @@ void Controller::run_loop() {
           "slow loop turn: {:.2f} s (launching {:.2f} s, {} event(s) {:.2f} s, the rest {:.2f} s)",
           turn, t_launch, n_events, t_events, turn - t_launch - t_events);
     longest_stall_ = std::max(longest_stall_, turn);
-    // (stopped in the middle of a turn, during a state write say: the same lapse of leases)
-    notice_gap(turn, true);
+    // (stopped in the middle of a turn, during a state write say: the same lapse of leases;
+    // the wall clock too, which a suspended machine's monotonic one may not count)
+    notice_gap(std::max(turn, ex_.wall_time() - wall_woke), true);
     double slept_from = ex_.now(), wall_from = ex_.wall_time();
     auto events = ex_.wait(timeout);
     woke = ex_.now();
+    wall_woke = ex_.wall_time();
     longest_overrun_ = std::max(longest_overrun_, woke - slept_from - timeout);
     notice_gap(std::max(woke - slept_from, ex_.wall_time() - wall_from) - timeout, false);
     n_events = events.size();
