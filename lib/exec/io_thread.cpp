@@ -20,14 +20,19 @@ IoThread::IoThread(double period_s, Task tick, std::function<int()> wake_fd)
       event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 IoThread::~IoThread() {
+  stop();
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void IoThread::stop() {
+  std::deque<Task> dropped;  // (destroyed outside the lock)
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    tasks_.clear();
+    dropped.swap(tasks_);
   }
   poke();
-  if (thread_.joinable()) thread_.join();
-  if (event_fd_ >= 0) ::close(event_fd_);
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
 void IoThread::poke() {

@@ -28,6 +28,9 @@ class IoThread {
   IoThread& operator=(const IoThread&) = delete;
   // Stops after the task or tick that runs now; tasks not yet run are dropped.
   ~IoThread();
+  // Stops and joins the thread (the task or tick under way ends first; queued tasks are
+  // dropped). The object stays usable by code that still holds it: posts are then ignored.
+  void stop();
 
   void start();
   void post(Task task);

@@ -66,7 +66,10 @@ int SshExecutor::ready_fd() const {
 SshExecutor::~SshExecutor() {
   auto& impl = *impl_;
   finish_deletions();
-  for (auto& w : impl.workers) w->io.reset();  // joined: their state is ours now
+  // Joined before they go: a tick under way still uses its worker's io (reset() would null
+  // it first: a driver crashed so at its end).
+  for (auto& w : impl.workers) w->io->stop();
+  for (auto& w : impl.workers) w->io.reset();  // their state is ours now
   SshStats all;
   for (auto& w : impl.workers) {
     all.add(w->stats);

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -148,4 +149,29 @@ TEST_CASE("io thread: input the tick leaves unread does not spin it", "[io_threa
   CHECK(ticks <= 200 / 2 + 20);
   ::close(p[0]);
   ::close(p[1]);
+}
+
+TEST_CASE("io thread: stop() joins it while its owner's pointer still holds it", "[io_thread]") {
+  // Its tick reaches the thread through the owner's unique_ptr, as an SSH host's does
+  // (w.io->tick_within). unique_ptr::reset() nulls the pointer before the destructor joins:
+  // a tick under way then called through null (a driver crashed so at its end).
+  std::unique_ptr<IoThread> io;
+  std::atomic<bool> in_tick{false};
+  std::atomic<int> ticks{0};
+  io = std::make_unique<IoThread>(0.001, [&] {
+    in_tick = true;
+    std::this_thread::sleep_for(50ms);
+    io->tick_within(0.001);  // (through the pointer, after the wait)
+    ++ticks;
+  });
+  io->start();
+  while (!in_tick) std::this_thread::sleep_for(1ms);
+  io->stop();  // the tick under way ends first
+  int after = ticks;
+  CHECK(after >= 1);
+  std::this_thread::sleep_for(20ms);
+  CHECK(ticks == after);       // and no other
+  io->post([&] { ++ticks; });  // ignored once stopped
+  io.reset();
+  CHECK(ticks == after);
 }
