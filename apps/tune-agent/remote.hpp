@@ -139,11 +139,13 @@ class RemoteLauncher {
   EventRelay relay_;
   Watches watches_;
   FileOps file_ops_;
-  StdinLines stdin_{[this](const std::string& id, int attempt) {
-    for (const auto& [pid, c] : children_)
-      if (c.id == id && c.attempt == attempt) return true;
-    return false;
-  }};
+  StdinLines stdin_{
+      [this](const std::string& id, int attempt) {
+        for (const auto& [pid, c] : children_)
+          if (c.id == id && c.attempt == attempt) return true;
+        return false;
+      },
+      [this](const std::string& id, int attempt) { watches_.expect_answer(id, attempt); }};
   // Before a supervisor's exit is passed on: what its attempt printed since its last event,
   // and, if asked, what changed in its trial dir.
   void before_exit(const std::string& id, int attempt);

@@ -104,6 +104,7 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
       t.lines.pop_front();
       t.written = 0;
       emit(json{{"event", "written"}, {"id", id}, {"attempt", t.attempt}});
+      wrote_(id, t.attempt);
     }
   }
   // All of it went: closed, so that a later attempt's new FIFO is the one opened next.

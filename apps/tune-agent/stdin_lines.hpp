@@ -30,8 +30,11 @@ class StdinLines {
   // Bytes queued for one trial at most (a trial that reads nothing): more is refused.
   static constexpr size_t kMaxQueued = 1u << 20;
 
-  // `live(id, attempt)`: whether the agent's supervisor of that attempt runs.
-  explicit StdinLines(std::function<bool(const std::string&, int)> live) : live_(std::move(live)) {}
+  // `live(id, attempt)`: whether the agent's supervisor of that attempt runs; `wrote(id,
+  // attempt)`: called as each line went whole.
+  StdinLines(std::function<bool(const std::string&, int)> live,
+             std::function<void(const std::string&, int)> wrote)
+      : live_(std::move(live)), wrote_(std::move(wrote)) {}
   StdinLines(const StdinLines&) = delete;
   StdinLines& operator=(const StdinLines&) = delete;
   ~StdinLines();
@@ -61,6 +64,7 @@ class StdinLines {
   void fail(std::map<std::string, Trial>::iterator it, const std::string& why);
   std::map<std::string, Trial> trials_;
   std::function<bool(const std::string&, int)> live_;
+  std::function<void(const std::string&, int)> wrote_;
 };
 
 }  // namespace tune::agent_app

@@ -216,6 +216,17 @@ void Watches::output(Iter it, int64_t now) {
   emit(event);
 }
 
+void Watches::expect_answer(const std::string& id, int attempt) {
+  auto it = watches_.find(id);
+  if (it == watches_.end() || it->second.attempt != attempt) return;
+  Watch& w = it->second;
+  w.last_ms = INT64_MIN / 2;  // (the next write is said at once)
+  if (!w.paused) return;
+  w.paused = false;
+  if (std::string why = watch_file(it); !why.empty()) return broken(it, why);
+  if (size_of(w.dir + "/stdout.log") != w.size_then) output(it, monotonic_ms());
+}
+
 void Watches::flush(const std::string& id, int attempt) {
   auto it = watches_.find(id);
   if (it == watches_.end() || it->second.attempt != attempt) return;

@@ -65,6 +65,10 @@ class Watches {
   // Sends `sig` to that attempt's watched supervisor `supervisor` through its pidfd (never to
   // a process that took its pid); false if it is not watched here (or has ended).
   bool signal(const std::string& id, int attempt, pid_t supervisor, int sig);
+  // A line went to that attempt's stdin: its answer is said as soon as it is written, not
+  // at the end of the gap after the last "output" (a step-mode trial's steps would wait for
+  // that gap each).
+  void expect_answer(const std::string& id, int attempt);
   // Says "output" for that attempt now, paused or not, if its stdout.log's size is not the one
   // its last event saw (its supervisor is about to say its exit: its last bytes go first).
   void flush(const std::string& id, int attempt);

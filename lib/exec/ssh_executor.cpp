@@ -229,9 +229,9 @@ void SshExecutor::stop(const std::string& trial_id, bool now) {
   w->io->post([impl = impl_.get(), w, trial_id, now] {
     auto run = w->runs.find(trial_id);
     if (run == w->runs.end() || run->second.exit || run->second.sup_pid <= 0) return;
-    if (!w->up) return;  // unreachable: it stops itself when its lease runs out
     auto& r = run->second;
     r.stop_asked = std::max(r.stop_asked, now ? 2 : 1);
+    if (!w->up) return;  // (asked again when the host is back: tend)
     // Through the agent that started or watches its supervisor: it signals that process and
     // no other (its own child, or through a pidfd), with no round trip.
     int gen = w->h.agent_gen;

@@ -79,6 +79,13 @@ void SshExecutor::Impl::tend(Worker& w, double now) {
       (void)w.h.shell_run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");
     w.superseded.clear();
     end_unsure_launches(w, w.h.agent_pid);  // launches the old agent never answered
+    // Stops asked while it was down, or of the old agent (a second SIGTERM is no harm). (Not
+    // its stdin lines: the old agent may have written them, its "written" lost with the link.)
+    for (auto& [id, r] : w.runs)
+      if (r.stop_asked > 0 && !r.exit && !r.exited) {
+        r.stop_by = -1;
+        stop_in_shell(w, r);
+      }
     w.lost = false;
     emit(HostEvent{w.name, true});
     return;

@@ -157,6 +157,7 @@ void SshExecutor::Impl::shell_does_requests(Worker& w) {
 
 void SshExecutor::Impl::redo_agent_requests(Worker& w, int gen, bool lines) {
   for (auto& [id, r] : w.runs) {
+    if (r.exit || r.exited) continue;  // (its FIFO has no reader: a write there would block)
     if (lines && r.stdin_by == gen) stdin_in_shell(w, r, r.stdin_line);
     // (a SIGTERM the supervisor had already is no harm)
     if (r.stop_by == gen) {
@@ -327,9 +328,21 @@ void SshExecutor::Impl::read_agent(Worker& w) {
 }
 
 void SshExecutor::Impl::restart_agent(Worker& w) {
+  // What it said that was read but not handled yet (during a launch): its "written" lines are
+  // not sent again.
+  auto said = std::exchange(w.agent_events, {});
+  for (const auto& e : said)
+    if (e.kind == AgentEvent::Kind::kStart) on_agent_event(w, e);
+  for (const auto& e : said)
+    if (e.kind != AgentEvent::Kind::kStart) on_agent_event(w, e);
   settle_file_ops(w, "its agent ended");
-  // (the stops and stdin lines it had not done: it is gone)
-  redo_agent_requests(w, w.h.agent_gen, true);
+  // The stops it was asked for, and the stdin lines it had not written once it is surely
+  // gone (else they could go twice).
+  bool gone = end_agent(w);
+  if (!gone)
+    spdlog::warn("host {}: its agent could not be ended: the commands it holds wait for it",
+                 w.name);
+  redo_agent_requests(w, w.h.agent_gen, gone);
   if (auto a = w.h.open_agent(); !a) {
     // Treated as a host that is down: reconnected with backoff, lost after host_timeout_s.
     spdlog::warn("host {}: {}", w.name, a.error().message);
