@@ -36,7 +36,8 @@
 //                                 or watches (an "error" event, op "signal", if none)
 //   {"op":"stdin","id","attempt","dir","line"}   one line to a step-mode attempt's stdin
 //                                 (stdin_lines.hpp): "written" once it went whole, an "error"
-//                                 event if it cannot go
+//                                 event if it cannot go; dropped without a word if the
+//                                 attempt ends first
 // Events, one JSON object per line on stdout:
 //   {"event":"ready","agent":PID}                         once, first
 //   {"event":"launched","id","attempt","supervisor":PID,"offset":N,"watched":B}

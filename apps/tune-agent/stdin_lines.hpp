@@ -3,8 +3,8 @@
 // Each line (a newline added) goes to DIR/stdin.fifo, which the attempt's supervisor holds open
 // for reading, in the order asked per trial, without the agent ever waiting on it: the FIFO is
 // opened non-blocking (right after the start it may not be there, or not open yet: looked for
-// again while the agent's supervisor of that attempt runs, else for kOpenWaitMs), a line the
-// pipe cannot take now is written as it drains. Only a FIFO is written to, and the FIFO itself
+// again while a supervisor of that attempt the agent started runs, else for kOpenWaitMs), a line
+// the pipe cannot take now is written as it drains. Only a FIFO is written to, and the FIFO itself
 // is never a symbolic link followed: a trial that put something else in its place gets an
 // error, as does a line that cannot go (an "error" event, op "stdin", naming the attempt).
 // Each line written whole is said:

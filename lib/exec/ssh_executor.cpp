@@ -192,7 +192,7 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
         r.stdin_line = line;
         r.stdin_by = w->h.agent_gen;
         r.stdin_sent = mono();
-        r.awaiting_answer = true;  // looked at on each poll until its answer is read
+        r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
         Impl::expect_output(*w);   // its answer (step mode)
         return;
       }
@@ -217,7 +217,7 @@ void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r, const std::string& lin
   else if (*st != 0)
     spdlog::warn("trial {}: cannot send a command to its stdin on {}", r.id, w.name);
   else {
-    r.awaiting_answer = true;  // looked at on each poll until its answer is read
+    r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
     expect_output(w);          // its answer (step mode)
   }
 }

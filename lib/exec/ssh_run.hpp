@@ -48,9 +48,11 @@ struct Run {
   // none, looked at on every poll. A watch is asked once of each new agent.
   int watched_by = -1;
   int watch_asked = -1;
-  int launched_by = -1;          // the agent that started it (it need not be asked to watch it)
-  bool look = true;              // something may be there to read
-  bool awaiting_answer = false;  // a line went to its stdin: looked at until output comes
+  int launched_by = -1;  // the agent that started it (it need not be asked to watch it)
+  bool look = true;      // something may be there to read
+  // A line went to its stdin: until output comes, looked at on every poll unless its agent
+  // watches it and was heard from lately (then the agent's output event brings the answer).
+  bool awaiting_answer = false;
   // The last line for its stdin and the agent (agent_gen) it went to, until that agent says
   // it written (-1): sent again in the host's shell if the agent ends or goes silent first
   // (step mode has one line in flight).
@@ -59,7 +61,7 @@ struct Run {
   double stdin_sent = 0;  // (monotonic)
   // 1: SIGTERM asked, 2: kill at once (done in the host's shell if its agent cannot)
   int stop_asked = 0;
-  int stop_by = -1;  // the agent (agent_gen) it was last asked of
+  int stop_by = -1;         // the agent (agent_gen) it was last asked of
   int failed_looks = 0;     // looks in a row since its exit that could not read its output
   double unread_since = 0;  // when the first of them was
   double last_look = -1e9;  // when it was looked at last (monotonic)
