@@ -94,15 +94,20 @@ def start_relay(target_host, target_port, delay_s):
     return port[0]
 
 
-def one_run(tune, tmp, hosts, port, trials, name, syncer):
-    h = hosts["hosts"][0]
-    # (a workdir of its own: the bench's dir holds the worker's storage, which a copy of the
-    # workdir to that worker would copy into itself)
+def workdir_with(tmp, name, text):
+    """The bench's workdir with file `name` holding `text`: its path. (A workdir of its own: the
+    bench's dir holds the worker's storage, which a copy of the workdir to that worker would copy
+    into itself.)"""
     work = os.path.join(tmp, "work")
     os.makedirs(work, exist_ok=True)
-    one = os.path.join(work, "one_result.sh")
-    with open(one, "w") as f:
-        f.write("echo '{\"x\": 1}'\n")
+    with open(os.path.join(work, name), "w") as f:
+        f.write(text)
+    return work, os.path.join(work, name)
+
+
+def one_run(tune, tmp, hosts, port, trials, name, syncer):
+    h = hosts["hosts"][0]
+    work, one = workdir_with(tmp, "one_result.sh", "echo '{\"x\": 1}'\n")
     yaml = os.path.join(tmp, name + ".yaml")
     with open(yaml, "w") as f:
         f.write(textwrap.dedent(f"""
@@ -153,11 +158,7 @@ raise SystemExit(tune_trial.run_trainable(Quick))
 
 def step_run(tune, tmp, hosts, port, trials, steps, name):
     h = hosts["hosts"][0]
-    work = os.path.join(tmp, "work")
-    os.makedirs(work, exist_ok=True)
-    script = os.path.join(work, "quick_step.py")
-    with open(script, "w") as f:
-        f.write(STEP_TRIAL)
+    work, script = workdir_with(tmp, "quick_step.py", STEP_TRIAL)
     yaml = os.path.join(tmp, name + ".yaml")
     with open(yaml, "w") as f:
         f.write(textwrap.dedent(f"""
