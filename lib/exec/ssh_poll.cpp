@@ -141,10 +141,15 @@ void SshExecutor::Impl::signal_or_stdin_refused(Worker& w, const AgentEvent& e) 
     return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);  // (it ended meanwhile)
   auto& r = run->second;
   if (e.op == "signal") return stop_in_shell(w, r);  // (one its agent does not know)
-  // (the agent waited for the FIFO while the attempt's supervisor ran: it cannot go)
+  // (the agent waited for the FIFO while the attempt's supervisor ran: it cannot go) Said once
+  // per attempt: a trial that reads none of its commands but answers them all the same would
+  // have one said per step (200 MB of tune.log in a minute).
   r.stdin_by = -1;
-  spdlog::warn("trial {}: cannot send a command to its stdin on {}: {}", e.id, w.name,
-               util::printable(e.error, 300));
+  if (std::exchange(r.stdin_refused, true))
+    return spdlog::debug("trial {}: cannot send a command to its stdin on {}: {}", e.id, w.name,
+                         util::printable(e.error, 300));
+  spdlog::warn("trial {}: cannot send a command to its stdin on {}: {} (said once per attempt)",
+               e.id, w.name, util::printable(e.error, 300));
 }
 
 void SshExecutor::Impl::shell_does_requests(Worker& w) {

@@ -58,7 +58,8 @@ struct Run {
   // (step mode has one line in flight).
   std::string stdin_line;
   int stdin_by = -1;
-  double stdin_sent = 0;  // (monotonic)
+  double stdin_sent = 0;       // (monotonic)
+  bool stdin_refused = false;  // a line could not go: said once
   // 1: SIGTERM asked, 2: kill at once (done in the host's shell if its agent cannot)
   int stop_asked = 0;
   int stop_by = -1;         // the agent (agent_gen) it was last asked of
