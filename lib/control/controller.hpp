@@ -81,14 +81,17 @@ class Controller : private sched::Population {
     kResync,
     kScheduler,
     kPause,
-    kDirLost,  // its trial dir was deleted or replaced while it ran: a failure
+    kDirLost,    // its trial dir was deleted or replaced while it ran: a failure
+    kStdinLost,  // step mode: its commands could not reach it (Runtime::lost_why): a failure
   };
   enum class StepOp { kNone, kStep, kSave, kStop };
   // Stops that a later Ctrl-C does not turn into an interruption.
   static bool is_final(StopWhy w) {
     return w == StopWhy::kCriterion || w == StopWhy::kDone || w == StopWhy::kScheduler ||
-           w == StopWhy::kPause || w == StopWhy::kDirLost;
+           w == StopWhy::kPause || is_failure(w);
   }
+  // Stops of the driver's that fail the attempt (retried per failure_config).
+  static bool is_failure(StopWhy w) { return w == StopWhy::kDirLost || w == StopWhy::kStdinLost; }
 
   // What the controller knows about a running attempt (not persisted).
   struct Runtime {
@@ -118,6 +121,7 @@ class Controller : private sched::Population {
     // Its trial dir on the head, once it exists (device, inode): one deleted or replaced while
     // the attempt runs is noticed within a second (check_trial_dirs).
     std::pair<dev_t, ino_t> dir_identity{0, 0};
+    std::string lost_why;  // kStdinLost: why its commands could not reach it
     std::optional<exec::ExitInfo> deferred_exit;
     // When its output arrived, on its host's clocks (exec/arrivals.hpp), when the host notes
     // it: results then get the trial's times even when read late.
@@ -221,6 +225,8 @@ class Controller : private sched::Population {
   [[nodiscard]] std::optional<exec::HostTime> arrival_of_line(Runtime& rt);
   void on_line(trial::Trial& t, Runtime& rt, std::string_view line);
   void on_exit(const std::string& id, const exec::ExitInfo& info);
+  // A step-mode attempt its commands cannot reach: stopped at once, a failure (step.cpp).
+  void on_stdin_lost(const exec::StdinLostEvent& ev);
   void record_result(trial::Trial& t, Runtime& rt, nlohmann::json result);
   [[nodiscard]] bool should_stop(const nlohmann::json& result) const;
   void register_checkpoint(trial::Trial& t, Runtime& rt, int64_t seq, const nlohmann::json& result);

@@ -147,6 +147,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
        info.reason == ExitReason::kOutputLost))
     (void)trial_dir_lost(t, rt, true);
   StopWhy why = rt.stop_why;
+  std::string rt_lost_why = rt.lost_why;
   // (an attempt whose output could not all be kept failed, whatever its exit code)
   bool clean = info.exit_code && *info.exit_code == 0 && info.reason != ExitReason::kOutputLost;
   // Ended by a stop criterion, by saying done, by the budget, or by itself with exit 0.
@@ -161,7 +162,7 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
   // latest checkpoint, whatever its exit code, and never counted as a failure. A supervisor
   // that stopped its trial because the driver went silent (a stopped or suspended driver)
   // counts as the driver's doing too, as does a host lost for longer than host_timeout_s.
-  bool interrupted = !terminated && why != StopWhy::kDirLost &&
+  bool interrupted = !terminated && !is_failure(why) &&
                      (why == StopWhy::kUser || why == StopWhy::kFailFast || by_supervisor);
   if (auto r = terminated ? rt.log.mark_last_done() : rt.log.flush(); !r)
     spdlog::warn("trial {}: {}", t.name, r.error().message);
@@ -194,12 +195,13 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     interrupt(t);
     return;
   }
-  std::string why_text = why == StopWhy::kDirLost
-                             ? "its trial dir was deleted or replaced while it ran"
-                             : describe_exit(info);
+  std::string why_text =
+      why == StopWhy::kDirLost     ? "its trial dir was deleted or replaced while it ran"
+      : why == StopWhy::kStdinLost ? "its step-mode commands could not reach it: " + rt_lost_why
+                                   : describe_exit(info);
   // (not for an attempt that never ran: the log's last line is another attempt's)
   if (info.reason != ExitReason::kExecFailed && info.reason != ExitReason::kDirBusy &&
-      why != StopWhy::kDirLost) {
+      !is_failure(why)) {
     std::string tail = util::last_line(trial_dir(t) / "stderr.log");
     if (!tail.empty() && tail.find("tune-supervisor:") == std::string::npos &&
         !exec::is_attempt_marker(tail))  // the attempt wrote nothing there

@@ -140,6 +140,8 @@ void Controller::dispatch(exec::Event& ev) {
     on_output(*o);
   } else if (auto* x = std::get_if<exec::ExitEvent>(&ev)) {
     on_exit(x->trial_id, x->info);
+  } else if (auto* l = std::get_if<exec::StdinLostEvent>(&ev)) {
+    on_stdin_lost(*l);
   } else if (auto* h = std::get_if<exec::HostEvent>(&ev)) {
     pool_.set_available(h->host, h->up);
     state_.hosts[h->host] = h->up ? "up" : "unreachable";

@@ -110,4 +110,24 @@ void Controller::step_saved(trial::Trial& t, Runtime& rt, const json& reply) {
   step_send(t, rt, rt.stop_after_save ? StepOp::kStop : StepOp::kStep);
 }
 
+void Controller::on_stdin_lost(const exec::StdinLostEvent& ev) {
+  auto it = running_.find(ev.trial_id);
+  if (it == running_.end()) return;
+  auto& t = trial(ev.trial_id);
+  Runtime& rt = it->second;
+  if (t.attempt != ev.attempt || rt.deferred_exit) return;  // (it ended meanwhile)
+  // One already ending for a reason that stands (its last result, the scheduler's stop, a
+  // user's) ends so, only at once; else it fails: its state cannot be asked for either.
+  bool stands = rt.stop_why != StopWhy::kNone && rt.stop_why != StopWhy::kPause &&
+                rt.stop_why != StopWhy::kResync;
+  spdlog::error("trial {}: its step-mode commands cannot reach it ({}): stopping it{}", t.name,
+                ev.why, stands ? "" : " (a failure: it is retried per failure_config)");
+  if (!stands) {
+    rt.stop_why = StopWhy::kStdinLost;
+    rt.lost_why = ev.why;
+  }
+  ex_.stop(t.id, true);
+  rt.term_sent = true;
+}
+
 }  // namespace tune::control

@@ -138,7 +138,14 @@ struct HostEvent {
   std::string host;
   bool up = false;
 };
-using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent, HostEvent>;
+// A step-mode attempt's commands cannot reach it: its stdin.fifo was removed, replaced or
+// left unread, or something else is in its place (`why`). The controller fails the attempt.
+struct StdinLostEvent {
+  std::string trial_id;
+  int attempt = 0;
+  std::string why;
+};
+using Event = std::variant<InterruptEvent, OutputEvent, ExitEvent, HostEvent, StdinLostEvent>;
 
 // An attempt whose supervisor runs now, as the host it runs on says.
 struct LiveAttempt {

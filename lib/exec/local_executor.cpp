@@ -231,6 +231,11 @@ std::vector<Event> LocalExecutor::wait(double timeout_s) {
   std::vector<std::string> finished;
   for (auto& [id, r] : impl.runs) {
     impl.flush_stdin(r);
+    if (!r.stdin_lost.empty() && !std::exchange(r.stdin_lost_said, true)) {
+      r.pending_in.clear();
+      outputs.emplace_back(std::in_place_type<StdinLostEvent>,
+                           StdinLostEvent{id, r.attempt, r.stdin_lost});
+    }
     if (!r.dirty && !r.more) continue;
     r.dirty = false;
     bool done = false;

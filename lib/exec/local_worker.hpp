@@ -38,6 +38,8 @@ constexpr double kRescanPeriod = 1.0;    // safety net for missed inotify events
 // its launches not started); one that is stopped (SIGSTOP, a debugger), after kStoppedAgentS.
 constexpr double kAgentAnswerS = 30.0;
 constexpr double kStoppedAgentS = 3.0;
+// How long a step-mode command waits for its attempt's stdin.fifo to be there and read.
+constexpr double kStdinWaitS = 10.0;
 
 using util::clock_s;
 
@@ -66,6 +68,9 @@ struct Run {
   int wd = -1;
   int fifo_fd = -1;
   std::string pending_in;
+  double stdin_waits_from = -1;  // since when a line waits for its FIFO to be there (monotonic)
+  std::string stdin_lost;        // why no line can reach it (then nothing is sent)
+  bool stdin_lost_said = false;
   bool dirty = true;
   bool more = false;     // unread output remains after a full chunk
   bool rewound = false;  // re-attached to a stdout.log shorter than what was read: say where
@@ -306,11 +311,36 @@ struct LocalExecutor::Impl {
     }
   }
 
+  // Writes what waits for the attempt's stdin.fifo, opened (and kept open) once it is there
+  // and read: a FIFO only, never through a link. One not there or not read for kStdinWaitS
+  // while its supervisor runs, or something else in its place: r.stdin_lost says why, and
+  // wait() tells the controller, which fails the attempt.
   void flush_stdin(Run& r) {
-    if (r.pending_in.empty()) return;
+    if (r.pending_in.empty() || !r.stdin_lost.empty()) return;
     if (r.fifo_fd < 0) {
-      r.fifo_fd = ::open((r.dir / "stdin.fifo").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-      if (r.fifo_fd < 0) return;  // not created yet, or no reader yet: try again later
+      r.fifo_fd =
+          ::open((r.dir / "stdin.fifo").c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+      if (r.fifo_fd < 0) {
+        int e = errno;
+        double t = clock_s(CLOCK_MONOTONIC);
+        if (r.stdin_waits_from < 0) r.stdin_waits_from = t;
+        // (not made yet, or not open yet: its supervisor makes it, then opens it)
+        if ((e == ENOENT || e == ENXIO) &&
+            (t - r.stdin_waits_from < kStdinWaitS || r.supervisor_gone || r.exit))
+          return;
+        r.stdin_lost = e == ELOOP    ? "its stdin.fifo is a symbolic link"
+                       : e == ENXIO  ? "nobody reads its stdin.fifo"
+                       : e == ENOENT ? "its stdin.fifo is not there"
+                                     : std::string("its stdin.fifo: ") + std::strerror(e);
+        return;
+      }
+      struct stat st {};
+      if (::fstat(r.fifo_fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+        ::close(r.fifo_fd);
+        r.fifo_fd = -1;
+        r.stdin_lost = "its stdin.fifo is not a FIFO";
+        return;
+      }
     }
     while (!r.pending_in.empty()) {
       ssize_t n = ::write(r.fifo_fd, r.pending_in.data(), r.pending_in.size());

@@ -11,6 +11,7 @@
 #include "checkpoint/adopt.hpp"
 #include "control/controller.hpp"
 #include "controller_fixtures.hpp"
+#include "log_capture.hpp"
 #include "util/fs.hpp"
 
 using namespace tune;
@@ -642,6 +643,62 @@ time_budget_s: 5
   CHECK(c.state().trials[0].iteration == 1);
   CHECK(ex.now() < 1000 + 5 + 2 + 1);  // budget + grace
   REQUIRE(ex.stops.size() == 1);
+}
+
+TEST_CASE("step mode: an attempt its commands cannot reach fails, and is retried",
+          "[controller][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+stop: {training_iteration: 4}
+failure_config: {max_failures: 1}
+)");
+  // Its first attempt's third command cannot be delivered (its stdin.fifo was removed, say):
+  // the executor says so, and the attempt waits for ever unless the controller ends it.
+  struct Lost : FakeProcess {
+    int iter = 0;
+    void on_stdin(FakeContext& c, const std::string& line) override {
+      auto cmd = json::parse(line);
+      if (cmd["op"] == "step" && c.launch.attempt == 1 && iter == 2) {
+        c.ex->push(exec::StdinLostEvent{c.launch.trial_id, 1, "its stdin.fifo is not there"});
+        return;
+      }
+      if (cmd["op"] == "step") c.print(json{{"loss", 1.0 / ++iter}}.dump());
+      if (cmd["op"] == "stop") c.exit(0);
+    }
+  };
+  auto o = opts();  // (before the capture: it silences the default logger)
+  testing::LogCapture logs;
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<Lost>(); });
+  control::Controller c(e, ex, o);
+  REQUIRE(c.run() == kExitOk);
+  const auto& t = c.state().trials[0];
+  CHECK(t.status == trial::Status::kTerminated);
+  CHECK(t.failures == 1);
+  CHECK(t.attempt == 2);
+  REQUIRE_FALSE(ex.stops.empty());
+  CHECK(ex.stops.front() == std::pair<std::string, bool>{"00000", true});  // (killed at once)
+  CHECK(logs.text().find("its step-mode commands cannot reach it (its stdin.fifo is not there)") !=
+        std::string::npos);
+  CHECK(ex.now() < 1000 + 5);  // (no wait for a time-out)
+
+  // With no retry left: ERROR, saying why.
+  ScratchDir d2;
+  auto e2 = make_exp(d2, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+stop: {training_iteration: 4}
+)");
+  FakeExecutor ex2([](const exec::Launch&) { return std::make_unique<Lost>(); });
+  control::Controller c2(e2, ex2, opts());
+  (void)c2.run();
+  const auto& t2 = c2.state().trials[0];
+  CHECK(t2.status == trial::Status::kError);
+  CHECK(t2.error.find("its step-mode commands could not reach it: its stdin.fifo is not there") !=
+        std::string::npos);
 }
 
 TEST_CASE("retention deletes a checkpoint that became a symlink, never its target",
