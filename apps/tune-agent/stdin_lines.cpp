@@ -1,8 +1,10 @@
 #include "stdin_lines.hpp"
 
+#include "agent/stdin_record.hpp"
 #include "events.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,56 +17,119 @@ namespace tune::agent_app {
 
 using nlohmann::json;
 
+namespace {
+
+// An "error" event answering a stdin request: its code says whether any line can still go.
+void stdin_error(const std::string& message, const std::string& id, int attempt, uint64_t n,
+                 const char* code) {
+  json e{{"event", "error"}, {"message", message}, {"op", "stdin"}, {"code", code}};
+  if (!id.empty()) e["id"] = id;
+  if (attempt > 0) e["attempt"] = attempt;
+  if (n > 0) e["n"] = n;
+  emit(e);
+}
+
+}  // namespace
+
 StdinLines::~StdinLines() {
-  for (auto& [id, t] : trials_)
-    if (t.fd >= 0) ::close(t.fd);
+  for (auto& [id, t] : trials_) close_fds(t);
+}
+
+void StdinLines::close_fds(Trial& t) {
+  if (t.fd >= 0) ::close(t.fd);
+  if (t.record_fd >= 0) ::close(t.record_fd);
+  t.fd = t.record_fd = -1;
 }
 
 void StdinLines::request(const json& req) {
-  std::string id, dir, line;
+  std::string id, dir, line, run;
   int attempt = 0;
+  uint64_t n = 0;
   try {
     id = req.at("id").get<std::string>();
     attempt = req.at("attempt").get<int>();
     dir = req.at("dir").get<std::string>();
     line = req.at("line").get<std::string>();
+    if (req.contains("run")) {
+      run = req.at("run").get<std::string>();
+      n = req.at("n").get<uint64_t>();
+    }
   } catch (const std::exception& e) {
     return emit_error(std::string("bad stdin request: ") + e.what(), "stdin", id, attempt);
   }
-  if (dir.empty() || dir[0] != '/' || line.find('\n') != std::string::npos)
+  if (dir.empty() || dir[0] != '/' || line.find('\n') != std::string::npos ||
+      (req.contains("run") && (!agent::valid_stdin_run(run) || n == 0)))
     return emit_error(
-        "bad stdin request: a trial dir that is not absolute, or a line with a "
-        "newline in it",
+        "bad stdin request: a trial dir that is not absolute, a line with a newline in it, or "
+        "a run that is not 1-32 hex digits with an n of 1 or more",
         "stdin", id, attempt);
   auto [it, fresh] = trials_.try_emplace(id);
   Trial& t = it->second;
   if (!fresh && t.attempt != attempt) {  // (an earlier attempt's: its FIFO is gone)
-    if (t.fd >= 0) ::close(t.fd);
+    close_fds(t);
     t = Trial{};
   }
   t.attempt = attempt;
+  t.dir = dir;
   t.fifo = dir + "/stdin.fifo";
   if (t.queued + line.size() + 1 > kMaxQueued)
-    return emit_error("cannot write to the stdin of trial " + id + ": more than " +
-                          std::to_string(kMaxQueued) +
-                          " bytes wait for it (it reads none): this line is dropped",
-                      "stdin", id, attempt);
-  if (t.lines.empty() && t.fd < 0) t.open_by = monotonic_ms() + kOpenWaitMs;
-  t.lines.push_back(line + "\n");
-  t.queued += t.lines.back().size();
-  if (!t.blocked) pump(id, t);
+    return stdin_error("cannot write to the stdin of trial " + id + ": more than " +
+                           std::to_string(kMaxQueued) +
+                           " bytes wait for it (it reads none): this line is dropped",
+                       id, attempt, n, "full");
+  if (t.lines.empty() && t.fd < 0) t.open_from = monotonic_ms();
+  t.lines.push_back({line + "\n", run, n});
+  t.queued += t.lines.back().text.size();
+  if (!t.blocked && t.retry_at < 0) pump(id, t);
 }
 
-void StdinLines::fail(std::map<std::string, Trial>::iterator it, const std::string& why) {
-  emit_error(
-      "cannot write to the stdin of trial " + it->first + " (" + it->second.fifo + "): " + why,
-      "stdin", it->first, it->second.attempt);
-  if (it->second.fd >= 0) ::close(it->second.fd);
+void StdinLines::fail(std::map<std::string, Trial>::iterator it, const std::string& why,
+                      const char* code) {
+  Trial& t = it->second;
+  stdin_error("cannot write to the stdin of trial " + it->first + " (" + t.fifo + "): " + why,
+              it->first, t.attempt, t.lines.empty() ? 0 : t.lines.front().n, code);
+  close_fds(t);
   trials_.erase(it);
+}
+
+StdinLines::Claim StdinLines::claim(std::map<std::string, Trial>::iterator it) {
+  Trial& t = it->second;
+  const Line& line = t.lines.front();
+  if (line.run.empty() || t.written > 0) return Claim::kWrite;  // (claimed as it began)
+  if (t.record_fd < 0) {
+    std::string path = t.dir + "/" + agent::kStdinRecordName;
+    t.record_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (t.record_fd < 0 || ::fstat(t.record_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      fail(it,
+           std::string("its record ") + agent::kStdinRecordName +
+               " cannot be used: " + (t.record_fd < 0 ? std::strerror(errno) : "it is not a file"),
+           "lost");
+      return Claim::kFailed;
+    }
+  }
+  if (::flock(t.record_fd, LOCK_EX | LOCK_NB) != 0) return Claim::kLater;
+  if (agent::stdin_record_covers(agent::read_stdin_record(t.record_fd), line.run, line.n)) {
+    ::flock(t.record_fd, LOCK_UN);
+    return Claim::kWritten;  // (by an agent before this one, or the host's shell)
+  }
+  return Claim::kWrite;
+}
+
+void StdinLines::said_written(const std::string& id, Trial& t) {
+  const Line& front = t.lines.front();
+  json e{{"event", "written"}, {"id", id}, {"attempt", t.attempt}};
+  if (front.n > 0) e["n"] = front.n;
+  emit(e);
+  t.queued -= front.text.size();
+  t.lines.pop_front();
+  t.written = 0;
+  wrote_(id, t.attempt);
 }
 
 bool StdinLines::pump(const std::string& id, Trial& t) {
   auto it = trials_.find(id);
+  t.retry_at = -1;
   if (t.fd < 0) {
     // (never through a link; a regular file put there is opened, looked at and left alone)
     t.fd = ::open(t.fifo.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -72,44 +137,61 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
       int e = errno;
       // (not there yet, or not open yet: its supervisor makes it, then opens it; or an
       // earlier attempt's is still there: looked for again)
-      if ((e == ENOENT || e == ENXIO) && (monotonic_ms() < t.open_by || live_(id, t.attempt)))
+      int64_t waited = monotonic_ms() - t.open_from;
+      if ((e == ENOENT || e == ENXIO) &&
+          (waited < kOpenWaitMs || (waited < kSupervisedWaitMs && live_(id, t.attempt))))
         return true;
-      fail(it, e == ELOOP    ? "it is a symbolic link"
-               : e == ENXIO  ? "nobody reads it (its attempt has ended)"
-               : e == ENOENT ? "it is not there"
-                             : std::strerror(e));
+      fail(it,
+           e == ELOOP    ? "it is a symbolic link"
+           : e == ENXIO  ? "nobody reads it (its attempt has ended, or it was replaced)"
+           : e == ENOENT ? "it is not there"
+                         : std::strerror(e),
+           "lost");
       return false;
     }
     struct stat st;
     if (::fstat(t.fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-      fail(it, "it is not a FIFO");
+      fail(it, "it is not a FIFO", "lost");
       return false;
     }
   }
   while (!t.lines.empty()) {
-    const std::string& front = t.lines.front();
-    ssize_t n = ::write(t.fd, front.data() + t.written, front.size() - t.written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
+    auto c = claim(it);
+    if (c == Claim::kFailed) return false;
+    if (c == Claim::kLater) {  // (another writer holds the record for a moment)
+      t.retry_at = monotonic_ms() + 10;
+      return true;
+    }
+    if (c == Claim::kWritten) {
+      said_written(id, t);
+      continue;
+    }
+    const Line& front = t.lines.front();
+    bool recording = !front.run.empty() && t.written == 0;
+    ssize_t n = ::write(t.fd, front.text.data() + t.written, front.text.size() - t.written);
+    int e = errno;
+    if (recording) {
+      // (recorded as its first byte went: the rest is this agent's to write)
+      if (n > 0) {
+        std::string rec = agent::stdin_record_text({front.run, front.n});
+        (void)!::pwrite(t.record_fd, rec.data(), rec.size(), 0);
+      }
+      ::flock(t.record_fd, LOCK_UN);
+    }
+    if (n < 0 && e == EINTR) continue;
+    if (n < 0 && e == EAGAIN) {
       t.blocked = true;  // (written on as the trial reads)
       return true;
     }
     if (n < 0) {
-      fail(it, errno == EPIPE ? "nobody reads it (its attempt has ended)" : std::strerror(errno));
+      fail(it, e == EPIPE ? "nobody reads it (its attempt has ended)" : std::strerror(e), "lost");
       return false;
     }
     t.written += static_cast<size_t>(n);
-    if (t.written == front.size()) {
-      t.queued -= front.size();
-      t.lines.pop_front();
-      t.written = 0;
-      emit(json{{"event", "written"}, {"id", id}, {"attempt", t.attempt}});
-      wrote_(id, t.attempt);
-    }
+    if (t.written == front.text.size()) said_written(id, t);
   }
   // All of it went: closed, so that a later attempt's new FIFO is the one opened next.
-  ::close(t.fd);
-  t.fd = -1;
+  close_fds(t);
   t.blocked = false;
   return true;
 }
@@ -117,7 +199,7 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
 void StdinLines::forget(const std::string& id, int attempt) {
   auto it = trials_.find(id);
   if (it == trials_.end() || it->second.attempt != attempt) return;
-  if (it->second.fd >= 0) ::close(it->second.fd);
+  close_fds(it->second);
   trials_.erase(it);
 }
 
@@ -128,19 +210,22 @@ void StdinLines::add_fds(std::vector<pollfd>& fds) const {
 
 int StdinLines::timeout_ms() const {
   int64_t now = monotonic_ms(), best = -1;
-  for (const auto& [id, t] : trials_)
-    if (t.fd < 0 && !t.lines.empty()) {
-      // (looked for every 50 ms, also past open_by while its supervisor runs)
-      int64_t due = t.open_by > now ? std::min<int64_t>(t.open_by - now, 50) : 50;
-      if (best < 0 || due < best) best = due;
-    }
+  for (const auto& [id, t] : trials_) {
+    int64_t due = -1;
+    if (t.retry_at >= 0)
+      due = std::max<int64_t>(0, t.retry_at - now);
+    else if (t.fd < 0 && !t.lines.empty())
+      due = 50;  // (a FIFO not there yet: looked for every 50 ms)
+    if (due >= 0 && (best < 0 || due < best)) best = due;
+  }
   return static_cast<int>(best);
 }
 
 void StdinLines::after_wait(const std::vector<pollfd>& fds) {
   std::vector<std::string> due;
+  int64_t now = monotonic_ms();
   for (auto& [id, t] : trials_) {
-    bool ready = t.fd < 0 && !t.lines.empty();
+    bool ready = (t.fd < 0 && !t.lines.empty()) || (t.retry_at >= 0 && t.retry_at <= now);
     if (t.blocked)
       for (const auto& p : fds)
         if (p.fd == t.fd && p.revents) ready = true;

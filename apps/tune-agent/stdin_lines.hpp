@@ -1,15 +1,24 @@
 // Lines for step-mode trials' stdin, asked by the driver (remote.hpp):
-//   {"op":"stdin","id","attempt","dir","line"}
+//   {"op":"stdin","id","attempt","dir","line","run","n"}
 // Each line (a newline added) goes to DIR/stdin.fifo, which the attempt's supervisor holds open
 // for reading, in the order asked per trial, without the agent ever waiting on it: the FIFO is
 // opened non-blocking (right after the start it may not be there, or not open yet: looked for
-// again while a supervisor of that attempt the agent started runs, else for kOpenWaitMs), a line
-// the pipe cannot take now is written as it drains. Only a FIFO is written to, and the FIFO itself
-// is never a symbolic link followed: a trial that put something else in its place gets an
-// error, as does a line that cannot go (an "error" event, op "stdin", naming the attempt).
-// Each line written whole is said:
-//   {"event":"written","id","attempt"}
-// so that the driver knows which lines an agent that ended or went silent had not written.
+// again for kOpenWaitMs, or kSupervisedWaitMs while a supervisor of that attempt the agent
+// started runs), a line the pipe cannot take now is written as it drains. Only a FIFO is written
+// to, and the FIFO itself is never a symbolic link followed.
+//
+// Each line once, whoever sends it: `run` (the driver's) and `n` (rising within a run) name the
+// line, and DIR/stdin.sent records the last one written (stdin_record.hpp). A line is written
+// only if the record names an earlier one, and the record is updated as its first byte goes,
+// both under an flock of the record: a driver that lost its link sends the lines not said
+// written again, to a new agent or through the host's shell, while the old agent may live on.
+//
+// Each line written whole (or found written already) is said:
+//   {"event":"written","id","attempt","n"}
+// A line that cannot go is said with an "error" event (op "stdin", naming the attempt and n)
+// with a `code`: "lost" (no FIFO, something else in its place, no reader: no line will reach the
+// trial) or "full" (this line dropped: more than kMaxQueued bytes wait for a trial that reads
+// none).
 #pragma once
 
 #include <poll.h>
@@ -27,6 +36,7 @@ namespace tune::agent_app {
 class StdinLines {
  public:
   static constexpr int64_t kOpenWaitMs = 1000;
+  static constexpr int64_t kSupervisedWaitMs = 10000;
   // Bytes queued for one trial at most (a trial that reads nothing): more is refused.
   static constexpr size_t kMaxQueued = 1u << 20;
 
@@ -49,19 +59,32 @@ class StdinLines {
   void after_wait(const std::vector<pollfd>& fds);
 
  private:
+  struct Line {
+    std::string text;  // (with its newline)
+    std::string run;   // "": sent without a name (written as asked, no record kept)
+    uint64_t n = 0;
+  };
   struct Trial {
     int attempt = 0;
-    std::string fifo;
-    std::deque<std::string> lines;  // (each with its newline)
-    size_t written = 0;             // of the first line
-    size_t queued = 0;              // bytes in lines
+    std::string dir, fifo;
+    std::deque<Line> lines;
+    size_t written = 0;  // of the first line
+    size_t queued = 0;   // bytes in lines
     int fd = -1;
-    int64_t open_by = 0;   // (this host's monotonic ms) the FIFO should be there by then
-    bool blocked = false;  // the pipe took no more: waiting for POLLOUT
+    int record_fd = -1;     // DIR/stdin.sent
+    int64_t open_from = 0;  // (this host's monotonic ms) since when its FIFO is looked for
+    int64_t retry_at = -1;  // the record's lock was held: tried again then
+    bool blocked = false;   // the pipe took no more: waiting for POLLOUT
   };
+  enum class Claim { kWrite, kWritten, kLater, kFailed };
   // Writes what it can; false (said, and the trial's queue dropped) on an error.
   bool pump(const std::string& id, Trial& t);
-  void fail(std::map<std::string, Trial>::iterator it, const std::string& why);
+  // Whether the first line is to be written now (the record is taken and left locked: `unlock`
+  // after the write), was written already, or the record's lock is held (later).
+  Claim claim(std::map<std::string, Trial>::iterator it);
+  void said_written(const std::string& id, Trial& t);
+  void fail(std::map<std::string, Trial>::iterator it, const std::string& why, const char* code);
+  static void close_fds(Trial& t);
   std::map<std::string, Trial> trials_;
   std::function<bool(const std::string&, int)> live_;
   std::function<void(const std::string&, int)> wrote_;

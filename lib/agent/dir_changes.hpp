@@ -13,10 +13,10 @@ namespace tune::agent {
 
 // What a sync never copies from a trial dir (rsync's --exclude patterns, each matching a name at
 // any depth): checkpoints go their own way; the rest is the head's, or not a file to copy.
-inline constexpr const char* kSyncExcludes[] = {"checkpoint_*",          ".staged_checkpoint_*",
-                                                ".pending_checkpoint_*", "stdin.fifo",
-                                                ".tune_sync_mark",       "*.tmp",
-                                                "result.json",           "progress.csv"};
+inline constexpr const char* kSyncExcludes[] = {
+    "checkpoint_*", ".staged_checkpoint_*", ".pending_checkpoint_*",
+    "stdin.fifo",   "stdin.sent",           ".tune_sync_mark",
+    "*.tmp",        "result.json",          "progress.csv"};
 
 // Up to this many entries are listed, and up to this many changed files of at most this many
 // bytes in all come in the answer.

@@ -94,6 +94,8 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   }
   if (e.kind == Kind::kOutput) output_bytes(j, e);
   if (e.kind == Kind::kDone && (e.req = num("req", -1)) < 0) return std::nullopt;
+  e.n = ticks("n");
+  e.stdin_lost = e.kind == Kind::kError && e.op == "stdin" && str("code") == "lost";
   e.attempt = static_cast<int>(attempt);
   e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;
   e.offset = static_cast<uint64_t>(offset);
@@ -147,12 +149,14 @@ std::string agent_signal_request(const std::string& id, int attempt, int supervi
 }
 
 std::optional<std::string> agent_stdin_request(const std::string& id, int attempt,
-                                               const std::string& dir, const std::string& line) {
+                                               const std::string& dir, const std::string& line,
+                                               const std::string& run, uint64_t n) {
   if (line.find('\n') != std::string::npos || util::invalid_utf8_at(line) != std::string::npos ||
       util::invalid_utf8_at(dir) != std::string::npos)
     return std::nullopt;
-  return json{{"op", "stdin"}, {"id", id}, {"attempt", attempt}, {"dir", dir}, {"line", line}}.dump(
-      -1, ' ', false, json::error_handler_t::replace);
+  return json{{"op", "stdin"}, {"id", id}, {"attempt", attempt}, {"dir", dir}, {"line", line},
+              {"run", run},    {"n", n}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace tune::exec

@@ -58,6 +58,10 @@ struct AgentEvent {
   int64_t times_from = -1;
   std::string times;
   int64_t req = -1;  // done: the request it answers
+  uint64_t n = 0;    // written, or an error answering a stdin line: the line's number (0: none)
+  // An error answering a stdin line: no line can reach that attempt (code "lost": its FIFO is
+  // gone, replaced or unread), not only this one dropped (code "full")
+  bool stdin_lost = false;
 };
 
 // One event line; nullopt for a line that is not one.
@@ -103,14 +107,16 @@ struct RemoteLaunch {
                                            const std::string& name);
 
 // Stop that attempt through its supervisor (SIGTERM; `now`: kill it at once), and one line for
-// a step-mode attempt's stdin (its trial dir's stdin.fifo). A line written is said "written";
-// either gets an "error" event (op "signal" / "stdin", the attempt's id and number) when the
-// remote agent cannot (remote.hpp). `line` must be UTF-8 without a newline (else: nullopt,
-// sent some other way).
+// a step-mode attempt's stdin (its trial dir's stdin.fifo), line `n` (from 1, rising) of the
+// driver's `run` (agent/stdin_record.hpp: written once, however often it is sent). A line
+// written is said "written"; either gets an "error" event (op "signal" / "stdin", the attempt's
+// id and number) when the remote agent cannot (remote.hpp). `line` must be UTF-8 without a
+// newline (else: nullopt, sent some other way).
 [[nodiscard]] std::string agent_signal_request(const std::string& id, int attempt, int supervisor,
                                                bool now);
 [[nodiscard]] std::optional<std::string> agent_stdin_request(const std::string& id, int attempt,
                                                              const std::string& dir,
-                                                             const std::string& line);
+                                                             const std::string& line,
+                                                             const std::string& run, uint64_t n);
 
 }  // namespace tune::exec

@@ -14,6 +14,7 @@
 #include <future>
 #include <utility>
 
+#include "agent/stdin_record.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/ssh_worker.hpp"
 #include "util/fs.hpp"
@@ -57,6 +58,13 @@ void SshExecutor::Impl::note_pid(const std::string& id, int pid) {
 SshExecutor::SshExecutor(SshOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->opts = std::move(opts);
   impl_->ready_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  // (names this driver's lines to step-mode trials' stdin on the hosts)
+  auto run = util::random_hex(8);
+  impl_->stdin_run =
+      run ? *run
+          : fmt::format(
+                "{:x}{:08x}", ::getpid(),
+                static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
 }
 
 int SshExecutor::ready_fd() const {
@@ -181,45 +189,86 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
   auto it = impl_->where.find(trial_id);
   if (it == impl_->where.end()) return;
   Worker* w = it->second;
-  w->io->post([impl = impl_.get(), w, trial_id, line = std::string(line)] {
+  uint64_t n = ++impl_->stdin_n;  // (numbered here, on the loop: in the order sent)
+  w->io->post([impl = impl_.get(), w, trial_id, n, line = std::string(line)] {
     auto run = w->runs.find(trial_id);
-    if (run == w->runs.end() || run->second.exit || !w->up) return;
-    auto& r = run->second;
-    // Through the host's agent (no round trip; it writes as the trial reads), else its shell.
-    auto req = agent_stdin_request(trial_id, r.attempt, r.dir, line);
-    if (req && Impl::agent_takes_requests(*w)) {
-      if (w->h.agent_send(*req)) {
-        r.stdin_line = line;
-        r.stdin_by = w->h.agent_gen;
-        r.stdin_sent = mono();
-        r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
-        Impl::expect_output(*w);   // its answer (step mode)
-        return;
-      }
-      impl->check(*w);
-    }
-    impl->stdin_in_shell(*w, r, line);
+    if (run == w->runs.end() || run->second.exit || run->second.exited) return;
+    run->second.unwritten.push_back({line, n, -1, 0});
+    impl->deliver_stdin(*w, run->second);
   });
 }
 
-void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r, const std::string& line) {
-  if (!w.up) return;
-  r.stdin_by = -1;
-  // One line into the trial's FIFO (the supervisor holds it open, so opening it never
-  // blocks; it may not exist for a moment right after the start).
-  std::string fifo = q(r.dir + "/stdin.fifo");
-  auto st = w.h.shell_run("for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -p " +
-                              fifo + " ] && break; sleep 0.05; done; [ -p " + fifo +
-                              " ] && printf '%s\\n' " + q(line) + " > " + fifo,
-                          nullptr);
-  if (!st)
-    check(w);
-  else if (*st != 0)
-    spdlog::warn("trial {}: cannot send a command to its stdin on {}", r.id, w.name);
-  else {
-    r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
-    expect_output(w);          // its answer (step mode)
+void SshExecutor::Impl::deliver_stdin(Worker& w, Run& r) {
+  if (!w.up || r.unwritten.empty() || r.exit || r.exited) return;  // (sent when it is back)
+  // Through the host's agent (no round trip; it writes as the trial reads), else its shell.
+  if (agent_takes_requests(w)) {
+    int gen = w.h.agent_gen;
+    bool all = true;
+    for (auto& l : r.unwritten) {
+      if (l.by == gen) continue;
+      auto req = agent_stdin_request(r.id, r.attempt, r.dir, l.text, stdin_run, l.n);
+      if (!req || !w.h.agent_send(*req)) {
+        if (req) check(w);
+        all = false;
+        break;
+      }
+      l.by = gen;
+      l.sent = mono();
+    }
+    if (all) {
+      r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
+      expect_output(w);          // its answer (step mode)
+      return;
+    }
+    if (!w.up) return;
   }
+  stdin_in_shell(w, r);
+}
+
+void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r) {
+  if (!w.up || r.unwritten.empty()) return;
+  // Into the trial's FIFO, each line unless the host's record says it went (an agent may have
+  // written it, its "written" lost, or may write it yet: the record is locked as the agent
+  // locks it). The supervisor holds the FIFO open, so opening it never blocks; it may not
+  // exist for a moment right after the start. A link in the record's place is not written
+  // through; the FIFO is checked to be one.
+  std::string fifo = q(r.dir + "/stdin.fifo");
+  std::string rec = q(r.dir + "/" + agent::kStdinRecordName);
+  std::string cmd =
+      "( [ -L " + rec + " ] && exit 4; { command -v flock >/dev/null && flock -w 5 9; " +
+      "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -p " + fifo +
+      " ] && break; sleep 0.05; done; [ -p " + fifo + " ] || exit 3; s=; n=; read s n < " + rec +
+      "; [ \"$s\" = " + stdin_run + " ] || n=0; case \"$n\" in ''|*[!0-9]*) n=0;; esac; ";
+  for (const auto& l : r.unwritten) {
+    std::string num = std::to_string(l.n);
+    cmd += "if [ \"$n\" -lt " + num + " ]; then printf '%s\\n' " + q(l.text) + " > " + fifo +
+           " || exit 3; printf '%-" + std::to_string(agent::kStdinRecordSize - 1) + "s\\n' '" +
+           stdin_run + " " + num + "' 1<> " + rec + "; fi; ";
+  }
+  cmd += "} 9>> " + rec + " ) 2>/dev/null";
+  auto st = w.h.shell_run(cmd, nullptr);
+  if (!st) return check(w);  // (sent again when it is back)
+  if (*st == 3 || *st == 4)
+    return stdin_lost(
+        w, r,
+        *st == 3 ? "its stdin.fifo is not there, or is not a FIFO"
+                 : std::string("its record ") + agent::kStdinRecordName + " is a symbolic link");
+  if (*st != 0) {
+    for (auto& l : r.unwritten) l.by = -1;  // (sent again with the next line, or a reconnect)
+    spdlog::warn("trial {}: cannot send a command to its stdin on {} (exit status {})", r.id,
+                 w.name, *st);
+    return;
+  }
+  r.unwritten.clear();
+  r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
+  expect_output(w);          // its answer (step mode)
+}
+
+void SshExecutor::Impl::stdin_lost(Worker& w, Run& r, const std::string& why) {
+  r.unwritten.clear();
+  if (std::exchange(r.stdin_refused, true)) return;
+  spdlog::debug("host {}: trial {}: {}", w.name, r.id, why);
+  emit(StdinLostEvent{r.id, r.attempt, why});
 }
 
 void SshExecutor::stop(const std::string& trial_id, bool now) {

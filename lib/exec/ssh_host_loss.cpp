@@ -79,13 +79,18 @@ void SshExecutor::Impl::tend(Worker& w, double now) {
       (void)w.h.shell_run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");
     w.superseded.clear();
     end_unsure_launches(w, w.h.agent_pid);  // launches the old agent never answered
-    // Stops asked while it was down, or of the old agent (a second SIGTERM is no harm). (Not
-    // its stdin lines: the old agent may have written them, its "written" lost with the link.)
-    for (auto& [id, r] : w.runs)
-      if (r.stop_asked > 0 && !r.exit && !r.exited) {
+    // Stops asked while it was down, or of the old agent (a second SIGTERM is no harm), and
+    // the stdin lines no agent said written: the old agent may have written them, its
+    // "written" lost with the link, or may write them yet; the host's record says which went.
+    for (auto& [id, r] : w.runs) {
+      if (r.exit || r.exited) continue;
+      if (r.stop_asked > 0) {
         r.stop_by = -1;
         stop_in_shell(w, r);
       }
+      for (auto& l : r.unwritten) l.by = -1;
+      deliver_stdin(w, r);
+    }
     w.lost = false;
     emit(HostEvent{w.name, true});
     return;

@@ -141,10 +141,10 @@ void SshExecutor::Impl::signal_or_stdin_refused(Worker& w, const AgentEvent& e) 
     return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);  // (it ended meanwhile)
   auto& r = run->second;
   if (e.op == "signal") return stop_in_shell(w, r);  // (one its agent does not know)
-  // (the agent waited for the FIFO while the attempt's supervisor ran: it cannot go) Said once
-  // per attempt: a trial that reads none of its commands but answers them all the same would
-  // have one said per step (200 MB of tune.log in a minute).
-  r.stdin_by = -1;
+  if (e.stdin_lost) return stdin_lost(w, r, e.error);
+  // (that line dropped: a trial that reads none of its commands but answers them all the same
+  // has one refused per step: said once per attempt, not 200 MB of tune.log in a minute)
+  std::erase_if(r.unwritten, [&](const Run::StdinLine& l) { return l.n == e.n; });
   if (std::exchange(r.stdin_refused, true))
     return spdlog::debug("trial {}: cannot send a command to its stdin on {}: {}", e.id, w.name,
                          util::printable(e.error, 300));
@@ -163,7 +163,8 @@ void SshExecutor::Impl::shell_does_requests(Worker& w) {
 void SshExecutor::Impl::redo_agent_requests(Worker& w, int gen, bool lines) {
   for (auto& [id, r] : w.runs) {
     if (r.exit || r.exited) continue;  // (its FIFO has no reader: a write there would block)
-    if (lines && r.stdin_by == gen) stdin_in_shell(w, r, r.stdin_line);
+    if (lines && std::ranges::any_of(r.unwritten, [&](const auto& l) { return l.by == gen; }))
+      stdin_in_shell(w, r);
     // (a SIGTERM the supervisor had already is no harm)
     if (r.stop_by == gen) {
       r.stop_by = -1;
@@ -180,7 +181,7 @@ bool SshExecutor::Impl::agent_takes_requests(const Worker& w) {
 
 // An agent silent for kAgentSilence: the stops it was asked for are done in the host's shell
 // too; past kFileOpSilence with stdin lines it had not written, it is ended and they go
-// through the shell (each line once: the agent is gone before they are sent again).
+// through the shell (each line once: the host's record says which went).
 void SshExecutor::Impl::check_agent_requests(Worker& w, double t) {
   int gen = w.h.agent_gen;
   double heard = w.agent_heard_gen == gen ? w.agent_heard : -1e9;
@@ -188,16 +189,14 @@ void SshExecutor::Impl::check_agent_requests(Worker& w, double t) {
   redo_agent_requests(w, gen, false);
   bool stuck = false;
   for (const auto& [id, r] : w.runs)
-    stuck |= r.stdin_by == gen && !r.exit && t - std::max(heard, r.stdin_sent) > kFileOpSilence;
+    for (const auto& l : r.unwritten)
+      stuck |= l.by == gen && !r.exit && t - std::max(heard, l.sent) > kFileOpSilence;
   if (!stuck || std::exchange(w.agent_end_tried, gen) == gen) return;  // (once per agent)
   spdlog::warn(
       "host {}: its agent has said nothing for {:.0f} s: ending it; the commands it had "
       "not written to trials' stdin go through the host's shell",
       w.name, t - heard);
-  if (!end_agent(w)) {
-    spdlog::warn("host {}: its agent could not be ended: the commands wait for it", w.name);
-    return;
-  }
+  if (!end_agent(w)) spdlog::warn("host {}: its agent could not be ended", w.name);
   redo_agent_requests(w, gen, true);
 }
 
@@ -239,8 +238,13 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       r.watched_by = w.h.agent_gen;
       r.look = true;
       return;
-    case Kind::kWritten:  // a stdin line went: not sent again if this agent ends
-      if (r.stdin_by == w.h.agent_gen) r.stdin_by = -1;
+    case Kind::kWritten:  // a stdin line went (and those before it): not sent again
+      if (e.n == 0) {     // (an agent that does not number them: the first it was sent)
+        if (!r.unwritten.empty() && r.unwritten.front().by == w.h.agent_gen)
+          r.unwritten.pop_front();
+        return;
+      }
+      std::erase_if(r.unwritten, [&](const Run::StdinLine& l) { return l.n <= e.n; });
       return;
     case Kind::kUnwatched:  // (a watch that could not be made, or stopped working)
       spdlog::debug("host {}: trial {} is polled: {}", w.name, e.id, e.error);
@@ -341,13 +345,10 @@ void SshExecutor::Impl::restart_agent(Worker& w) {
   for (const auto& e : said)
     if (e.kind != AgentEvent::Kind::kStart) on_agent_event(w, e);
   settle_file_ops(w, "its agent ended");
-  // The stops it was asked for, and the stdin lines it had not written once it is surely
-  // gone (else they could go twice).
-  bool gone = end_agent(w);
-  if (!gone)
-    spdlog::warn("host {}: its agent could not be ended: the commands it holds wait for it",
-                 w.name);
-  redo_agent_requests(w, w.h.agent_gen, gone);
+  // The stops it was asked for, and the stdin lines it had not written (each line once: the
+  // host's record says which went).
+  if (!end_agent(w)) spdlog::warn("host {}: its agent could not be ended", w.name);
+  redo_agent_requests(w, w.h.agent_gen, true);
   if (auto a = w.h.open_agent(); !a) {
     // Treated as a host that is down: reconnected with backoff, lost after host_timeout_s.
     spdlog::warn("host {}: {}", w.name, a.error().message);

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -53,12 +54,17 @@ struct Run {
   // A line went to its stdin: until output comes, looked at on every poll unless its agent
   // watches it and was heard from lately (then the agent's output event brings the answer).
   bool awaiting_answer = false;
-  // The last line for its stdin and the agent (agent_gen) it went to, until that agent says
-  // it written (-1): sent again in the host's shell if the agent ends or goes silent first
-  // (step mode has one line in flight).
-  std::string stdin_line;
-  int stdin_by = -1;
-  double stdin_sent = 0;       // (monotonic)
+  // Lines for its stdin that no agent said written yet, in order, each with its number in
+  // the driver's run and the agent (agent_gen) it went to (-1: none now): sent again when
+  // that agent ends, goes silent or its link is cut (the host's record of the last line
+  // written, agent/stdin_record.hpp, keeps each from going twice).
+  struct StdinLine {
+    std::string text;
+    uint64_t n = 0;
+    int by = -1;
+    double sent = 0;  // (monotonic)
+  };
+  std::deque<StdinLine> unwritten;
   bool stdin_refused = false;  // a line could not go: said once
   // 1: SIGTERM asked, 2: kill at once (done in the host's shell if its agent cannot)
   int stop_asked = 0;

@@ -140,6 +140,10 @@ struct SshExecutor::Impl {
   std::vector<Event> events;
   int ready_fd = -1;  // an eventfd, readable while `events` may hold something
   std::unordered_map<std::string, int> pids;  // trial -> its process, once known
+  // What names this driver's lines to step-mode trials' stdin (agent/stdin_record.hpp): its
+  // run, and the last number given (on the loop).
+  std::string stdin_run;
+  uint64_t stdin_n = 0;
 
   // The loop's own: the host each trial's attempt runs on, until its exit is handed out, and
   // the trials whose pid was asked of their host.
@@ -222,8 +226,13 @@ struct SshExecutor::Impl {
   void tick(Worker& w);
   // A command that answers soon was sent (an attempt started, a line to its stdin): poll fast.
   static void expect_output(Worker& w);
-  // In the host's shell: a line to the attempt's stdin, and its stop (r.stop_asked).
-  void stdin_in_shell(Worker& w, Run& r, const std::string& line);
+  // The lines for the attempt's stdin that no agent said written (r.unwritten): through the
+  // host's agent, else in its shell (each line once, whoever sends it).
+  void deliver_stdin(Worker& w, Run& r);
+  // In the host's shell: those lines, and the attempt's stop (r.stop_asked).
+  void stdin_in_shell(Worker& w, Run& r);
+  // No line can reach the attempt (`why`): the controller is told (once), and fails it.
+  void stdin_lost(Worker& w, Run& r, const std::string& why);
   void stop_in_shell(Worker& w, Run& r);
   // An agent's error event answering a stop or a stdin line: done in the shell instead.
   void signal_or_stdin_refused(Worker& w, const AgentEvent& e);

@@ -328,6 +328,104 @@ class SshTest(TuneTest):
             self.assertEqual(t["status"], "TERMINATED")
             self.assertEqual([r["i"] for r in self.results("agentstop", t)], list(range(1, 9)))
 
+    def test_step_mode_commands_in_flight_when_the_link_is_cut_go_once(self):
+        # Fast step-mode trials on worker 1, whose link is cut for 8 s mid-run: the command in
+        # flight when it dropped was lost with it (the old agent never got it) or written
+        # with its "written" lost. It went again after the reconnect only if the host's record
+        # (stdin.sent) says it did not go: every iteration once, nothing hangs. (It hung for
+        # ever: the lost command was never sent again.)
+        self.write("fast.py", """
+            import time, tune_trial
+
+            class Fast(tune_trial.Trainable):
+                def setup(self, config):
+                    self.i = 0
+
+                def step(self):
+                    self.i += 1
+                    time.sleep(0.002)
+                    return {"i": self.i}
+
+            raise SystemExit(tune_trial.run_trainable(Fast))
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: stepcut
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'fast.py')}"]
+              mode: step
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            stop: {{training_iteration: 2500}}
+            hosts:
+            """) + self.host_lines((0,), 2) + "\n")
+        p = self.start_tune("run", "exp.yaml")
+        self.wait_for(lambda: all(t["iteration"] >= 30 for t in self.trials("stepcut")) and
+                      len(self.trials("stepcut")) == 2, timeout=60, what="both trials stepping")
+        self.cut(1)
+        try:
+            time.sleep(8)
+        finally:
+            self.cut(1, "heal")
+        try:
+            out, err = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            self.fail("the run hung after the link came back:\n" + err[-3000:])
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertIn("connection lost", err)  # (else the cut proved nothing)
+        for t in self.trials("stepcut"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1), t["trial_name"])
+            self.assertEqual([r["i"] for r in self.results("stepcut", t)], list(range(1, 2501)))
+
+    def test_a_step_mode_trial_whose_stdin_fifo_is_replaced_fails_and_says_why(self):
+        # At its 3rd step the trial moves its stdin.fifo away (it reads on from its old fd)
+        # and puts something else in its place, or nothing. Its next command cannot reach it:
+        # the attempt fails at once (a file, a link) or after 10 s (no FIFO, or one nobody
+        # reads), saying why, instead of the run waiting for ever; nothing is written through
+        # the link.
+        victim = os.path.join(self.dir, "victim.txt")
+        with open(victim, "w") as f:
+            f.write("untouched")
+        self.write("evil.py", f"""
+            import os, sys, tune_trial
+
+            class Evil(tune_trial.Trainable):
+                def setup(self, config):
+                    self.i, self.how = 0, config["how"]
+
+                def step(self):
+                    self.i += 1
+                    if self.i == 3:
+                        d = os.environ["TUNE_TRIAL_DIR"]
+                        fifo = os.path.join(d, "stdin.fifo")
+                        os.rename(fifo, fifo + ".old")
+                        if self.how == "file":
+                            open(fifo, "w").close()
+                        elif self.how == "symlink":
+                            os.symlink({victim!r}, fifo)
+                        elif self.how == "fifo":
+                            os.mkfifo(fifo)
+                    return {{"i": self.i}}
+
+            raise SystemExit(tune_trial.run_trainable(Evil))
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: evil
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'evil.py')}"]
+              mode: step
+            param_space: {{how: {{grid_search: [file, symlink, fifo, gone]}}}}
+            stop: {{training_iteration: 10}}
+            hosts:
+            """) + self.host_lines((0,), 4) + "\n")
+        self.tune("run", "exp.yaml", check=1, timeout=120)
+        for t in self.trials("evil"):
+            self.assertEqual(t["status"], "ERROR", t["trial_name"])
+            self.assertIn("its step-mode commands could not reach it", t["error"])
+            self.assertEqual([r["i"] for r in self.results("evil", t)], [1, 2, 3])
+        with open(victim) as f:
+            self.assertEqual(f.read(), "untouched")
+
     def test_config_values_reach_the_remote_trial_as_literal_arguments(self):
         self.write("argv.py", ARGV_TRIAL)
         marker = os.path.join(self.dir, "pwned")

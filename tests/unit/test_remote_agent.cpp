@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 
+#include "agent/stdin_record.hpp"
 #include "exec/agent_protocol.hpp"
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
@@ -51,6 +52,7 @@ struct Agent {
   std::vector<exec::AgentEvent> relayed;
   int alive = 0;                       // heartbeats passed over
   std::map<std::string, int> written;  // stdin lines said written, passed over, by "id#attempt"
+  std::vector<uint64_t> written_n;     // and their numbers
   explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -96,6 +98,7 @@ struct Agent {
         }
         if (e && e->kind == Kind::kWritten) {
           ++written[e->id + "#" + std::to_string(e->attempt)];
+          written_n.push_back(e->n);
           continue;
         }
         if (e && (e->kind == Kind::kStart || e->kind == Kind::kExit || e->kind == Kind::kChanges)) {
@@ -967,6 +970,14 @@ std::string wait_for_text(const fs::path& p, const std::string& want) {
   return got;
 }
 
+// A stdin request as the driver sends it: numbered (from 1, rising) in its run.
+std::optional<std::string> stdin_request(const std::string& id, int attempt, const std::string& dir,
+                                         const std::string& line, uint64_t n = 0,
+                                         const std::string& run = "a1b2c3") {
+  static uint64_t next = 1000;
+  return exec::agent_stdin_request(id, attempt, dir, line, run, n ? n : ++next);
+}
+
 bool process_runs(pid_t pid) {
   int status = 0;
   return ::waitpid(pid, &status, WNOHANG) == 0;  // (a child of the test)
@@ -1031,16 +1042,16 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   // Sent with the launch, before the FIFO is there: looked for until it is.
   agent.send(exec::agent_launch_request(reader));
   std::string dir = (s.dir / "trial_r").string();
-  agent.send(*exec::agent_stdin_request("r", 1, dir, "one"));
-  agent.send(*exec::agent_stdin_request("r", 1, dir, "two"));
+  agent.send(*stdin_request("r", 1, dir, "one"));
+  agent.send(*stdin_request("r", 1, dir, "two"));
   REQUIRE(agent.next()->kind == Kind::kLaunched);
   CHECK(wait_for_text(s.dir / "trial_r" / "stdout.log", "got two").find("got one\ngot two\n") !=
         std::string::npos);
   CHECK_FALSE(agent.next(false, 100));
   CHECK(agent.written["r#1"] == 2);  // (each said once it went)
   // Not UTF-8, or with a newline in it: not for the agent (the driver uses its shell).
-  CHECK_FALSE(exec::agent_stdin_request("r", 1, dir, "a\nb"));
-  CHECK_FALSE(exec::agent_stdin_request("r", 1, dir, "\xff"));
+  CHECK_FALSE(stdin_request("r", 1, dir, "a\nb"));
+  CHECK_FALSE(stdin_request("r", 1, dir, "\xff"));
 
   // A trial that reads nothing: 200 KiB of lines do not fit in its pipe, and the agent answers
   // all the same; past 1 MiB waiting, a line is refused (the lines queued before stay queued).
@@ -1053,17 +1064,18 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
     std::string n = std::to_string(i);
     return n + std::string(1023 - n.size(), 'k');
   };
-  for (int i = 0; i < 200; ++i) agent.send(*exec::agent_stdin_request("i", 1, dir_i, line(i)));
+  for (int i = 0; i < 200; ++i) agent.send(*stdin_request("i", 1, dir_i, line(i)));
   agent.send(exec::agent_signal_request("i", 7, 1, false));  // (any request: its answer)
   auto answer = agent.next(false, 2000);
   REQUIRE(answer);
   CHECK(answer->op == "signal");
-  for (int i = 200; i < 1100; ++i) agent.send(*exec::agent_stdin_request("i", 1, dir_i, line(i)));
+  for (int i = 200; i < 1100; ++i) agent.send(*stdin_request("i", 1, dir_i, line(i)));
   int refusals = 0;
   while (auto refused = agent.next(false, 500)) {
     CHECK(refused->op == "stdin");
     CHECK(refused->id == "i");
     CHECK(refused->error.find("bytes wait for it") != std::string::npos);
+    CHECK_FALSE(refused->stdin_lost);  // (this line dropped; later ones may go)
     ++refusals;
   }
   int fifo = ::open((s.dir / "trial_i" / "stdin.fifo").c_str(), O_RDONLY | O_NONBLOCK);
@@ -1092,7 +1104,7 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   // its command for ever).
   fs::create_directories(s.dir / "trial_y");
   REQUIRE(::mkfifo((s.dir / "trial_y" / "stdin.fifo").c_str(), 0600) == 0);
-  agent.send(*exec::agent_stdin_request("y", 1, (s.dir / "trial_y").string(), "late"));
+  agent.send(*stdin_request("y", 1, (s.dir / "trial_y").string(), "late"));
   CHECK_FALSE(agent.next(false, 300));
   int late = ::open((s.dir / "trial_y" / "stdin.fifo").c_str(), O_RDONLY | O_NONBLOCK);
   REQUIRE(late >= 0);
@@ -1114,24 +1126,27 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   std::ofstream(s.dir / "target") << "untouched";
   fs::create_symlink(s.dir / "target", s.dir / "trial_x" / "stdin.fifo");
   std::string dir_x = (s.dir / "trial_x").string();
-  agent.send(*exec::agent_stdin_request("x", 1, dir_x, "line"));
+  agent.send(*stdin_request("x", 1, dir_x, "line"));
   auto error = agent.next();
   REQUIRE(error);
   CHECK(error->error.find("symbolic link") != std::string::npos);
+  CHECK(error->stdin_lost);  // (no line can go: the driver fails the attempt)
   fs::remove(s.dir / "trial_x" / "stdin.fifo");
   std::ofstream(s.dir / "trial_x" / "stdin.fifo") << "a file";
-  agent.send(*exec::agent_stdin_request("x", 1, dir_x, "line"));
+  agent.send(*stdin_request("x", 1, dir_x, "line"));
   error = agent.next();
   REQUIRE(error);
   CHECK(error->error.find("not a FIFO") != std::string::npos);
+  CHECK(error->stdin_lost);
   CHECK(read(s.dir / "target") == "untouched");
   CHECK(read(s.dir / "trial_x" / "stdin.fifo") == "a file");
   fs::remove(s.dir / "trial_x" / "stdin.fifo");
   auto t0 = std::chrono::steady_clock::now();
-  agent.send(*exec::agent_stdin_request("x", 2, dir_x, "line"));
+  agent.send(*stdin_request("x", 2, dir_x, "line"));
   error = agent.next();
   REQUIRE(error);
   CHECK(error->error.find("not there") != std::string::npos);
+  CHECK(error->stdin_lost);
   CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(900));
   // (the two trials stopped, each said gone)
   for (const char* id : {"r", "i"})
@@ -1142,4 +1157,85 @@ TEST_CASE("tune-agent remote writes lines to a step-mode attempt's stdin, never 
   while (auto e = agent.next(false, 3000))
     if (e->kind == Kind::kGone) ++gone;
   CHECK(gone == 2);
+}
+
+TEST_CASE("tune-agent remote writes each numbered stdin line once, whoever sends it",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  auto reader =
+      launch(s, "d", "trial_d", {"/bin/sh", "-c", "while read l; do echo \"got $l\"; done"});
+  reader.fifo = true;
+  agent.send(exec::agent_launch_request(reader));
+  REQUIRE(agent.next()->kind == Kind::kLaunched);
+  std::string dir = (s.dir / "trial_d").string();
+  fs::path out = s.dir / "trial_d" / "stdout.log";
+  // Line 1 sent again (its "written" lost with a cut link, say), also after line 2 went: it
+  // went once; each is said written. Another run's (a resumed driver's) line 1 goes.
+  agent.send(*stdin_request("d", 1, dir, "one", 1, "feed"));
+  agent.send(*stdin_request("d", 1, dir, "one", 1, "feed"));
+  agent.send(*stdin_request("d", 1, dir, "two", 2, "feed"));
+  agent.send(*stdin_request("d", 1, dir, "one", 1, "feed"));
+  agent.send(*stdin_request("d", 1, dir, "other", 1, "beef"));
+  CHECK(wait_for_text(out, "got other") == "got one\ngot two\ngot other\n");
+  CHECK_FALSE(agent.next(false, 100));
+  CHECK(agent.written["d#1"] == 5);
+  CHECK(agent.written_n == std::vector<uint64_t>{1, 1, 2, 1, 1});
+  CHECK(read(s.dir / "trial_d" / "stdin.sent") == agent::stdin_record_text({"beef", 1}));
+
+  // What another writer (an agent before this one, the host's shell) recorded is believed.
+  std::ofstream(s.dir / "trial_d" / "stdin.sent") << agent::stdin_record_text({"beef", 5});
+  agent.send(*stdin_request("d", 1, dir, "four", 4, "beef"));
+  agent.send(*stdin_request("d", 1, dir, "six", 6, "beef"));
+  CHECK(wait_for_text(out, "got six").ends_with("got other\ngot six\n"));
+  // While another writer holds the record's lock, a line waits for it (the agent answers).
+  int held = ::open((s.dir / "trial_d" / "stdin.sent").c_str(), O_RDWR);
+  REQUIRE(held >= 0);
+  REQUIRE(::flock(held, LOCK_EX) == 0);
+  agent.send(*stdin_request("d", 1, dir, "seven", 7, "beef"));
+  agent.send(exec::agent_signal_request("d", 9, 1, false));  // (any request: its answer)
+  auto answer = agent.next(false, 2000);
+  REQUIRE(answer);
+  CHECK(answer->op == "signal");
+  CHECK(read(out).find("seven") == std::string::npos);
+  ::flock(held, LOCK_UN);
+  ::close(held);
+  CHECK(wait_for_text(out, "got seven").ends_with("got six\ngot seven\n"));
+  CHECK_FALSE(agent.next(false, 100));
+  CHECK(agent.written["d#1"] == 8);
+
+  // A link in the record's place is not written through: no line can go, and the driver is
+  // told so.
+  fs::create_directories(s.dir / "trial_e");
+  REQUIRE(::mkfifo((s.dir / "trial_e" / "stdin.fifo").c_str(), 0600) == 0);
+  int fifo = ::open((s.dir / "trial_e" / "stdin.fifo").c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(fifo >= 0);
+  std::ofstream(s.dir / "target") << "untouched";
+  fs::create_symlink(s.dir / "target", s.dir / "trial_e" / "stdin.sent");
+  agent.send(*stdin_request("e", 1, (s.dir / "trial_e").string(), "line", 1, "beef"));
+  auto error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("stdin.sent") != std::string::npos);
+  CHECK(error->stdin_lost);
+  CHECK(error->n == 1);
+  CHECK(read(s.dir / "target") == "untouched");
+  char buf[16];
+  CHECK(::read(fifo, buf, sizeof buf) <= 0);
+  ::close(fifo);
+  // A request with a run that is not hex digits is refused.
+  agent.send(R"({"op":"stdin","id":"d","attempt":1,"dir":")" + dir +
+             R"(","line":"x","run":"a b","n":3})");
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.starts_with("bad stdin request"));
+  CHECK_FALSE(error->stdin_lost);
+
+  for (const auto& e : agent.relayed)
+    if (e.kind == Kind::kStart && e.id == "d")
+      agent.send(exec::agent_signal_request("d", 1, e.supervisor, true));
+  bool gone = false;
+  while (auto e = agent.next(false, 3000))
+    if (e->kind == Kind::kGone) gone = true;
+  CHECK(gone);
 }
