@@ -112,6 +112,13 @@ void SshExecutor::finish_deletions() {
     auto barrier = std::make_shared<std::promise<void>>();
     done.push_back(barrier->get_future());
     w->io->post([impl = impl_.get(), w = w.get(), barrier] {
+      // An agent silent at the end (stopped: SIGSTOP, a debugger) would never see the EOF
+      // that ends the others: its file operations go through the shell, and it is ended.
+      bool heard = w->agent_heard_gen == w->h.agent_gen && mono() - w->agent_heard < kAgentSilence;
+      if (w->up && w->h.agent_pid > 0 && !heard) {
+        impl->settle_file_ops(*w, "its agent is silent at the end of the run");
+        if (!end_agent(*w)) spdlog::warn("host {}: its silent agent could not be ended", w->name);
+      }
       for (auto& [id, r] : w->runs)
         if (r.sync_pid <= 0)
           for (const auto& name : std::exchange(r.rm_later, {}))
@@ -147,6 +154,16 @@ std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& 
     opened.push_back(promise->get_future());
     w->io->post([&impl, raw, promise] {
       auto r = raw->h.open(impl.opts);
+      // Tried twice more (1 s, then 2 s later) unless the host refused us for good: a link
+      // that dropped, or an agent that died, as it came up leaves the host out of the run.
+      for (int i = 0; !r && i < 2 && !raw->h.key_changed &&
+                      r.error().message.find("authentication failed") == std::string::npos;
+           ++i) {
+        spdlog::warn("host {}: {}; trying again in {} s", raw->name, r.error().message, 1 << i);
+        raw->h.close();
+        std::this_thread::sleep_for(std::chrono::seconds(1 << i));
+        r = raw->h.open(impl.opts);
+      }
       raw->up = raw->ready = r.has_value();
       raw->last_ok = mono();
       promise->set_value(std::move(r));

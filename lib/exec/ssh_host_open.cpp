@@ -290,9 +290,12 @@ Result<void> SshHost::start_master(const SshOptions& opts) {
     // (on the host's I/O thread: the loop does not wait for this)
     for (int i = 0; i < 100 && !fs::exists(control_path); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!fs::exists(control_path))
-      return fail("the ssh master connection for rsync did not come up: ",
-                  util::last_line(opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log")));
+    if (!fs::exists(control_path)) {
+      fs::path log = opts.head_exp_dir / ".tune" / ("ssh-" + cfg.name + ".log");
+      std::string said = util::last_line(log);
+      return fail("the ssh master connection for rsync did not come up within 5 s",
+                  said.empty() ? " (ssh said nothing: " + log.string() + ")" : ": " + said);
+    }
   }
   return {};
 }

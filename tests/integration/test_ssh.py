@@ -327,6 +327,12 @@ class SshTest(TuneTest):
         for t in self.trials("agentstop"):
             self.assertEqual(t["status"], "TERMINATED")
             self.assertEqual([r["i"] for r in self.results("agentstop", t)], list(range(1, 9)))
+        # The stopped agent would never see the EOF that ends the others: it is ended at the
+        # end of the run (it was left on the host, stopped, when the run ended within 30 s).
+        # (The test hosts share this machine's pids.)
+        left = subprocess.run(["pgrep", "-f", "tune-agent remote .*/agentstop/"],
+                              capture_output=True, text=True).stdout.split()
+        self.assertEqual(left, [], "an agent of the run was left on the host")
 
     def test_step_mode_commands_in_flight_when_the_link_is_cut_go_once(self):
         # Fast step-mode trials on worker 1, whose link is cut for 8 s mid-run: the command in
