@@ -514,6 +514,31 @@ class SshTest(TuneTest):
         self.assertTrue(on_w1)
         self.assertTrue(all(t["attempt"] == 1 for t in on_w1), "trials were restarted, not re-attached")
 
+    def test_a_host_whose_link_is_down_as_the_run_starts_is_tried_again(self):
+        # Worker 1's link is down when the run connects, and back 3 s later: the host is
+        # tried again (it was left out of the whole run at the first failure).
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: latehost
+            trial:
+              command: ["{PY}", "{TRIAL}"]
+            param_space:
+              x: {{grid_search: [1, 2, 3, 4, 5, 6]}}
+              steps: 10
+              sleep: 0.2
+            hosts:
+            """) + self.host_lines((0, 1), 1) + "\n")
+        self.cut(1)
+        try:
+            p = self.start_tune("run", "exp.yaml")
+            time.sleep(3)
+        finally:
+            self.cut(1, "heal")
+        out, err = p.communicate(timeout=300)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        self.assertRegex(err, r"host \S+: .*; trying again in 1 s")
+        self.assertNotIn("it is left out", err)
+        self.assertIn(self.name(0), {t["host"] for t in self.trials("latehost")})
+
     def test_a_host_lost_past_host_timeout_has_its_trials_finish_elsewhere(self):
         self.busy_experiment("lost", 4)
         p = self.start_tune("run", "exp.yaml")
