@@ -225,6 +225,12 @@ class Controller : private sched::Population {
   [[nodiscard]] std::optional<exec::HostTime> arrival_of_line(Runtime& rt);
   void on_line(trial::Trial& t, Runtime& rt, std::string_view line);
   void on_exit(const std::string& id, const exec::ExitInfo& info);
+  // How an attempt that ended is taken: the driver's doing (resumed from its latest
+  // checkpoint), or a failure (`why`; `lost_why` for kStdinLost): retried per failure_config,
+  // else ERROR.
+  void attempt_interrupted(trial::Trial& t, const exec::ExitInfo& info);
+  void attempt_failed(trial::Trial& t, const exec::ExitInfo& info, StopWhy why,
+                      const std::string& lost_why);
   // A step-mode attempt its commands cannot reach: stopped at once, a failure (step.cpp).
   void on_stdin_lost(const exec::StdinLostEvent& ev);
   void record_result(trial::Trial& t, Runtime& rt, nlohmann::json result);

@@ -183,21 +183,27 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
     set_pending(t);
     return;
   }
-  if (interrupted) {
-    if (info.reason == ExitReason::kOrphaned || info.reason == ExitReason::kHostLost ||
-        info.reason == ExitReason::kPreempted)
-      spdlog::warn("trial {}: {}; it resumes from its latest checkpoint", t.name,
-                   info.reason == ExitReason::kOrphaned
-                       ? "its supervisor stopped it while the driver was silent (stopped or "
-                         "suspended past orphan_timeout_s)"
-                       : info.error);
-    if (info.restart_from) rewind_checkpoints(t, *info.restart_from);
-    interrupt(t);
-    return;
-  }
+  if (interrupted) return attempt_interrupted(t, info);
+  attempt_failed(t, info, why, rt_lost_why);
+}
+
+void Controller::attempt_interrupted(trial::Trial& t, const exec::ExitInfo& info) {
+  if (info.reason == ExitReason::kOrphaned || info.reason == ExitReason::kHostLost ||
+      info.reason == ExitReason::kPreempted)
+    spdlog::warn("trial {}: {}; it resumes from its latest checkpoint", t.name,
+                 info.reason == ExitReason::kOrphaned
+                     ? "its supervisor stopped it while the driver was silent (stopped or "
+                       "suspended past orphan_timeout_s)"
+                     : info.error);
+  if (info.restart_from) rewind_checkpoints(t, *info.restart_from);
+  interrupt(t);
+}
+
+void Controller::attempt_failed(trial::Trial& t, const exec::ExitInfo& info, StopWhy why,
+                                const std::string& lost_why) {
   std::string why_text =
       why == StopWhy::kDirLost     ? "its trial dir was deleted or replaced while it ran"
-      : why == StopWhy::kStdinLost ? "its step-mode commands could not reach it: " + rt_lost_why
+      : why == StopWhy::kStdinLost ? "its step-mode commands could not reach it: " + lost_why
                                    : describe_exit(info);
   // (not for an attempt that never ran: the log's last line is another attempt's)
   if (info.reason != ExitReason::kExecFailed && info.reason != ExitReason::kDirBusy &&
