@@ -94,25 +94,44 @@ void StdinLines::fail(std::map<std::string, Trial>::iterator it, const std::stri
 
 StdinLines::Claim StdinLines::claim(std::map<std::string, Trial>::iterator it) {
   Trial& t = it->second;
-  const Line& line = t.lines.front();
-  if (line.run.empty() || t.written > 0) return Claim::kWrite;  // (claimed as it began)
+  Line& line = t.lines.front();
+  if (line.run.empty() || line.claimed) return Claim::kWrite;
   if (t.record_fd < 0) {
     std::string path = t.dir + "/" + agent::kStdinRecordName;
     t.record_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    // (a hard link would have it written into a file elsewhere)
     struct stat st;
-    if (t.record_fd < 0 || ::fstat(t.record_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (t.record_fd < 0 || ::fstat(t.record_fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_nlink != 1) {
       fail(it,
-           std::string("its record ") + agent::kStdinRecordName +
-               " cannot be used: " + (t.record_fd < 0 ? std::strerror(errno) : "it is not a file"),
+           std::string("its record ") + agent::kStdinRecordName + " cannot be used: " +
+               (t.record_fd < 0 ? std::strerror(errno) : "it is not a plain file of its own"),
            "lost");
       return Claim::kFailed;
     }
   }
-  if (::flock(t.record_fd, LOCK_EX | LOCK_NB) != 0) return Claim::kLater;
-  if (agent::stdin_record_covers(agent::read_stdin_record(t.record_fd), line.run, line.n)) {
-    ::flock(t.record_fd, LOCK_UN);
-    return Claim::kWritten;  // (by an agent before this one, or the host's shell)
+  if (::flock(t.record_fd, LOCK_EX | LOCK_NB) != 0) {
+    // (another writer holds it for a moment; one that holds it for long is not a writer)
+    if (t.locked_from < 0) t.locked_from = monotonic_ms();
+    if (monotonic_ms() - t.locked_from < kLockWaitMs) return Claim::kLater;
+    fail(it, std::string("its record ") + agent::kStdinRecordName + " stays locked", "lost");
+    return Claim::kFailed;
   }
+  t.locked_from = -1;
+  auto rec = agent::read_stdin_record(t.record_fd);
+  bool written = agent::stdin_record_covers(rec, line.run, line.n);
+  if (written) {
+    t.already = rec->n;  // (by an agent before this one, or the host's shell)
+  } else {
+    // Recorded before it is written, and unlocked before the trial can see it (one that
+    // stops this agent as it reads the line must not find the record locked): the line is
+    // this agent's to write now.
+    std::string text = agent::stdin_record_text({line.run, line.n});
+    (void)!::pwrite(t.record_fd, text.data(), text.size(), 0);
+    line.claimed = true;
+  }
+  ::flock(t.record_fd, LOCK_UN);
+  if (written) return Claim::kWritten;
   return Claim::kWrite;
 }
 
@@ -120,6 +139,8 @@ void StdinLines::said_written(const std::string& id, Trial& t) {
   const Line& front = t.lines.front();
   json e{{"event", "written"}, {"id", id}, {"attempt", t.attempt}};
   if (front.n > 0) e["n"] = front.n;
+  // (found written already: the line the record names, which the driver checks it did send)
+  if (t.already > 0) e["already"] = std::exchange(t.already, 0);
   emit(e);
   t.queued -= front.text.size();
   t.lines.pop_front();
@@ -127,34 +148,39 @@ void StdinLines::said_written(const std::string& id, Trial& t) {
   wrote_(id, t.attempt);
 }
 
+StdinLines::Open StdinLines::open_fifo(std::map<std::string, Trial>::iterator it) {
+  Trial& t = it->second;
+  if (t.fd >= 0) return Open::kOpen;
+  // (never through a link; a regular file put there is opened, looked at and left alone)
+  t.fd = ::open(t.fifo.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (t.fd < 0) {
+    int e = errno;
+    // (not there yet, or not open yet: its supervisor makes it, then opens it; or an
+    // earlier attempt's is still there: looked for again)
+    int64_t waited = monotonic_ms() - t.open_from;
+    if ((e == ENOENT || e == ENXIO) &&
+        (waited < kOpenWaitMs || (waited < kSupervisedWaitMs && live_(it->first, t.attempt))))
+      return Open::kLater;
+    fail(it,
+         e == ELOOP    ? "it is a symbolic link"
+         : e == ENXIO  ? "nobody reads it (its attempt has ended, or it was replaced)"
+         : e == ENOENT ? "it is not there"
+                       : std::strerror(e),
+         "lost");
+    return Open::kFailed;
+  }
+  struct stat st;
+  if (::fstat(t.fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+    fail(it, "it is not a FIFO", "lost");
+    return Open::kFailed;
+  }
+  return Open::kOpen;
+}
+
 bool StdinLines::pump(const std::string& id, Trial& t) {
   auto it = trials_.find(id);
   t.retry_at = -1;
-  if (t.fd < 0) {
-    // (never through a link; a regular file put there is opened, looked at and left alone)
-    t.fd = ::open(t.fifo.c_str(), O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    if (t.fd < 0) {
-      int e = errno;
-      // (not there yet, or not open yet: its supervisor makes it, then opens it; or an
-      // earlier attempt's is still there: looked for again)
-      int64_t waited = monotonic_ms() - t.open_from;
-      if ((e == ENOENT || e == ENXIO) &&
-          (waited < kOpenWaitMs || (waited < kSupervisedWaitMs && live_(id, t.attempt))))
-        return true;
-      fail(it,
-           e == ELOOP    ? "it is a symbolic link"
-           : e == ENXIO  ? "nobody reads it (its attempt has ended, or it was replaced)"
-           : e == ENOENT ? "it is not there"
-                         : std::strerror(e),
-           "lost");
-      return false;
-    }
-    struct stat st;
-    if (::fstat(t.fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-      fail(it, "it is not a FIFO", "lost");
-      return false;
-    }
-  }
+  if (auto o = open_fifo(it); o != Open::kOpen) return o == Open::kLater;
   while (!t.lines.empty()) {
     auto c = claim(it);
     if (c == Claim::kFailed) return false;
@@ -167,17 +193,8 @@ bool StdinLines::pump(const std::string& id, Trial& t) {
       continue;
     }
     const Line& front = t.lines.front();
-    bool recording = !front.run.empty() && t.written == 0;
     ssize_t n = ::write(t.fd, front.text.data() + t.written, front.text.size() - t.written);
     int e = errno;
-    if (recording) {
-      // (recorded as its first byte went: the rest is this agent's to write)
-      if (n > 0) {
-        std::string rec = agent::stdin_record_text({front.run, front.n});
-        (void)!::pwrite(t.record_fd, rec.data(), rec.size(), 0);
-      }
-      ::flock(t.record_fd, LOCK_UN);
-    }
     if (n < 0 && e == EINTR) continue;
     if (n < 0 && e == EAGAIN) {
       t.blocked = true;  // (written on as the trial reads)

@@ -9,12 +9,13 @@
 //
 // Each line once, whoever sends it: `run` (the driver's) and `n` (rising within a run) name the
 // line, and DIR/stdin.sent records the last one written (stdin_record.hpp). A line is written
-// only if the record names an earlier one, and the record is updated as its first byte goes,
-// both under an flock of the record: a driver that lost its link sends the lines not said
-// written again, to a new agent or through the host's shell, while the old agent may live on.
+// only if the record names an earlier one; the record is updated just before its write, both
+// under an flock of the record held only for that (never while the trial could react): a
+// driver that lost its link sends the lines not said written again, to a new agent or through
+// the host's shell, while the old agent may live on.
 //
-// Each line written whole (or found written already) is said:
-//   {"event":"written","id","attempt","n"}
+// Each line written whole (or found written already, with the number the record gave) is said:
+//   {"event":"written","id","attempt","n"[,"already"]}
 // A line that cannot go is said with an "error" event (op "stdin", naming the attempt and n)
 // with a `code`: "lost" (no FIFO, something else in its place, no reader: no line will reach the
 // trial) or "full" (this line dropped: more than kMaxQueued bytes wait for a trial that reads
@@ -37,6 +38,9 @@ class StdinLines {
  public:
   static constexpr int64_t kOpenWaitMs = 1000;
   static constexpr int64_t kSupervisedWaitMs = 10000;
+  // How long the record's lock may stay held by another process (a writer holds it for the
+  // time of one write) before no line can go.
+  static constexpr int64_t kLockWaitMs = 10000;
   // Bytes queued for one trial at most (a trial that reads nothing): more is refused.
   static constexpr size_t kMaxQueued = 1u << 20;
 
@@ -63,6 +67,7 @@ class StdinLines {
     std::string text;  // (with its newline)
     std::string run;   // "": sent without a name (written as asked, no record kept)
     uint64_t n = 0;
+    bool claimed = false;  // recorded as this agent's to write
   };
   struct Trial {
     int attempt = 0;
@@ -71,16 +76,22 @@ class StdinLines {
     size_t written = 0;  // of the first line
     size_t queued = 0;   // bytes in lines
     int fd = -1;
-    int record_fd = -1;     // DIR/stdin.sent
-    int64_t open_from = 0;  // (this host's monotonic ms) since when its FIFO is looked for
-    int64_t retry_at = -1;  // the record's lock was held: tried again then
-    bool blocked = false;   // the pipe took no more: waiting for POLLOUT
+    int record_fd = -1;        // DIR/stdin.sent
+    int64_t open_from = 0;     // (this host's monotonic ms) since when its FIFO is looked for
+    int64_t retry_at = -1;     // the record's lock was held: tried again then
+    int64_t locked_from = -1;  // since when it is held
+    uint64_t already = 0;      // the first line was found written: the record's number
+    bool blocked = false;      // the pipe took no more: waiting for POLLOUT
   };
   enum class Claim { kWrite, kWritten, kLater, kFailed };
+  enum class Open { kOpen, kLater, kFailed };
+  // The trial's FIFO, opened (a FIFO, never through a link), or looked for again later, or
+  // failed (said, and the trial's queue dropped).
+  Open open_fifo(std::map<std::string, Trial>::iterator it);
   // Writes what it can; false (said, and the trial's queue dropped) on an error.
   bool pump(const std::string& id, Trial& t);
-  // Whether the first line is to be written now (the record is taken and left locked: `unlock`
-  // after the write), was written already, or the record's lock is held (later).
+  // Whether the first line is to be written now (recorded as this agent's), was written
+  // already, or the record's lock is held (later).
   Claim claim(std::map<std::string, Trial>::iterator it);
   void said_written(const std::string& id, Trial& t);
   void fail(std::map<std::string, Trial>::iterator it, const std::string& why, const char* code);

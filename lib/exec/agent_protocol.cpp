@@ -95,6 +95,7 @@ std::optional<AgentEvent> parse_agent_event(std::string_view line) {
   if (e.kind == Kind::kOutput) output_bytes(j, e);
   if (e.kind == Kind::kDone && (e.req = num("req", -1)) < 0) return std::nullopt;
   e.n = ticks("n");
+  e.already = ticks("already");
   e.stdin_lost = e.kind == Kind::kError && e.op == "stdin" && str("code") == "lost";
   e.attempt = static_cast<int>(attempt);
   e.supervisor = sup > 0 ? static_cast<int>(sup) : -1;

@@ -57,8 +57,9 @@ struct AgentEvent {
   std::string data;  // (changes: the answer)
   int64_t times_from = -1;
   std::string times;
-  int64_t req = -1;  // done: the request it answers
-  uint64_t n = 0;    // written, or an error answering a stdin line: the line's number (0: none)
+  int64_t req = -1;      // done: the request it answers
+  uint64_t n = 0;        // written, or an error answering a stdin line: the line's number (0: none)
+  uint64_t already = 0;  // written: found written before, by the record naming this number
   // An error answering a stdin line: no line can reach that attempt (code "lost": its FIFO is
   // gone, replaced or unread), not only this one dropped (code "full")
   bool stdin_lost = false;

@@ -16,6 +16,7 @@
 
 #include "agent/stdin_record.hpp"
 #include "exec/exit_record.hpp"
+#include "exec/ssh_stdin.hpp"
 #include "exec/ssh_worker.hpp"
 #include "util/fs.hpp"
 #include "util/process.hpp"
@@ -166,6 +167,7 @@ std::vector<SshHostInfo> SshExecutor::connect(const std::vector<SshHostConfig>& 
       }
       raw->up = raw->ready = r.has_value();
       raw->last_ok = mono();
+      if (r) raw->heard_agent();  // (its "ready" line: requests go to it from now on)
       promise->set_value(std::move(r));
     });
     all.push_back(std::move(w));
@@ -206,7 +208,7 @@ void SshExecutor::send(const std::string& trial_id, std::string_view line) {
   auto it = impl_->where.find(trial_id);
   if (it == impl_->where.end()) return;
   Worker* w = it->second;
-  uint64_t n = ++impl_->stdin_n;  // (numbered here, on the loop: in the order sent)
+  uint64_t n = ++impl_->stdin_issued;  // (numbered here, on the loop: in the order sent)
   w->io->post([impl = impl_.get(), w, trial_id, n, line = std::string(line)] {
     auto run = w->runs.find(trial_id);
     if (run == w->runs.end() || run->second.exit || run->second.exited) return;
@@ -244,32 +246,20 @@ void SshExecutor::Impl::deliver_stdin(Worker& w, Run& r) {
 
 void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r) {
   if (!w.up || r.unwritten.empty()) return;
-  // Into the trial's FIFO, each line unless the host's record says it went (an agent may have
-  // written it, its "written" lost, or may write it yet: the record is locked as the agent
-  // locks it). The supervisor holds the FIFO open, so opening it never blocks; it may not
-  // exist for a moment right after the start. A link in the record's place is not written
-  // through; the FIFO is checked to be one.
-  std::string fifo = q(r.dir + "/stdin.fifo");
-  std::string rec = q(r.dir + "/" + agent::kStdinRecordName);
-  std::string cmd =
-      "( [ -L " + rec + " ] && exit 4; { command -v flock >/dev/null && flock -w 5 9; " +
-      "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -p " + fifo +
-      " ] && break; sleep 0.05; done; [ -p " + fifo + " ] || exit 3; s=; n=; read s n < " + rec +
-      "; [ \"$s\" = " + stdin_run + " ] || n=0; case \"$n\" in ''|*[!0-9]*) n=0;; esac; ";
-  for (const auto& l : r.unwritten) {
-    std::string num = std::to_string(l.n);
-    cmd += "if [ \"$n\" -lt " + num + " ]; then printf '%s\\n' " + q(l.text) + " > " + fifo +
-           " || exit 3; printf '%-" + std::to_string(agent::kStdinRecordSize - 1) + "s\\n' '" +
-           stdin_run + " " + num + "' 1<> " + rec + "; fi; ";
-  }
-  cmd += "} 9>> " + rec + " ) 2>/dev/null";
-  auto st = w.h.shell_run(cmd, nullptr);
+  std::vector<std::pair<uint64_t, std::string>> lines;
+  for (const auto& l : r.unwritten) lines.emplace_back(l.n, l.text);
+  auto st =
+      w.h.shell_run(stdin_shell_command(r.dir, stdin_run, stdin_issued.load(), lines), nullptr);
   if (!st) return check(w);  // (sent again when it is back)
-  if (*st == 3 || *st == 4)
-    return stdin_lost(
-        w, r,
-        *st == 3 ? "its stdin.fifo is not there, or is not a FIFO"
-                 : std::string("its record ") + agent::kStdinRecordName + " is a symbolic link");
+  if (*st >= 3 && *st <= 6) {
+    std::string rec = std::string("its record ") + agent::kStdinRecordName;
+    return stdin_lost(w, r,
+                      *st == 3   ? "its stdin.fifo is not there, is not a FIFO, or nobody reads it"
+                      : *st == 4 ? rec + " is not a plain file of its own"
+                      : *st == 5
+                          ? rec + " is locked by another process"
+                          : rec + " names a command never sent (written by another process)");
+  }
   if (*st != 0) {
     for (auto& l : r.unwritten) l.by = -1;  // (sent again with the next line, or a reconnect)
     spdlog::warn("trial {}: cannot send a command to its stdin on {} (exit status {})", r.id,
@@ -283,7 +273,7 @@ void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r) {
 
 void SshExecutor::Impl::stdin_lost(Worker& w, Run& r, const std::string& why) {
   r.unwritten.clear();
-  if (std::exchange(r.stdin_refused, true)) return;
+  if (std::exchange(r.stdin_lost, true)) return;
   spdlog::debug("host {}: trial {}: {}", w.name, r.id, why);
   emit(StdinLostEvent{r.id, r.attempt, why});
 }

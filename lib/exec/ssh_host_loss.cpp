@@ -74,6 +74,7 @@ void SshExecutor::Impl::tend(Worker& w, double now) {
   if (result) {
     w.up = true;
     w.last_ok = now;
+    w.heard_agent();  // (its "ready" line: the lines below go to it)
     spdlog::warn("host {}: reconnected after {:.1f} s", w.name, now - w.down_since);
     for (int pid : w.superseded)  // attempts re-queued elsewhere meanwhile
       (void)w.h.shell_run("kill -TERM " + std::to_string(pid) + " 2>/dev/null; true");

@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "agent/stdin_record.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/ssh_worker.hpp"
 #include "util/strings.hpp"
@@ -135,7 +136,6 @@ void end_orphaned(Worker& w, Run& r) {
 
 // An agent's error answering a stop or a stdin line.
 void SshExecutor::Impl::signal_or_stdin_refused(Worker& w, const AgentEvent& e) {
-  if (e.error.starts_with("not a request")) return shell_does_requests(w);
   auto run = w.runs.find(e.id);
   if (run == w.runs.end() || run->second.exit || run->second.attempt != e.attempt)
     return spdlog::debug("host {}: tune-agent: {}", w.name, e.error);  // (it ended meanwhile)
@@ -205,21 +205,25 @@ void SshExecutor::Impl::check_agent_requests(Worker& w, double t) {
 // supervisor_died) instead of at the next liveness check.
 // And its output events: the bytes they carry are handed on, else that attempt is looked at in
 // this poll; and the answers to watches.
-void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
-  using Kind = AgentEvent::Kind;
-  if (e.kind == Kind::kError && (e.op == "adopt" || e.op == "rm")) {
-    // (an agent of another version, put in this version's `.tune-bin/<sum>/` there by hand:
-    // one that does not know file requests answers none, so its host's shell does them; its
-    // stops and stdin lines too if it does not know those either)
-    if (e.error.starts_with("not a request"))
+void SshExecutor::Impl::on_agent_error(Worker& w, const AgentEvent& e) {
+  // (an agent of another version, put in this version's `.tune-bin/<sum>/` there by hand,
+  // that does not know a request answers none of that kind: its host's shell does them all)
+  bool unknown = e.error.starts_with("not a request");
+  if (e.op == "adopt" || e.op == "rm") {
+    if (unknown)
       shell_does_requests(w);
     else
       w.shell_requests_for = w.h.agent_gen;
     return settle_file_ops(w, "its agent does not take file requests (" + e.error + ")", false);
   }
-  if (e.kind == Kind::kError && (e.op == "signal" || e.op == "stdin"))
-    return signal_or_stdin_refused(w, e);
-  if (e.kind == Kind::kError) return spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
+  if (e.op == "signal" || e.op == "stdin")
+    return unknown ? shell_does_requests(w) : signal_or_stdin_refused(w, e);
+  spdlog::warn("host {}: tune-agent: {}", w.name, e.error);
+}
+
+void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
+  using Kind = AgentEvent::Kind;
+  if (e.kind == Kind::kError) return on_agent_error(w, e);
   // (a file request carried out; numbers are never reused, and the error names paths a trial
   // chose)
   if (e.kind == Kind::kDone)
@@ -239,11 +243,12 @@ void SshExecutor::Impl::on_agent_event(Worker& w, const AgentEvent& e) {
       r.look = true;
       return;
     case Kind::kWritten:  // a stdin line went (and those before it): not sent again
-      if (e.n == 0) {     // (an agent that does not number them: the first it was sent)
-        if (!r.unwritten.empty() && r.unwritten.front().by == w.h.agent_gen)
-          r.unwritten.pop_front();
-        return;
-      }
+      if (e.already > stdin_issued.load())  // (a record no writer of this driver's made)
+        return stdin_lost(w, r,
+                          std::string("its record ") + agent::kStdinRecordName +
+                              " names a command never sent (written by another process)");
+      if (e.n == 0 && !r.unwritten.empty() && r.unwritten.front().by == w.h.agent_gen)
+        r.unwritten.pop_front();  // (an agent that does not number them: the first it got)
       std::erase_if(r.unwritten, [&](const Run::StdinLine& l) { return l.n <= e.n; });
       return;
     case Kind::kUnwatched:  // (a watch that could not be made, or stopped working)
@@ -322,8 +327,8 @@ void SshExecutor::Impl::read_agent(Worker& w) {
     return;
   }
   if (!lines->empty() || !w.agent_events.empty()) {
-    w.last_ok = w.agent_heard = mono();
-    w.agent_heard_gen = w.h.agent_gen;
+    w.last_ok = mono();
+    w.heard_agent();
   }
   for (const auto& line : *lines)
     if (auto e = parse_agent_event(line)) w.agent_events.push_back(std::move(*e));
@@ -349,7 +354,9 @@ void SshExecutor::Impl::restart_agent(Worker& w) {
   // host's record says which went).
   if (!end_agent(w)) spdlog::warn("host {}: its agent could not be ended", w.name);
   redo_agent_requests(w, w.h.agent_gen, true);
-  if (auto a = w.h.open_agent(); !a) {
+  if (auto a = w.h.open_agent(); a) {
+    w.heard_agent();
+  } else {
     // Treated as a host that is down: reconnected with backoff, lost after host_timeout_s.
     spdlog::warn("host {}: {}", w.name, a.error().message);
     mark_down(w, mono());

@@ -65,7 +65,8 @@ struct Run {
     double sent = 0;  // (monotonic)
   };
   std::deque<StdinLine> unwritten;
-  bool stdin_refused = false;  // a line could not go: said once
+  bool stdin_refused = false;  // a line was dropped (its trial reads none): said once
+  bool stdin_lost = false;     // no line can reach it: the controller was told
   // 1: SIGTERM asked, 2: kill at once (done in the host's shell if its agent cannot)
   int stop_asked = 0;
   int stop_by = -1;         // the agent (agent_gen) it was last asked of

@@ -80,9 +80,13 @@ struct Worker {
   bool ready = false;  // connected once (the first connect is connect()'s, not the tick's)
   bool up = false, lost = false;
   double down_since = 0, next_retry = 0, backoff = 1, last_check = 0;
-  double last_ok = 0;           // the last answer it gave (monotonic): a dead link dates from there
-  double agent_heard = -1e9;    // when its agent last said anything (monotonic)
-  int agent_heard_gen = -1;     // which agent that was (SshHost::agent_gen)
+  double last_ok = 0;         // the last answer it gave (monotonic): a dead link dates from there
+  double agent_heard = -1e9;  // when its agent last said anything (monotonic)
+  int agent_heard_gen = -1;   // which agent that was (SshHost::agent_gen)
+  void heard_agent() {
+    agent_heard = util::mono();
+    agent_heard_gen = h.agent_gen;
+  }
   std::vector<int> superseded;  // supervisors of attempts re-queued elsewhere: stopped on return
   bool workdir_ready = false;   // trial.sync_workdir: copied (or found current) in this run
   PollSchedule polls;           // when it is polled next (fast after a start or a command)
@@ -141,9 +145,9 @@ struct SshExecutor::Impl {
   int ready_fd = -1;  // an eventfd, readable while `events` may hold something
   std::unordered_map<std::string, int> pids;  // trial -> its process, once known
   // What names this driver's lines to step-mode trials' stdin (agent/stdin_record.hpp): its
-  // run, and the last number given (on the loop).
+  // run, and the last number given (on the loop; a record naming a later one is forged).
   std::string stdin_run;
-  uint64_t stdin_n = 0;
+  std::atomic<uint64_t> stdin_issued{0};
 
   // The loop's own: the host each trial's attempt runs on, until its exit is handed out, and
   // the trials whose pid was asked of their host.
@@ -253,6 +257,7 @@ struct SshExecutor::Impl {
   // ssh_poll.cpp: what the host's agent said (supervisors gone); restarts an agent that ended
   void read_agent(Worker& w);
   void on_agent_event(Worker& w, const AgentEvent& e);
+  void on_agent_error(Worker& w, const AgentEvent& e);
   void ask_watches(Worker& w);
   // The trial's pid from a start event of its attempt that came after this tick's read_agent.
   void pid_from_events(Worker& w, Run& r);

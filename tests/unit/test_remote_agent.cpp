@@ -50,9 +50,10 @@ struct Agent {
   std::vector<exec::AgentEvent> output_events;  // and the events
   // supervisors' start and exit events, and the changes said before an exit, passed over
   std::vector<exec::AgentEvent> relayed;
-  int alive = 0;                       // heartbeats passed over
-  std::map<std::string, int> written;  // stdin lines said written, passed over, by "id#attempt"
-  std::vector<uint64_t> written_n;     // and their numbers
+  int alive = 0;                          // heartbeats passed over
+  std::map<std::string, int> written;     // stdin lines said written, passed over, by "id#attempt"
+  std::vector<uint64_t> written_n;        // and their numbers
+  std::vector<uint64_t> written_already;  // and the records' numbers of those found written
   explicit Agent(const fs::path& log) {
     int in[2], out[2];
     REQUIRE(::pipe2(in, O_CLOEXEC) == 0);
@@ -99,6 +100,7 @@ struct Agent {
         if (e && e->kind == Kind::kWritten) {
           ++written[e->id + "#" + std::to_string(e->attempt)];
           written_n.push_back(e->n);
+          written_already.push_back(e->already);
           continue;
         }
         if (e && (e->kind == Kind::kStart || e->kind == Kind::kExit || e->kind == Kind::kChanges)) {
@@ -1198,12 +1200,21 @@ TEST_CASE("tune-agent remote writes each numbered stdin line once, whoever sends
   auto answer = agent.next(false, 2000);
   REQUIRE(answer);
   CHECK(answer->op == "signal");
+  ::usleep(300000);  // (time for the trial to echo a line it got)
   CHECK(read(out).find("seven") == std::string::npos);
   ::flock(held, LOCK_UN);
   ::close(held);
   CHECK(wait_for_text(out, "got seven").ends_with("got six\ngot seven\n"));
   CHECK_FALSE(agent.next(false, 100));
   CHECK(agent.written["d#1"] == 8);
+
+  // A record naming a later line than this one (a trial that wrote it) is said with the
+  // number it gave: the driver, which never sent that line, fails the attempt.
+  std::ofstream(s.dir / "trial_d" / "stdin.sent") << agent::stdin_record_text({"beef", 99});
+  agent.send(*stdin_request("d", 1, dir, "eight", 8, "beef"));
+  CHECK_FALSE(agent.next(false, 300));
+  CHECK(agent.written_n.back() == 8);
+  CHECK(agent.written_already.back() == 99);
 
   // A link in the record's place is not written through: no line can go, and the driver is
   // told so.
@@ -1219,6 +1230,15 @@ TEST_CASE("tune-agent remote writes each numbered stdin line once, whoever sends
   CHECK(error->error.find("stdin.sent") != std::string::npos);
   CHECK(error->stdin_lost);
   CHECK(error->n == 1);
+  CHECK(read(s.dir / "target") == "untouched");
+  // A hard link to a file elsewhere: the same.
+  fs::remove(s.dir / "trial_e" / "stdin.sent");
+  fs::create_hard_link(s.dir / "target", s.dir / "trial_e" / "stdin.sent");
+  agent.send(*stdin_request("e", 1, (s.dir / "trial_e").string(), "line", 2, "beef"));
+  error = agent.next();
+  REQUIRE(error);
+  CHECK(error->error.find("not a plain file of its own") != std::string::npos);
+  CHECK(error->stdin_lost);
   CHECK(read(s.dir / "target") == "untouched");
   char buf[16];
   CHECK(::read(fifo, buf, sizeof buf) <= 0);
