@@ -251,20 +251,15 @@ void SshExecutor::Impl::stdin_in_shell(Worker& w, Run& r) {
   auto st =
       w.h.shell_run(stdin_shell_command(r.dir, stdin_run, stdin_issued.load(), lines), nullptr);
   if (!st) return check(w);  // (sent again when it is back)
-  if (*st >= 3 && *st <= 6) {
+  if (*st != 0) {            // (nothing would send them again: the trial would wait for ever)
     std::string rec = std::string("its record ") + agent::kStdinRecordName;
     return stdin_lost(w, r,
                       *st == 3   ? "its stdin.fifo is not there, is not a FIFO, or nobody reads it"
                       : *st == 4 ? rec + " is not a plain file of its own"
-                      : *st == 5
-                          ? rec + " is locked by another process"
-                          : rec + " names a command never sent (written by another process)");
-  }
-  if (*st != 0) {
-    for (auto& l : r.unwritten) l.by = -1;  // (sent again with the next line, or a reconnect)
-    spdlog::warn("trial {}: cannot send a command to its stdin on {} (exit status {})", r.id,
-                 w.name, *st);
-    return;
+                      : *st == 5 ? rec + " is locked by another process"
+                      : *st == 6 ? rec + " names a command never sent (written by another process)"
+                                 : "the host's shell could not write it (exit status " +
+                                       std::to_string(*st) + ")");
   }
   r.unwritten.clear();
   r.awaiting_answer = true;  // (unwatched, or its agent silent: looked at on each poll)
