@@ -605,11 +605,12 @@ int supervise(const Attempt& a, const Sinks& sinks) {
     if (a.use_fifo) {
       std::string fifo = g_dir + "/stdin.fifo";
       ::unlink(fifo.c_str());
-      if (::mkfifo(fifo.c_str(), 0600) != 0) {
-        diag("cannot create " + fifo + ": " + std::strerror(errno));
-        return 3;
-      }
-      in = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+      // (a dir an earlier attempt's trial put in its place, say: said in the exit record, so
+      // that the attempt fails for that, not as a supervisor gone without a word)
+      if (::mkfifo(fifo.c_str(), 0600) != 0)
+        error = "cannot create " + fifo + ": " + std::strerror(errno);
+      else
+        in = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
     } else {
       in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     }
@@ -626,7 +627,7 @@ int supervise(const Attempt& a, const Sinks& sinks) {
           o.file = open_log(o.name, a.attempt);
       }
     }
-    if (in < 0 || out < 0 || err < 0) {
+    if (error.empty() && (in < 0 || out < 0 || err < 0)) {
       diag(std::string("cannot open the trial's files: ") + std::strerror(errno));
       return 3;
     }

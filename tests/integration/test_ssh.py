@@ -411,6 +411,8 @@ class SshTest(TuneTest):
                             os.symlink({victim!r}, fifo)
                         elif self.how == "fifo":
                             os.mkfifo(fifo)
+                        elif self.how == "dir":
+                            os.mkdir(fifo)
                     return {{"i": self.i}}
 
             raise SystemExit(tune_trial.run_trainable(Evil))
@@ -420,15 +422,22 @@ class SshTest(TuneTest):
             trial:
               command: ["{PY}", "{os.path.join(self.dir, 'evil.py')}"]
               mode: step
-            param_space: {{how: {{grid_search: [file, symlink, fifo, gone]}}}}
+            param_space: {{how: {{grid_search: [file, symlink, fifo, gone, dir]}}}}
             stop: {{training_iteration: 10}}
+            failure_config: {{max_failures: 1}}
             hosts:
-            """) + self.host_lines((0,), 4) + "\n")
-        self.tune("run", "exp.yaml", check=1, timeout=120)
+            """) + self.host_lines((0,), 5) + "\n")
+        self.tune("run", "exp.yaml", check=1, timeout=180)
         for t in self.trials("evil"):
             self.assertEqual(t["status"], "ERROR", t["trial_name"])
-            self.assertIn("its step-mode commands could not reach it", t["error"])
-            self.assertEqual([r["i"] for r in self.results("evil", t)], [1, 2, 3])
+            if t["config"]["how"] == "dir":
+                # Its retry cannot make its FIFO where the dir is: it says so (it was "gone
+                # without recording the trial's exit (killed?)").
+                self.assertRegex(t["error"], r"cannot create \S+/stdin.fifo: File exists")
+            else:  # (its retry did the same again)
+                self.assertEqual(t["attempt"], 2)
+                self.assertIn("its step-mode commands could not reach it", t["error"])
+                self.assertEqual([r["i"] for r in self.results("evil", t)], [1, 2, 3])
         with open(victim) as f:
             self.assertEqual(f.read(), "untouched")
 
