@@ -73,12 +73,14 @@ void RemoteLauncher::handle(const std::string& line) {
 void RemoteLauncher::watch(const json& req) {
   std::string id, dir;
   int attempt = 0, supervisor = 0;
+  uint64_t started = 0;
   Watches::Read read;
   try {
     id = req.at("id").get<std::string>();
     attempt = req.at("attempt").get<int>();
     dir = req.at("dir").get<std::string>();
     supervisor = req.at("supervisor").get<int>();
+    if (req.contains("supervisor_started")) started = req.at("supervisor_started").get<uint64_t>();
     // (where the driver has read its files to: its output events carry the bytes after)
     if (req.contains("offset")) read.output = req.at("offset").get<int64_t>();
     if (req.contains("times_offset")) read.times = req.at("times_offset").get<int64_t>();
@@ -90,7 +92,7 @@ void RemoteLauncher::watch(const json& req) {
                       "watch", id);
   bool gone = false;
   if (read.output < 0 || read.times < 0) read = {};
-  std::string why = watches_.watch(id, attempt, dir, supervisor, gone, read);
+  std::string why = watches_.watch(id, attempt, dir, supervisor, started, gone, read);
   if (gone)
     emit(json{{"event", "gone"},
               {"id", id},
@@ -226,7 +228,8 @@ void RemoteLauncher::launch(const json& req) {
   l.a.envp = envp.data();
   // Its output is watched from before it starts: none goes unsaid.
   bool ignored = false;
-  bool watched = watches_.watch(l.id, l.attempt, dir, -1, ignored, {offset, times_offset}).empty();
+  bool watched =
+      watches_.watch(l.id, l.attempt, dir, -1, 0, ignored, {offset, times_offset}).empty();
   std::string error;
   pid_t pid =
       fork_supervisor(l.a, log_fd_, relay_.write_fd(), error, l.record, locked ? lock_fd_ : -1);

@@ -1,5 +1,7 @@
 #include "watches.hpp"
 
+#include "agent/supervise.hpp"
+
 #include <fcntl.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -75,7 +77,7 @@ Watches::~Watches() {
 }
 
 std::string Watches::watch(const std::string& id, int attempt, const std::string& dir,
-                           pid_t supervisor, bool& gone_already, Read read) {
+                           pid_t supervisor, uint64_t started, bool& gone_already, Read read) {
   gone_already = false;
   if (auto old = watches_.find(id); old != watches_.end()) drop(old);
   if (inotify_fd_ < 0) inotify_fd_ = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -88,6 +90,13 @@ std::string Watches::watch(const std::string& id, int attempt, const std::string
       return "supervisor " + std::to_string(supervisor) + " is gone";
     }
     if (pidfd < 0) return std::string("pidfd_open: ") + std::strerror(errno);
+    // (read after the pidfd is open: the process it names, unless that has ended since, which
+    // its watch says at once anyway)
+    if (started != 0 && agent::start_ticks(supervisor) != started) {
+      ::close(pidfd);
+      gone_already = true;
+      return "supervisor " + std::to_string(supervisor) + " is gone (its pid is another process's)";
+    }
   }
   int wd = ::inotify_add_watch(inotify_fd_, dir.c_str(), kDirEvents);
   if (wd < 0) {

@@ -55,11 +55,12 @@ class Watches {
   ~Watches();
 
   // Watches attempt `attempt` of trial `id`, whose trial dir is `dir`, and, when `supervisor`
-  // > 0, that process's end. Replaces the trial's earlier watch (an earlier attempt's: it is
-  // superseded), also when this one cannot be made. "" or why it cannot; `gone_already` is set
-  // when that supervisor is no longer there.
+  // > 0, that process's end (`started`, when not 0: its start time, start_ticks: a process
+  // that took its pid is not it). Replaces the trial's earlier watch (an earlier attempt's: it
+  // is superseded), also when this one cannot be made. "" or why it cannot; `gone_already` is
+  // set when that supervisor is no longer there.
   std::string watch(const std::string& id, int attempt, const std::string& dir, pid_t supervisor,
-                    bool& gone_already, Read read = {});
+                    uint64_t started, bool& gone_already, Read read = {});
   // Stops watching that attempt (its supervisor ended).
   void unwatch(const std::string& id, int attempt);
   // Sends `sig` to that attempt's watched supervisor `supervisor` through its pidfd (never to

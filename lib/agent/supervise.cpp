@@ -28,6 +28,20 @@ extern char** environ;
 
 namespace tune::agent {
 
+unsigned long long start_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  for (int field = 2; p && field < 22; ++field) p = std::strchr(p + 1, ' ');
+  return p ? std::strtoull(p + 1, nullptr, 10) : 0;
+}
+
 namespace {
 std::string g_dir;
 
@@ -98,21 +112,6 @@ struct LeaseWatch {
     return now - changed_at;
   }
 };
-
-// Field 22 of /proc/PID/stat: the process's start time in clock ticks since boot (0 if gone).
-unsigned long long start_ticks(pid_t pid) {
-  char path[64], buf[1024];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
-  for (int field = 2; p && field < 22; ++field) p = std::strchr(p + 1, ' ');
-  return p ? std::strtoull(p + 1, nullptr, 10) : 0;
-}
 
 // Opens a log for appending; after an earlier attempt's output (or for any attempt but the
 // first) it writes "=== attempt N ===" on a line of its own, so every attempt stays readable

@@ -9,6 +9,10 @@
 
 namespace tune::agent {
 
+// Field 22 of /proc/PID/stat: process `pid`'s start time in clock ticks since boot (0 if it is
+// gone), which tells it from a later process that took its pid.
+[[nodiscard]] unsigned long long start_ticks(pid_t pid);
+
 struct Attempt {
   std::string id;       // the driver's trial id (agent mode: echoed in events)
   std::string dir;      // the trial dir; made if missing, and locked while this attempt runs

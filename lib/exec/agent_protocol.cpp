@@ -120,15 +120,17 @@ std::string agent_launch_request(const RemoteLaunch& l) {
 }
 
 std::string agent_watch_request(const std::string& id, int attempt, const std::string& dir,
-                                int supervisor, uint64_t offset, uint64_t times_offset) {
-  return json{{"op", "watch"},
-              {"id", id},
-              {"attempt", attempt},
-              {"dir", dir},
-              {"supervisor", supervisor},
-              {"offset", offset},
-              {"times_offset", times_offset}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+                                int supervisor, uint64_t supervisor_started, uint64_t offset,
+                                uint64_t times_offset) {
+  json req{{"op", "watch"},
+           {"id", id},
+           {"attempt", attempt},
+           {"dir", dir},
+           {"supervisor", supervisor},
+           {"offset", offset},
+           {"times_offset", times_offset}};
+  if (supervisor_started != 0) req["supervisor_started"] = supervisor_started;
+  return req.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string agent_adopt_request(int64_t req, const std::string& dir, const std::string& path,

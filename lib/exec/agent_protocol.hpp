@@ -90,12 +90,14 @@ struct RemoteLaunch {
 [[nodiscard]] std::string agent_launch_request(const RemoteLaunch& l);
 
 // The request that has the agent watch attempt `attempt` of trial `id`, started by another
-// agent: its output (in `dir`) and the end of its supervisor `supervisor`. Its output events
-// carry the bytes after `offset` in stdout.log and `times_offset` in stdout.times, where the
-// driver has read them to.
+// agent: its output (in `dir`) and the end of its supervisor `supervisor` (started at
+// `supervisor_started`, clock ticks since boot; 0: not known). Its output events carry the
+// bytes after `offset` in stdout.log and `times_offset` in stdout.times, where the driver has
+// read them to.
 [[nodiscard]] std::string agent_watch_request(const std::string& id, int attempt,
                                               const std::string& dir, int supervisor,
-                                              uint64_t offset, uint64_t times_offset);
+                                              uint64_t supervisor_started, uint64_t offset,
+                                              uint64_t times_offset);
 
 // The file requests of the remote agent (apps/tune-agent/file_ops.hpp), each answered by a
 // "done" event with its `req`: move the checkpoint dir `path` a trial reported into

@@ -299,8 +299,8 @@ void SshExecutor::Impl::ask_watches(Worker& w) {
     if (r.watched_by == w.h.agent_gen || r.watch_asked == w.h.agent_gen ||
         r.launched_by == w.h.agent_gen || r.sup_pid <= 0 || r.exit || r.exited)
       continue;
-    if (!w.h.agent_send(
-            agent_watch_request(id, r.attempt, r.dir, r.sup_pid, r.offset, r.times.offset())))
+    if (!w.h.agent_send(agent_watch_request(id, r.attempt, r.dir, r.sup_pid, r.sup_started,
+                                            r.offset, r.times.offset())))
       return check(w);
     r.watch_asked = w.h.agent_gen;
   }

@@ -21,6 +21,7 @@
 #include "exec/attempt_log.hpp"
 #include "exec/exit_record.hpp"
 #include "exec/ssh_changes.hpp"
+#include "util/process.hpp"
 
 namespace fs = std::filesystem;
 using namespace tune;
@@ -609,7 +610,7 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_w");
   pid_t other = stand_in_supervisor();
-  agent.send(exec::agent_watch_request("w", 3, (s.dir / "trial_w").string(), other, 0, 0));
+  agent.send(exec::agent_watch_request("w", 3, (s.dir / "trial_w").string(), other, 0, 0, 0));
   auto watching = agent.next();
   REQUIRE(watching);
   CHECK(watching->kind == Kind::kWatching);
@@ -654,12 +655,12 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   CHECK(gone->status == -1);  // (not the agent's child: its status is not the agent's to know)
   ::waitpid(other, nullptr, 0);
   // One that is gone already is said gone at once; a watch that is not one is refused.
-  agent.send(exec::agent_watch_request("x", 1, (s.dir / "trial_w").string(), other, 0, 0));
+  agent.send(exec::agent_watch_request("x", 1, (s.dir / "trial_w").string(), other, 0, 0, 0));
   gone = agent.next();
   REQUIRE(gone);
   CHECK(gone->kind == Kind::kGone);
   CHECK(gone->id == "x");
-  agent.send(exec::agent_watch_request("y", 1, "relative", 1, 0, 0));
+  agent.send(exec::agent_watch_request("y", 1, "relative", 1, 0, 0, 0));
   auto error = agent.next();
   REQUIRE(error);
   CHECK(error->kind == Kind::kError);
@@ -676,6 +677,38 @@ TEST_CASE("tune-agent remote watches a supervisor it did not start: its output a
   CHECK(error->error.find("bad watch request") != std::string::npos);
 }
 
+TEST_CASE("tune-agent remote watches a supervisor only if its start time is the one asked",
+          "[remote_agent]") {
+  Scratch s;
+  Agent agent(s.dir / "attempts.log");
+  REQUIRE(agent.next());
+  fs::create_directories(s.dir / "trial_w");
+  pid_t other = stand_in_supervisor();
+  uint64_t started = util::process_start_ticks(other);
+  REQUIRE(started > 0);
+  // Another start time: the supervisor asked for ended, and another process took its pid
+  // (it is not watched, so it can never be signalled through the watch).
+  agent.send(
+      exec::agent_watch_request("w", 1, (s.dir / "trial_w").string(), other, started + 1, 0, 0));
+  auto gone = agent.next();
+  REQUIRE(gone);
+  CHECK(gone->kind == Kind::kGone);
+  CHECK(gone->supervisor == other);
+  agent.send(exec::agent_signal_request("w", 1, other, true));
+  auto refused = agent.next();
+  REQUIRE(refused);
+  CHECK(refused->kind == Kind::kError);
+  int status = 0;
+  CHECK(::waitpid(other, &status, WNOHANG) == 0);  // (it runs on, unsignalled)
+  // Its own start time: watched.
+  agent.send(exec::agent_watch_request("w", 1, (s.dir / "trial_w").string(), other, started, 0, 0));
+  auto watching = agent.next();
+  REQUIRE(watching);
+  CHECK(watching->kind == Kind::kWatching);
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+}
+
 TEST_CASE("tune-agent remote: a watched trial dir that goes away is said unwatched",
           "[remote_agent]") {
   Scratch s;
@@ -683,7 +716,7 @@ TEST_CASE("tune-agent remote: a watched trial dir that goes away is said unwatch
   REQUIRE(agent.next());
   fs::create_directories(s.dir / "trial_v");
   pid_t other = stand_in_supervisor();
-  agent.send(exec::agent_watch_request("v", 1, (s.dir / "trial_v").string(), other, 0, 0));
+  agent.send(exec::agent_watch_request("v", 1, (s.dir / "trial_v").string(), other, 0, 0, 0));
   auto watching = agent.next();
   REQUIRE(watching);
   CHECK(watching->kind == Kind::kWatching);
@@ -1021,7 +1054,7 @@ TEST_CASE("tune-agent remote stops only a supervisor it started or watches, of t
   CHECK(gone->supervisor == sup);
   CHECK(read(s.dir / "trial_a.exit.json").find("driver_stop") != std::string::npos);
   // A watched one (started by an earlier agent): through its pidfd.
-  agent.send(exec::agent_watch_request("b", 1, s.dir.string(), other, 0, 0));
+  agent.send(exec::agent_watch_request("b", 1, s.dir.string(), other, 0, 0, 0));
   REQUIRE(agent.next()->kind == Kind::kWatching);
   agent.send(exec::agent_signal_request("b", 1, other, false));
   gone = agent.next();
