@@ -334,6 +334,47 @@ class SshTest(TuneTest):
                               capture_output=True, text=True).stdout.split()
         self.assertEqual(left, [], "an agent of the run was left on the host")
 
+    def test_step_mode_trials_go_on_when_their_agent_is_killed_mid_step(self):
+        # At its 3rd step (its answer not yet written) one trial SIGKILLs the host's agent,
+        # which took both trials' step commands and said which it wrote: the driver starts a
+        # new one and sends again the commands the old one did not say written; the host's
+        # stdin.sent keeps one it did write from going twice. Every iteration once, in order.
+        self.write("killagent.py", """
+            import os, signal, tune_trial
+
+            class KillsItsAgent(tune_trial.Trainable):
+                def setup(self, config):
+                    self.i, self.x = 0, config["x"]
+
+                def step(self):
+                    self.i += 1
+                    mark = os.path.join(os.environ["TUNE_TRIAL_DIR"], "..", "agent-killed")
+                    if self.x == 1 and self.i == 3 and not os.path.exists(mark):
+                        open(mark, "w").close()
+                        with open("/proc/%d/stat" % os.getppid()) as f:  # (the supervisor's)
+                            agent = int(f.read().rsplit(")", 1)[1].split()[1])
+                        with open("/proc/%d/cmdline" % agent, "rb") as f:
+                            assert b"tune-agent" in f.read()
+                        os.kill(agent, signal.SIGKILL)
+                    return {"i": self.i}
+
+            raise SystemExit(tune_trial.run_trainable(KillsItsAgent))
+            """)
+        self.write("exp.yaml", textwrap.dedent(f"""
+            name: agentkill
+            trial:
+              command: ["{PY}", "{os.path.join(self.dir, 'killagent.py')}"]
+              mode: step
+            param_space: {{x: {{grid_search: [1, 2]}}}}
+            stop: {{training_iteration: 40}}
+            hosts:
+            """) + self.host_lines((0,), 2) + "\n")
+        p = self.tune("run", "exp.yaml", check=0, timeout=300)
+        self.assertIn("starting a new one", p.stderr)  # (else the kill proved nothing)
+        for t in self.trials("agentkill"):
+            self.assertEqual((t["status"], t["attempt"]), ("TERMINATED", 1))
+            self.assertEqual([r["i"] for r in self.results("agentkill", t)], list(range(1, 41)))
+
     def test_step_mode_commands_in_flight_when_the_link_is_cut_go_once(self):
         # Fast step-mode trials on worker 1, whose link is cut for 8 s mid-run: the command in
         # flight when it dropped was lost with it (the old agent never got it) or written
