@@ -323,6 +323,8 @@ struct LocalExecutor::Impl {
       if (r.fifo_fd < 0) {
         int e = errno;
         double t = clock_s(CLOCK_MONOTONIC);
+        // (timed from its supervisor's start: launches may wait their turn in a busy agent)
+        if (!r.supervisor) return;
         if (r.stdin_waits_from < 0) r.stdin_waits_from = t;
         // (not made yet, or not open yet: its supervisor makes it, then opens it)
         if ((e == ENOENT || e == ENXIO) &&

@@ -658,3 +658,34 @@ TEST_CASE(
   CHECK(prepared.error().message.find("is a symbolic link") != std::string::npos);
   CHECK(util::read_file(s.dir / "victim" / "params.json", 100) == "precious");
 }
+
+TEST_CASE(
+    "local transport: a step-mode command is never written through a link in its FIFO's place") {
+  Scratch s;
+  fs::path victim = s.dir / "victim.txt";
+  { std::ofstream(victim) << "untouched"; }
+  exec::LocalExecutor ex(options(s.dir));
+  // The trial puts a link to a file of the user's where its FIFO was, before any command.
+  auto l = launch(s.dir, "f",
+                  {"/bin/sh", "-c",
+                   "rm -f \"$TUNE_TRIAL_DIR/stdin.fifo\"; ln -s " + victim.string() +
+                       " \"$TUNE_TRIAL_DIR/stdin.fifo\"; sleep 30"});
+  l.env["TUNE_TRIAL_DIR"] = l.trial_dir.string();
+  l.stdin_fifo = true;
+  REQUIRE(ex.start(l));
+  fs::path fifo = l.trial_dir / "stdin.fifo";
+  for (int i = 0; i < 500 && !fs::is_symlink(fifo); ++i) (void)ex.wait(0.01);
+  REQUIRE(fs::is_symlink(fifo));
+  ex.send("f", R"({"op":"step"})");
+  std::optional<exec::StdinLostEvent> lost;
+  for (double end = ex.now() + 5; !lost && ex.now() < end;)
+    for (auto& e : ex.wait(0.1))
+      if (auto* x = std::get_if<exec::StdinLostEvent>(&e)) lost = *x;
+  REQUIRE(lost);
+  CHECK(lost->trial_id == "f");
+  CHECK(lost->attempt == 1);
+  CHECK(lost->why.find("symbolic link") != std::string::npos);
+  CHECK(util::read_file(victim, 100).value_or("") == "untouched");
+  ex.stop("f", true);
+  (void)run_until_exits(ex, 1);
+}
