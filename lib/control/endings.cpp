@@ -147,6 +147,11 @@ void Controller::on_exit(const std::string& id, const exec::ExitInfo& info) {
        info.reason == ExitReason::kOutputLost))
     (void)trial_dir_lost(t, rt, true);
   StopWhy why = rt.stop_why;
+  // An attempt that never ran (its exit record says why: its FIFO could not be made, say) did
+  // not get its commands for that reason: it fails for the record's.
+  if (why == StopWhy::kStdinLost &&
+      (info.reason == ExitReason::kExecFailed || info.reason == ExitReason::kDirBusy))
+    why = StopWhy::kNone;
   std::string rt_lost_why = rt.lost_why;
   // (an attempt whose output could not all be kept failed, whatever its exit code)
   bool clean = info.exit_code && *info.exit_code == 0 && info.reason != ExitReason::kOutputLost;

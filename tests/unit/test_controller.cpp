@@ -701,6 +701,34 @@ stop: {training_iteration: 4}
         std::string::npos);
 }
 
+TEST_CASE(
+    "step mode: an attempt that never ran fails for its record's reason, not its lost commands",
+    "[controller][step]") {
+  ScratchDir d;
+  auto e = make_exp(d, R"(
+name: exp
+trial: {command: ["train"], mode: step}
+param_space: {x: 1}
+stop: {training_iteration: 4}
+)");
+  // Its first command is said lost before its exit record comes: the record (exec_failed, its
+  // FIFO could not be made) says why the attempt failed.
+  struct NeverRan : FakeProcess {
+    void on_stdin(FakeContext& c, const std::string&) override {
+      c.ex->push(exec::StdinLostEvent{c.launch.trial_id, 1, "Is a directory"});
+    }
+    void on_stop(FakeContext& c, bool) override {
+      c.exit(127, "cannot create stdin.fifo: File exists", exec::ExitReason::kExecFailed);
+    }
+  };
+  FakeExecutor ex([](const exec::Launch&) { return std::make_unique<NeverRan>(); });
+  control::Controller c(e, ex, opts());
+  (void)c.run();
+  const auto& t = c.state().trials[0];
+  CHECK(t.status == trial::Status::kError);
+  CHECK(t.error.find("cannot create stdin.fifo: File exists") != std::string::npos);
+}
+
 TEST_CASE("retention deletes a checkpoint that became a symlink, never its target",
           "[controller][checkpoint]") {
   ScratchDir d;
